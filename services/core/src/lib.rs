@@ -1,0 +1,40 @@
+//! The domain of trawl, with no I/O.
+//!
+//! Everything here is a pure function or a plain type, so it is tested without a
+//! runtime, a database or a network:
+//!
+//! - [`spec`]: the job spec (YAML or JSON) parsed into a checked [`spec::JobSpec`],
+//!   with every error listed by field path.
+//! - [`plan`]: a spec turned into slices whose ids derive from their content, and a
+//!   cost estimate.
+//! - [`extract`]: a fetched page turned into an item (JSON-LD paths, CSS selectors,
+//!   regular expressions).
+//! - [`validate`]: each item checked on its own against the job's JSON Schema.
+//! - [`retry`]: how errors are classified and how often a call is tried.
+//! - [`cost`]: money in integer micro-dollars and the price table.
+//! - [`model`]: ids, slices, statuses and the records a slice produces.
+//! - [`ports`]: the traits the adapters implement (queue, cache, store, tools, events).
+//! - [`geo`]: ISO 3166-1 alpha-2 country codes.
+
+pub mod cost;
+pub mod extract;
+pub mod geo;
+pub mod model;
+pub mod plan;
+pub mod ports;
+pub mod retry;
+pub mod spec;
+pub mod validate;
+
+use sha2::{Digest, Sha256};
+
+/// Hex sha256 of the given parts, each terminated by a zero byte so that
+/// `("ab", "c")` and `("a", "bc")` differ.
+pub fn digest(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(h.finalize())
+}

@@ -1,0 +1,151 @@
+//! A spec turned into slices and a cost estimate. Pure: the same spec always gives
+//! the same slices with the same ids, in the same order.
+
+use serde::Serialize;
+
+use crate::cost::{Micros, PriceTable};
+use crate::model::{SliceKind, SliceSpec, normalize_url};
+use crate::spec::JobSpec;
+
+/// What a job will do.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The slices known before anything runs; searches may add page slices later.
+    pub slices: Vec<SliceSpec>,
+    pub estimate: Estimate,
+}
+
+/// The most a job can cost if every call goes upstream (no cache hits) and every
+/// search yields its full `follow_top`. Failed calls cost nothing, so retries do not
+/// add to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    pub search_slices: u64,
+    pub page_slices: u64,
+    pub followed_pages_max: u64,
+    pub cost: Micros,
+}
+
+pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
+    let mut slices = Vec::new();
+    if let Some(s) = &spec.searches {
+        for query in &s.queries {
+            for geo in &s.geos {
+                slices.push(SliceSpec::new(
+                    SliceKind::Search {
+                        query: query.clone(),
+                        geo: *geo,
+                        engine: s.engine,
+                        follow_top: s.follow_top,
+                    },
+                    None,
+                ));
+            }
+        }
+    }
+    if let Some(p) = &spec.pages {
+        for url in &p.urls {
+            for geo in &p.geos {
+                slices.push(SliceSpec::new(
+                    SliceKind::Page {
+                        url: url.clone(),
+                        geo: *geo,
+                    },
+                    None,
+                ));
+            }
+        }
+    }
+    let (search_slices, page_slices) = spec.planned_slices();
+    let followed_pages_max = spec.max_followed();
+    let cost = prices.serp.saturating_mul(search_slices)
+        + prices.unlocker.saturating_mul(page_slices + followed_pages_max);
+    Plan {
+        slices,
+        estimate: Estimate {
+            search_slices,
+            page_slices,
+            followed_pages_max,
+            cost,
+        },
+    }
+}
+
+/// The page slices a finished search spawns: its first `follow_top` distinct,
+/// valid http(s) links, fetched from the search's country.
+pub fn follow_ups<'a>(parent: &SliceSpec, links: impl IntoIterator<Item = &'a str>) -> Vec<SliceSpec> {
+    let SliceKind::Search { geo, follow_top, .. } = &parent.kind else {
+        return Vec::new();
+    };
+    let mut out: Vec<SliceSpec> = Vec::new();
+    for link in links {
+        if out.len() as u64 >= u64::from(*follow_top) {
+            break;
+        }
+        let Ok(url) = normalize_url(link) else { continue };
+        let child = SliceSpec::new(SliceKind::Page { url, geo: *geo }, Some(parent.id.clone()));
+        if !out.iter().any(|c| c.id == child.id) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = "name: t\nsearches: {queries: [a, b], geos: [us, de], follow_top: 2}\npages: {urls: [\"https://x.example/1\", \"https://x.example/2\"], geos: [jp]}\nextract: {fields: {t: {css: h1}}}\n";
+
+    #[test]
+    fn the_same_spec_yields_the_same_ids_in_the_same_order() {
+        let a = plan(&JobSpec::parse(SPEC).unwrap(), &PriceTable::default());
+        let b = plan(&JobSpec::parse(SPEC).unwrap(), &PriceTable::default());
+        let ids = |p: &Plan| p.slices.iter().map(|s| s.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&a), ids(&b));
+        assert_eq!(a.slices.len(), 6);
+        let mut unique = ids(&a);
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 6, "ids are distinct");
+    }
+
+    #[test]
+    fn reformatting_the_spec_keeps_the_ids() {
+        let json = r#"{"name":"t","searches":{"queries":["a","b"],"geos":["us","de"],"follow_top":2},
+            "pages":{"urls":["HTTPS://X.example/1#top","https://x.example/2"],"geos":["jp"]},
+            "extract":{"fields":{"t":{"css":"h1"}}}}"#;
+        let a = plan(&JobSpec::parse(SPEC).unwrap(), &PriceTable::default());
+        let b = plan(&JobSpec::parse(json).unwrap(), &PriceTable::default());
+        assert_eq!(a.slices, b.slices);
+    }
+
+    #[test]
+    fn estimate_counts_followed_pages_at_their_maximum() {
+        let p = plan(&JobSpec::parse(SPEC).unwrap(), &PriceTable::default());
+        assert_eq!(p.estimate.search_slices, 4);
+        assert_eq!(p.estimate.page_slices, 2);
+        assert_eq!(p.estimate.followed_pages_max, 8);
+        assert_eq!(p.estimate.cost, Micros(14 * 1_500));
+    }
+
+    #[test]
+    fn follow_ups_take_the_top_distinct_valid_links() {
+        let p = plan(&JobSpec::parse(SPEC).unwrap(), &PriceTable::default());
+        let search = &p.slices[0];
+        let kids = follow_ups(
+            search,
+            ["mailto:x@y", "https://s.example/a#r", "https://s.example/a", "https://s.example/b", "https://s.example/c"],
+        );
+        let urls: Vec<_> = kids
+            .iter()
+            .map(|k| match &k.kind {
+                SliceKind::Page { url, .. } => url.as_str(),
+                SliceKind::Search { .. } => "",
+            })
+            .collect();
+        assert_eq!(urls, ["https://s.example/a", "https://s.example/b"]);
+        assert!(kids.iter().all(|k| k.parent.as_ref() == Some(&search.id)));
+        assert!(kids.iter().all(|k| k.kind.geo() == search.kind.geo()));
+    }
+}

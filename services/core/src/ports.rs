@@ -1,0 +1,320 @@
+//! The ports: what the roles need from the outside world, as traits.
+//!
+//! Each has an embedded adapter (in-process queue, SQLite cache and store, the
+//! built-in simulator) and, in later stages, a distributed one (NATS JetStream,
+//! Redis, Postgres). Roles hold `Arc<dyn Port>` and never name an adapter.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cost::Micros;
+use crate::model::{
+    Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome, SliceSpec,
+};
+use crate::retry::ErrorClass;
+
+/// A backend could not do what was asked.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum PortError {
+    /// The backend is down or busy; the caller may try again.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// What was stored or received cannot be read.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+// ---------------------------------------------------------------------------
+// Slice queue
+
+/// A slice on the queue, with the job it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceMessage {
+    pub job_id: JobId,
+    pub slice: SliceSpec,
+}
+
+impl SliceMessage {
+    /// The de-duplication key: publishing the same slice of the same job twice is a no-op.
+    pub fn msg_id(&self) -> String {
+        format!("{}.{}", self.job_id, self.slice.id)
+    }
+}
+
+/// What a consumer says about a delivery.
+#[async_trait]
+pub trait Acker: Send + Sync {
+    /// Done; never deliver again.
+    async fn ack(&self) -> Result<(), PortError>;
+    /// Not done; deliver again after `delay` (counts as a delivery).
+    async fn nak(&self, delay: Duration) -> Result<(), PortError>;
+    /// Still working; restart the ack timer.
+    async fn in_progress(&self) -> Result<(), PortError>;
+    /// Never deliver again, without success.
+    async fn term(&self) -> Result<(), PortError>;
+}
+
+/// One delivery of a slice.
+pub struct Delivery {
+    pub message: SliceMessage,
+    /// 1 for the first delivery.
+    pub delivery: u32,
+    /// The queue stops delivering after this many.
+    pub max_deliver: u32,
+    pub acker: Box<dyn Acker>,
+}
+
+impl Delivery {
+    pub fn is_last(&self) -> bool {
+        self.delivery >= self.max_deliver
+    }
+}
+
+/// A slice the queue gave up on: delivered `max_deliver` times, never acked.
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    pub message: SliceMessage,
+    pub deliveries: u32,
+}
+
+#[async_trait]
+pub trait SliceQueue: Send + Sync {
+    /// Enqueues a slice; a message id already seen is ignored.
+    async fn publish(&self, msg: &SliceMessage) -> Result<(), PortError>;
+    /// Waits for the next delivery.
+    async fn pull(&self) -> Result<Delivery, PortError>;
+    /// Waits for the next slice that ran out of deliveries.
+    async fn dead_letter(&self) -> Result<DeadLetter, PortError>;
+}
+
+// ---------------------------------------------------------------------------
+// Events
+
+/// A slice reached a terminal state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SliceFinished {
+    pub job_id: JobId,
+    pub slice_id: SliceId,
+    pub succeeded: bool,
+    /// New slices it added to the job.
+    pub children: u64,
+    pub items_valid: u64,
+    pub items_rejected: u64,
+    pub upstream_calls: u64,
+    pub cache_hits: u64,
+    pub cost: Micros,
+}
+
+#[async_trait]
+pub trait Events: Send + Sync {
+    async fn slice_finished(&self, ev: SliceFinished) -> Result<(), PortError>;
+}
+
+// ---------------------------------------------------------------------------
+// Content cache
+
+/// The key of a cached tool answer: `trawl:v1:<tool>:<geo>:<sha256>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey(pub String);
+
+impl CacheKey {
+    /// `subject` is the normalized URL or query; `format` what was asked for.
+    pub fn new(tool: &str, geo: &str, subject: &str, format: &str) -> CacheKey {
+        CacheKey(format!("trawl:v1:{tool}:{geo}:{}", crate::digest(&[subject, format])))
+    }
+}
+
+/// Where a cached lookup's answer came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// A stored answer younger than the max age.
+    Hit,
+    /// Another caller's load of the same key, running at the same time.
+    Coalesced,
+    /// This caller's own load.
+    Loaded,
+}
+
+pub type LoadFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, ToolError>> + Send + 'a>>;
+
+#[async_trait]
+pub trait ContentCache: Send + Sync {
+    /// The stored answer for `key` if younger than `max_age`; otherwise runs `load`,
+    /// stores its answer for `max_age`, and returns it. Concurrent calls for one key
+    /// run one load. A zero `max_age` always loads. A cache backend that fails is
+    /// logged and bypassed: the answer still comes from `load`.
+    async fn get_or_load(
+        &self,
+        key: &CacheKey,
+        max_age: Duration,
+        load: LoadFuture<'_>,
+    ) -> Result<(Vec<u8>, Served), ToolError>;
+}
+
+// ---------------------------------------------------------------------------
+// Tools
+
+/// A tool call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{code}: {message}")]
+pub struct ToolError {
+    pub class: ErrorClass,
+    /// Short and stable: `http_429`, `reject_block`, `timeout`, `budget_exhausted`.
+    pub code: String,
+    pub message: String,
+    /// What the upstream asked for, if anything.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl ToolError {
+    pub fn transient(code: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError {
+            class: ErrorClass::Transient,
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError {
+            class: ErrorClass::Permanent,
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+
+    pub fn to_slice_error(&self) -> SliceError {
+        SliceError {
+            code: self.code.clone(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// What a provider offers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDescriptor {
+    /// Namespaced: `brightdata.search`.
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// A successful call.
+#[derive(Clone, Debug)]
+pub struct ToolAnswer {
+    pub body: Vec<u8>,
+    /// What this call was billed; zero for failures.
+    pub cost: Micros,
+    /// The billed product, for the ledger.
+    pub product: &'static str,
+}
+
+#[async_trait]
+pub trait ToolProvider: Send + Sync {
+    fn tools(&self) -> Vec<ToolDescriptor>;
+    /// The cache key of a call, or `None` if its answers must not be cached.
+    fn cache_key(&self, tool: &str, args: &Value) -> Option<CacheKey>;
+    /// The price of one successful call, reserved against the budget before it runs.
+    fn price(&self, tool: &str) -> Micros;
+    /// One attempt, no retries.
+    async fn call(&self, tool: &str, args: &Value) -> Result<ToolAnswer, ToolError>;
+}
+
+// ---------------------------------------------------------------------------
+// Store
+
+/// A job as stored.
+#[derive(Clone, Debug)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub name: String,
+    /// The spec document; parsed again with `JobSpec::from_value`.
+    pub spec: Value,
+    pub status: JobStatus,
+    pub reason: Option<String>,
+    pub estimate: Micros,
+    pub created_ms: i64,
+}
+
+/// An approval asked for or decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Approval {
+    pub job_id: JobId,
+    pub amount: Micros,
+    pub reason: String,
+    /// `None` while pending.
+    pub approved: Option<bool>,
+    pub decided_by: Option<String>,
+}
+
+/// What writing an outcome did.
+#[derive(Clone, Debug, Default)]
+pub struct Recorded {
+    /// False when the slice was already terminal: a redelivery wrote nothing.
+    pub written: bool,
+    /// Children not already part of the job; these must be published.
+    pub new_children: Vec<SliceSpec>,
+}
+
+/// A slice that failed, for the summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct FailedSlice {
+    pub slice_id: SliceId,
+    pub kind: String,
+    pub subject: String,
+    pub geo: String,
+    pub error: SliceError,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Stores a job and its planned slices, all or nothing.
+    async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError>;
+    async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError>;
+    async fn set_job_status(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<(), PortError>;
+    /// Slices not yet terminal.
+    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError>;
+    /// Writes a slice's items, rejections, trace, costs, children and status in one
+    /// transaction; does nothing if the slice is already terminal.
+    async fn record_outcome(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        outcome: &SliceOutcome,
+    ) -> Result<Recorded, PortError>;
+    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError>;
+    /// Money spent so far, from the ledger.
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
+    /// Valid items in slice order.
+    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError>;
+    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError>;
+    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError>;
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError>;
+    /// Records a decision on a pending approval; `None` if there was none pending.
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError>;
+}

@@ -1,0 +1,725 @@
+//! The job spec: YAML or JSON in, a checked [`JobSpec`] out, or every error at once.
+//!
+//! The document is first read into a generic JSON value, then walked field by field;
+//! each problem is recorded with its path (`searches.geos[1]`) and the walk goes on,
+//! so a user sees all that is wrong in one try. Field names are the public contract.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::cost::Micros;
+use crate::extract::{FieldSpec, FieldType, Source};
+use crate::geo::Geo;
+use crate::model::{Engine, normalize_query, normalize_url};
+use crate::retry::MAX_ATTEMPTS_CEILING;
+
+/// No job plans more slices than this (followed pages counted at their maximum).
+pub const MAX_SLICES: u64 = 100_000;
+
+/// A checked job spec.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub name: String,
+    pub searches: Option<Searches>,
+    pub pages: Option<Pages>,
+    pub extract: Option<ExtractSpec>,
+    /// JSON Schema (2020-12) every extracted item must satisfy.
+    pub schema: Option<Value>,
+    /// Cached answers younger than this are used; zero bypasses the cache.
+    pub max_age: Duration,
+    /// Attempts per tool call, the first included.
+    pub max_attempts: u32,
+    pub budget: Budget,
+    /// The document as parsed, stored with the job and parsed again by workers.
+    pub document: Value,
+}
+
+#[derive(Clone, Debug)]
+pub struct Searches {
+    pub queries: Vec<String>,
+    pub geos: Vec<Geo>,
+    pub engine: Engine,
+    pub follow_top: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Pages {
+    /// Normalized absolute URLs.
+    pub urls: Vec<String>,
+    pub geos: Vec<Geo>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ExtractSpec {
+    /// Output field name to how it is found.
+    pub fields: BTreeMap<String, FieldSpec>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// Spend never passes this.
+    pub max: Option<Micros>,
+    /// A job whose estimate is above this waits for approval.
+    pub approve_above: Option<Micros>,
+}
+
+/// One problem in a spec.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SpecError {
+    /// Dotted path to the field (`extract.fields.price`), empty for the whole job.
+    pub path: String,
+    pub reason: String,
+}
+
+/// Every problem in a spec.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct SpecErrors(pub Vec<SpecError>);
+
+impl fmt::Display for SpecErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "the job spec has {} error(s):", self.0.len())?;
+        for e in &self.0 {
+            let path = if e.path.is_empty() { "(job)" } else { &e.path };
+            writeln!(f, "  {path}: {}", e.reason)?;
+        }
+        Ok(())
+    }
+}
+
+impl SpecErrors {
+    pub fn paths(&self) -> Vec<&str> {
+        self.0.iter().map(|e| e.path.as_str()).collect()
+    }
+}
+
+impl JobSpec {
+    /// Parses a YAML or JSON document (JSON is valid YAML).
+    pub fn parse(text: &str) -> Result<JobSpec, SpecErrors> {
+        let value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
+            SpecErrors(vec![SpecError {
+                path: String::new(),
+                reason: format!("not a valid YAML or JSON document: {e}"),
+            }])
+        })?;
+        JobSpec::from_value(value)
+    }
+
+    /// Checks an already parsed document.
+    pub fn from_value(document: Value) -> Result<JobSpec, SpecErrors> {
+        let mut c = Checker::default();
+        let spec = c.job(&document);
+        match spec {
+            Some(mut spec) if c.errors.is_empty() => {
+                spec.document = document;
+                Ok(spec)
+            }
+            _ => Err(SpecErrors(c.errors)),
+        }
+    }
+
+    /// Slices the spec plans before any search has run.
+    pub fn planned_slices(&self) -> (u64, u64) {
+        let search = self
+            .searches
+            .as_ref()
+            .map_or(0, |s| (s.queries.len() * s.geos.len()) as u64);
+        let page = self
+            .pages
+            .as_ref()
+            .map_or(0, |p| (p.urls.len() * p.geos.len()) as u64);
+        (search, page)
+    }
+
+    /// The most page slices searches can spawn.
+    pub fn max_followed(&self) -> u64 {
+        let (search, _) = self.planned_slices();
+        search * u64::from(self.searches.as_ref().map_or(0, |s| s.follow_top))
+    }
+
+    /// Whether the job fetches pages and so needs an extract section.
+    pub fn fetches_pages(&self) -> bool {
+        self.planned_slices().1 > 0 || self.max_followed() > 0
+    }
+}
+
+/// Walks a document, collecting errors.
+#[derive(Default)]
+struct Checker {
+    errors: Vec<SpecError>,
+}
+
+/// The fields of one object, with the keys that were read.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+    known: &'static [&'static str],
+}
+
+impl<'a> Fields<'a> {
+    /// The value of `key`, `None` when absent or null.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        debug_assert!(self.known.contains(&key), "{key} is not declared");
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn path(&self, key: &str) -> String {
+        join(&self.path, key)
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+impl Checker {
+    fn err(&mut self, path: impl Into<String>, reason: impl Into<String>) {
+        self.errors.push(SpecError {
+            path: path.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// Opens an object and reports keys outside `known`.
+    fn object<'a>(
+        &mut self,
+        v: &'a Value,
+        path: &str,
+        known: &'static [&'static str],
+    ) -> Option<Fields<'a>> {
+        let Some(map) = v.as_object() else {
+            self.err(path, format!("must be a mapping, not {}", kind(v)));
+            return None;
+        };
+        for k in map.keys() {
+            if !known.contains(&k.as_str()) {
+                self.err(
+                    join(path, k),
+                    format!("unknown field; expected one of: {}", known.join(", ")),
+                );
+            }
+        }
+        Some(Fields {
+            map,
+            path: path.to_owned(),
+            known,
+        })
+    }
+
+    fn string(&mut self, v: &Value, path: &str) -> Option<String> {
+        match v.as_str() {
+            Some(s) if !s.trim().is_empty() => Some(s.to_owned()),
+            Some(_) => {
+                self.err(path, "must not be empty");
+                None
+            }
+            None => {
+                self.err(path, format!("must be a string, not {}", kind(v)));
+                None
+            }
+        }
+    }
+
+    fn list<'a>(&mut self, v: &'a Value, path: &str) -> Option<&'a Vec<Value>> {
+        match v.as_array() {
+            Some(a) => Some(a),
+            None => {
+                self.err(path, format!("must be a list, not {}", kind(v)));
+                None
+            }
+        }
+    }
+
+    fn uint(&mut self, v: &Value, path: &str, min: u64, max: u64) -> Option<u64> {
+        match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            _ if v.is_number() => {
+                self.err(path, format!("must be a whole number from {min} to {max}, not {v}"));
+                None
+            }
+            _ => {
+                self.err(path, format!("must be a whole number, not {}", kind(v)));
+                None
+            }
+        }
+    }
+
+    fn usd(&mut self, v: &Value, path: &str) -> Option<Micros> {
+        match v.as_f64() {
+            Some(x) if x.is_finite() && x >= 0.0 && x < 1e9 => Some(Micros::from_usd(x)),
+            Some(x) => {
+                self.err(path, format!("must be a dollar amount from 0 up, not {x}"));
+                None
+            }
+            None => {
+                self.err(path, format!("must be a number of US dollars, not {}", kind(v)));
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, v: &Value, path: &str) -> Option<Duration> {
+        if let Some(n) = v.as_u64() {
+            return Some(Duration::from_secs(n));
+        }
+        let bad = |s: &str| format!("\"{s}\" is not a duration: expected a number of seconds or e.g. 0, 90s, 30m, 24h, 7d");
+        match v.as_str() {
+            Some(s) => match humantime::parse_duration(s.trim()) {
+                Ok(d) => Some(d),
+                Err(_) => {
+                    self.err(path, bad(s));
+                    None
+                }
+            },
+            None => {
+                self.err(path, bad(&v.to_string()));
+                None
+            }
+        }
+    }
+
+    fn geos(&mut self, v: Option<&Value>, path: &str) -> Vec<Geo> {
+        let Some(v) = v else {
+            self.err(path, "required: the countries to run from, e.g. [us, de]");
+            return Vec::new();
+        };
+        let Some(items) = self.list(v, path) else {
+            return Vec::new();
+        };
+        if items.is_empty() {
+            self.err(path, "must list at least one country");
+        }
+        let mut out = Vec::new();
+        for (i, g) in items.iter().enumerate() {
+            let p = format!("{path}[{i}]");
+            let Some(s) = g.as_str() else {
+                self.err(p, format!("must be a country code, not {}", kind(g)));
+                continue;
+            };
+            match Geo::parse(s) {
+                Ok(geo) if !out.contains(&geo) => out.push(geo),
+                Ok(_) => {}
+                Err(e) => self.err(p, e),
+            }
+        }
+        out
+    }
+
+    fn job(&mut self, v: &Value) -> Option<JobSpec> {
+        const KNOWN: &[&str] = &[
+            "name", "searches", "pages", "extract", "schema", "cache", "retries", "budget",
+        ];
+        let f = self.object(v, "", KNOWN)?;
+        let name = match f.get("name") {
+            Some(v) => self.string(v, "name").unwrap_or_default(),
+            None => {
+                self.err("name", "required");
+                String::new()
+            }
+        };
+        if name.chars().count() > 200 {
+            self.err("name", "must be at most 200 characters");
+        }
+        let searches = f.get("searches").and_then(|v| self.searches(v));
+        let pages = f.get("pages").and_then(|v| self.pages(v));
+        let extract = f.get("extract").and_then(|v| self.extract(v));
+        let schema = f.get("schema").and_then(|v| self.schema(v));
+        let max_age = f.get("cache").map_or(Some(Duration::from_secs(24 * 3600)), |v| {
+            let c = self.object(v, "cache", &["max_age"])?;
+            match c.get("max_age") {
+                Some(m) => self.duration(m, "cache.max_age"),
+                None => Some(Duration::from_secs(24 * 3600)),
+            }
+        });
+        let max_attempts = f.get("retries").map_or(Some(3), |v| {
+            let r = self.object(v, "retries", &["max_attempts"])?;
+            match r.get("max_attempts") {
+                Some(m) => self
+                    .uint(m, "retries.max_attempts", 1, u64::from(MAX_ATTEMPTS_CEILING))
+                    .map(|n| n as u32),
+                None => Some(3),
+            }
+        });
+        let budget = f.get("budget").map_or(Some(Budget::default()), |v| {
+            let b = self.object(v, "budget", &["max_usd", "approve_above_usd"])?;
+            let max = b.get("max_usd").and_then(|m| self.usd(m, "budget.max_usd"));
+            let approve_above = b
+                .get("approve_above_usd")
+                .and_then(|m| self.usd(m, "budget.approve_above_usd"));
+            Some(Budget { max, approve_above })
+        });
+
+        let spec = JobSpec {
+            name,
+            searches,
+            pages,
+            extract,
+            schema,
+            max_age: max_age.unwrap_or_default(),
+            max_attempts: max_attempts.unwrap_or(3),
+            budget: budget.unwrap_or_default(),
+            document: Value::Null,
+        };
+        self.whole_job(&spec, &f);
+        Some(spec)
+    }
+
+    /// Rules that look at more than one field.
+    fn whole_job(&mut self, spec: &JobSpec, f: &Fields<'_>) {
+        let (search, page) = spec.planned_slices();
+        let followed = spec.max_followed();
+        let sections_ok = !self
+            .errors
+            .iter()
+            .any(|e| e.path.starts_with("searches") || e.path.starts_with("pages"));
+        if sections_ok && search + page == 0 {
+            self.err(
+                "",
+                "the job has no slices: give searches (queries and geos) or pages (urls and geos)",
+            );
+        }
+        let total = search + page + followed;
+        if total > MAX_SLICES {
+            self.err(
+                "",
+                format!(
+                    "the job plans {total} slices ({search} searches, {page} pages, up to {followed} followed pages); the limit is {MAX_SLICES}"
+                ),
+            );
+        }
+        if spec.fetches_pages() && spec.extract.is_none() && f.get("extract").is_none() {
+            self.err("extract", "required when the job fetches pages");
+        }
+    }
+
+    fn searches(&mut self, v: &Value) -> Option<Searches> {
+        let f = self.object(v, "searches", &["queries", "geos", "engine", "follow_top"])?;
+        let mut queries: Vec<String> = Vec::new();
+        match f.get("queries") {
+            None => self.err(f.path("queries"), "required"),
+            Some(q) => {
+                if let Some(list) = self.list(q, "searches.queries") {
+                    if list.is_empty() {
+                        self.err("searches.queries", "must list at least one query");
+                    }
+                    for (i, q) in list.iter().enumerate() {
+                        let p = format!("searches.queries[{i}]");
+                        if let Some(s) = self.string(q, &p) {
+                            if s.len() > 2048 {
+                                self.err(p, "must be at most 2048 bytes");
+                            } else if !queries.iter().any(|x| normalize_query(x) == normalize_query(&s)) {
+                                queries.push(s.trim().to_owned());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let geos = self.geos(f.get("geos"), "searches.geos");
+        let engine = match f.get("engine") {
+            None => Engine::Google,
+            Some(e) => match e.as_str().map(Engine::parse) {
+                Some(Ok(e)) => e,
+                Some(Err(msg)) => {
+                    self.err("searches.engine", msg);
+                    Engine::Google
+                }
+                None => {
+                    self.err("searches.engine", format!("must be google or bing, not {}", kind(e)));
+                    Engine::Google
+                }
+            },
+        };
+        let follow_top = f
+            .get("follow_top")
+            .map_or(Some(0), |n| self.uint(n, "searches.follow_top", 0, 100))
+            .unwrap_or(0) as u32;
+        Some(Searches {
+            queries,
+            geos,
+            engine,
+            follow_top,
+        })
+    }
+
+    fn pages(&mut self, v: &Value) -> Option<Pages> {
+        let f = self.object(v, "pages", &["urls", "geos"])?;
+        let mut urls: Vec<String> = Vec::new();
+        match f.get("urls") {
+            None => self.err("pages.urls", "required"),
+            Some(u) => {
+                if let Some(list) = self.list(u, "pages.urls") {
+                    if list.is_empty() {
+                        self.err("pages.urls", "must list at least one URL");
+                    }
+                    for (i, u) in list.iter().enumerate() {
+                        let p = format!("pages.urls[{i}]");
+                        if let Some(s) = self.string(u, &p) {
+                            match normalize_url(&s) {
+                                Ok(n) if !urls.contains(&n) => urls.push(n),
+                                Ok(_) => {}
+                                Err(e) => self.err(p, e),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let geos = self.geos(f.get("geos"), "pages.geos");
+        Some(Pages { urls, geos })
+    }
+
+    fn extract(&mut self, v: &Value) -> Option<ExtractSpec> {
+        let f = self.object(v, "extract", &["fields"])?;
+        let Some(fields_v) = f.get("fields") else {
+            self.err("extract.fields", "required: the fields each item has");
+            return None;
+        };
+        let Some(map) = fields_v.as_object() else {
+            self.err("extract.fields", format!("must be a mapping, not {}", kind(fields_v)));
+            return None;
+        };
+        if map.is_empty() {
+            self.err("extract.fields", "must name at least one field");
+        }
+        let mut fields = BTreeMap::new();
+        for (name, spec) in map {
+            let path = format!("extract.fields.{name}");
+            let name_ok = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !name_ok {
+                self.err(&path, "a field name uses only letters, digits, _ and -");
+            }
+            if let Some(fs) = self.field(spec, &path) {
+                fields.insert(name.clone(), fs);
+            }
+        }
+        Some(ExtractSpec { fields })
+    }
+
+    fn field(&mut self, v: &Value, path: &str) -> Option<FieldSpec> {
+        let f = self.object(v, path, &["jsonld", "css", "regex", "attr", "type"])?;
+        let sources: Vec<&str> = ["jsonld", "css", "regex"]
+            .into_iter()
+            .filter(|k| f.get(k).is_some())
+            .collect();
+        let ty = match f.get("type") {
+            None => Some(FieldType::String),
+            Some(t) => match t.as_str().and_then(FieldType::parse) {
+                Some(t) => Some(t),
+                None => {
+                    self.err(
+                        f.path("type"),
+                        format!("{t} is not a type: expected string, number, integer or boolean"),
+                    );
+                    None
+                }
+            },
+        };
+        if f.get("attr").is_some() && !sources.contains(&"css") {
+            self.err(f.path("attr"), "attr only goes with a css source");
+        }
+        let source = match sources.as_slice() {
+            [] => {
+                self.err(path, "the field has no source: give one of jsonld, css or regex");
+                None
+            }
+            [one] => {
+                let p = f.path(one);
+                let raw = f.get(one).and_then(|v| self.string(v, &p));
+                raw.and_then(|raw| match Source::compile(one, &raw, f.get("attr").and_then(Value::as_str)) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.err(p, e);
+                        None
+                    }
+                })
+            }
+            many => {
+                self.err(
+                    path,
+                    format!("the field has {} sources ({}); give exactly one", many.len(), many.join(", ")),
+                );
+                None
+            }
+        };
+        Some(FieldSpec {
+            source: source?,
+            ty: ty?,
+        })
+    }
+
+    fn schema(&mut self, v: &Value) -> Option<Value> {
+        if !v.is_object() && !v.is_boolean() {
+            self.err("schema", format!("must be a JSON Schema object, not {}", kind(v)));
+            return None;
+        }
+        match crate::validate::ItemValidator::new(v) {
+            Ok(_) => Some(v.clone()),
+            Err(e) => {
+                self.err("schema", e);
+                None
+            }
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+name: laptop-prices
+searches:
+  queries: ["14 inch laptop", "ultrabook"]
+  geos: [us, de, jp]
+  engine: google
+  follow_top: 3
+pages:
+  urls: ["https://shop.example/p/1"]
+  geos: [us]
+extract:
+  fields:
+    name:     {jsonld: "name"}
+    price:    {jsonld: "offers.price", type: number}
+    currency: {jsonld: "offers.priceCurrency"}
+    title:    {css: "h1"}
+    sku:      {regex: "SKU: ([A-Z0-9-]+)"}
+schema:
+  type: object
+  required: [name, price, currency]
+  properties:
+    price: {type: number, exclusiveMinimum: 0}
+    currency: {type: string, pattern: "^[A-Z]{3}$"}
+cache: {max_age: 24h}
+retries: {max_attempts: 3}
+budget: {max_usd: 5.00, approve_above_usd: 1.00}
+"#;
+
+    #[test]
+    fn the_issue_example_parses() {
+        let s = JobSpec::parse(EXAMPLE).unwrap();
+        assert_eq!(s.name, "laptop-prices");
+        assert_eq!(s.planned_slices(), (6, 1));
+        assert_eq!(s.max_followed(), 18);
+        assert_eq!(s.max_age, Duration::from_secs(86_400));
+        assert_eq!(s.max_attempts, 3);
+        assert_eq!(s.budget.max, Some(Micros(5_000_000)));
+        assert_eq!(s.budget.approve_above, Some(Micros(1_000_000)));
+        assert_eq!(s.extract.unwrap().fields.len(), 5);
+    }
+
+    #[test]
+    fn json_is_accepted_too() {
+        let json = r#"{"name":"j","pages":{"urls":["https://a.example/x"],"geos":["us"]},
+            "extract":{"fields":{"t":{"css":"title"}}},"cache":{"max_age":0}}"#;
+        let s = JobSpec::parse(json).unwrap();
+        assert_eq!(s.max_age, Duration::ZERO);
+    }
+
+    /// Each bad spec with the exact set of paths it must report.
+    #[test]
+    fn bad_specs_list_every_error_with_its_path() {
+        let base_extract = "extract: {fields: {t: {css: h1}}}\n";
+        let cases: Vec<(&str, String, Vec<&str>)> = vec![
+            (
+                "unknown fields at three depths",
+                format!("name: x\ncolour: red\npages: {{urls: [\"https://a.example/\"], geos: [us], depth: 2}}\nextract: {{fields: {{t: {{css: h1, xpath: //h1}}}}}}\n"),
+                vec!["colour", "pages.depth", "extract.fields.t.xpath"],
+            ),
+            (
+                "bad geos",
+                format!("name: x\npages: {{urls: [\"https://a.example/\"], geos: [US, xx, 7]}}\n{base_extract}"),
+                vec!["pages.geos[0]", "pages.geos[1]", "pages.geos[2]"],
+            ),
+            (
+                "bad durations",
+                format!("name: x\npages: {{urls: [\"https://a.example/\"], geos: [us]}}\ncache: {{max_age: tomorrow}}\n{base_extract}"),
+                vec!["cache.max_age"],
+            ),
+            (
+                "invalid JSON Schema",
+                format!("name: x\npages: {{urls: [\"https://a.example/\"], geos: [us]}}\n{base_extract}schema: {{type: objekt}}\n"),
+                vec!["schema"],
+            ),
+            (
+                "extract field with no source, and one with two",
+                "name: x\npages: {urls: [\"https://a.example/\"], geos: [us]}\nextract: {fields: {a: {type: number}, b: {css: h1, regex: \"(x)\"}}}\n".to_owned(),
+                vec!["extract.fields.a", "extract.fields.b"],
+            ),
+            (
+                "no slices",
+                "name: x\n".to_owned(),
+                vec![""],
+            ),
+            (
+                "too many slices",
+                format!(
+                    "name: x\npages: {{urls: [{}], geos: [us, de]}}\n{base_extract}",
+                    (0..50_001).map(|i| format!("\"https://a.example/{i}\"")).collect::<Vec<_>>().join(",")
+                ),
+                vec![""],
+            ),
+            (
+                "many at once: missing name, bad engine, bad url, bad regex, bad selector, retries over the ceiling, negative budget",
+                "searches: {queries: [laptops], geos: [us], engine: yahoo, follow_top: 2}\npages: {urls: [\"ftp://a/b\"], geos: [us]}\nextract: {fields: {a: {regex: \"([\"}, b: {css: \"h1[\"}}}\nretries: {max_attempts: 11}\nbudget: {max_usd: -1}\n".to_owned(),
+                vec!["name", "searches.engine", "pages.urls[0]", "extract.fields.a.regex", "extract.fields.b.css", "retries.max_attempts", "budget.max_usd"],
+            ),
+            (
+                "pages without extract",
+                "name: x\npages: {urls: [\"https://a.example/\"], geos: [us]}\n".to_owned(),
+                vec!["extract"],
+            ),
+            (
+                "not a mapping",
+                "- just\n- a list\n".to_owned(),
+                vec![""],
+            ),
+            (
+                "broken YAML",
+                "name: [unclosed\n".to_owned(),
+                vec![""],
+            ),
+        ];
+        for (what, text, want) in cases {
+            let errs = JobSpec::parse(&text).expect_err(what);
+            let mut got = errs.paths();
+            got.sort_unstable();
+            let mut want = want.clone();
+            want.sort_unstable();
+            assert_eq!(got, want, "{what}: {errs}");
+            assert!(errs.0.iter().all(|e| !e.reason.is_empty()), "{what}");
+        }
+    }
+
+    #[test]
+    fn error_messages_say_what_to_do() {
+        let errs = JobSpec::parse("name: x\npages: {urls: [\"https://a.example/\"], geos: [US]}\nextract: {fields: {t: {css: h1}}}\n").unwrap_err();
+        assert!(errs.to_string().contains("pages.geos[0]: \"US\" must be lower case ISO 3166-1 alpha-2 (\"us\")"), "{errs}");
+    }
+
+    #[test]
+    fn duplicates_collapse() {
+        let s = JobSpec::parse("name: x\npages: {urls: [\"https://A.example/p\", \"https://a.example/p#frag\"], geos: [us, us]}\nextract: {fields: {t: {css: h1}}}\n").unwrap();
+        assert_eq!(s.planned_slices(), (0, 1));
+    }
+}
