@@ -1,1 +1,243 @@
-//! placeholder
+//! Bright Data client: Web Unlocker and SERP API through the unified
+//! `POST /request` endpoint, as a [`ToolProvider`] with two tools,
+//! `brightdata.fetch` and `brightdata.search`.
+//!
+//! Follows Bright Data's documentation:
+//! - request body (`zone`, `url`, `format`, `data_format`, `country`) and bearer
+//!   auth: <https://docs.brightdata.com/api-reference/rest-api/unlocker/unlock-website>
+//! - parsed SERP results with `brd_json=1`, `gl=` (Google) and `cc=` (Bing):
+//!   <https://docs.brightdata.com/scraping-automation/serp-api/features>,
+//!   <https://docs.brightdata.com/scraping-automation/serp-api/query-parameters/bing>
+//! - errors (`x-brd-error`, `x-brd-error-code`, 401/400 before unlocking, 429
+//!   `sr_rate_limit`, 502 unlock failures): <https://docs.brightdata.com/scraping-automation/web-unlocker/error-codes>
+//! - billing: only successful requests are billed:
+//!   <https://docs.brightdata.com/products/web-unlocker/introduction>
+//!
+//! Layout: [`config`] (environment, zones, prices), [`classify`] (status and
+//! headers to retry class, pure), [`serp`] (SERP URLs and parsing), and the client
+//! with its `ToolProvider` implementation here.
+
+pub mod classify;
+pub mod config;
+pub mod serp;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use serde_json::{Value, json};
+use trawl_core::cost::Micros;
+use trawl_core::geo::Geo;
+use trawl_core::model::{Engine, normalize_query, normalize_url};
+use trawl_core::ports::{CacheKey, ToolAnswer, ToolDescriptor, ToolError, ToolProvider};
+
+pub use config::BrightDataConfig;
+
+/// Tool names.
+pub const FETCH: &str = "brightdata.fetch";
+pub const SEARCH: &str = "brightdata.search";
+
+/// The body of `POST /request`.
+#[derive(Serialize)]
+struct RequestBody<'a> {
+    zone: &'a str,
+    url: &'a str,
+    format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data_format: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    country: Option<&'a str>,
+}
+
+/// A Bright Data API client.
+pub struct BrightData {
+    http: reqwest::Client,
+    config: BrightDataConfig,
+}
+
+/// Installs the process-wide TLS crypto provider (ring) once; later calls are no-ops.
+fn ensure_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl BrightData {
+    pub fn new(config: BrightDataConfig) -> Result<BrightData, reqwest::Error> {
+        ensure_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout.min(Duration::from_secs(10)))
+            .pool_max_idle_per_host(256)
+            .user_agent(concat!("trawl/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(BrightData { http, config })
+    }
+
+    pub fn config(&self) -> &BrightDataConfig {
+        &self.config
+    }
+
+    /// One request to `/request`; the body on success, a classified error otherwise.
+    async fn request(&self, body: &RequestBody<'_>) -> Result<Vec<u8>, ToolError> {
+        let url = format!("{}/request", self.config.api_url.trim_end_matches('/'));
+        let resp = self
+            .http
+            .post(url)
+            .bearer_auth(self.config.token.expose_secret())
+            .json(body)
+            .send()
+            .await
+            .map_err(classify::transport)?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.map_err(classify::transport)?;
+        match classify::response(status, &headers, &bytes) {
+            Some(err) => Err(err),
+            None => Ok(bytes.to_vec()),
+        }
+    }
+
+    /// Fetches a page through Web Unlocker from `geo`.
+    pub async fn unlock(&self, url: &str, geo: Geo, markdown: bool) -> Result<Vec<u8>, ToolError> {
+        self.request(&RequestBody {
+            zone: &self.config.unlocker_zone,
+            url,
+            format: "raw",
+            data_format: markdown.then_some("markdown"),
+            country: Some(geo.as_str()),
+        })
+        .await
+    }
+
+    /// Runs a search through the SERP API and parses its organic results.
+    pub async fn search(&self, engine: Engine, query: &str, geo: Geo) -> Result<serp::SerpPage, ToolError> {
+        let url = serp::search_url(engine, query, geo);
+        let body = self
+            .request(&RequestBody {
+                zone: &self.config.serp_zone,
+                url: &url,
+                format: "raw",
+                data_format: None,
+                country: None,
+            })
+            .await?;
+        serp::parse(&body)
+    }
+}
+
+fn str_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::permanent("bad_arguments", format!("missing string argument {key}")))
+}
+
+fn geo_arg(args: &Value) -> Result<Geo, ToolError> {
+    Geo::parse(str_arg(args, "geo")?).map_err(|e| ToolError::permanent("bad_arguments", e))
+}
+
+fn engine_arg(args: &Value) -> Result<Engine, ToolError> {
+    match args.get("engine").and_then(Value::as_str) {
+        None => Ok(Engine::Google),
+        Some(e) => Engine::parse(e).map_err(|e| ToolError::permanent("bad_arguments", e)),
+    }
+}
+
+fn markdown_arg(args: &Value) -> Result<bool, ToolError> {
+    match args.get("format").and_then(Value::as_str) {
+        None | Some("raw") => Ok(false),
+        Some("markdown") => Ok(true),
+        Some(other) => Err(ToolError::permanent(
+            "bad_arguments",
+            format!("format {other}: expected raw or markdown"),
+        )),
+    }
+}
+
+#[async_trait]
+impl ToolProvider for BrightData {
+    fn tools(&self) -> Vec<ToolDescriptor> {
+        vec![
+            ToolDescriptor {
+                name: SEARCH.into(),
+                description: "Search Google or Bing from a country through Bright Data's SERP API; returns the organic results (rank, title, link, description).".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "required": ["query", "geo"],
+                    "properties": {
+                        "query": {"type": "string", "minLength": 1},
+                        "geo": {"type": "string", "pattern": "^[a-z]{2}$"},
+                        "engine": {"enum": ["google", "bing"]}
+                    },
+                    "additionalProperties": false
+                }),
+            },
+            ToolDescriptor {
+                name: FETCH.into(),
+                description: "Fetch a web page from a country through Bright Data's Web Unlocker; returns its HTML, or markdown.".into(),
+                input_schema: json!({
+                    "type": "object",
+                    "required": ["url", "geo"],
+                    "properties": {
+                        "url": {"type": "string", "format": "uri"},
+                        "geo": {"type": "string", "pattern": "^[a-z]{2}$"},
+                        "format": {"enum": ["raw", "markdown"]}
+                    },
+                    "additionalProperties": false
+                }),
+            },
+        ]
+    }
+
+    fn cache_key(&self, tool: &str, args: &Value) -> Option<CacheKey> {
+        let geo = geo_arg(args).ok()?;
+        match tool {
+            SEARCH => {
+                let engine = engine_arg(args).ok()?;
+                let q = normalize_query(str_arg(args, "query").ok()?);
+                Some(CacheKey::new(tool, geo.as_str(), &format!("{}:{q}", engine.as_str()), "serp-json"))
+            }
+            FETCH => {
+                let url = normalize_url(str_arg(args, "url").ok()?).ok()?;
+                let format = if markdown_arg(args).ok()? { "markdown" } else { "raw" };
+                Some(CacheKey::new(tool, geo.as_str(), &url, format))
+            }
+            _ => None,
+        }
+    }
+
+    fn price(&self, tool: &str) -> Micros {
+        match tool {
+            SEARCH => self.config.prices.serp,
+            FETCH => self.config.prices.unlocker,
+            _ => Micros::ZERO,
+        }
+    }
+
+    async fn call(&self, tool: &str, args: &Value) -> Result<ToolAnswer, ToolError> {
+        match tool {
+            SEARCH => {
+                let page = self
+                    .search(engine_arg(args)?, str_arg(args, "query")?, geo_arg(args)?)
+                    .await?;
+                let body = serde_json::to_vec(&page)
+                    .map_err(|e| ToolError::permanent("encode", e.to_string()))?;
+                Ok(ToolAnswer {
+                    body,
+                    cost: self.config.prices.serp,
+                    product: "serp",
+                })
+            }
+            FETCH => {
+                let url = normalize_url(str_arg(args, "url")?)
+                    .map_err(|e| ToolError::permanent("bad_arguments", e))?;
+                let body = self.unlock(&url, geo_arg(args)?, markdown_arg(args)?).await?;
+                Ok(ToolAnswer {
+                    body,
+                    cost: self.config.prices.unlocker,
+                    product: "unlocker",
+                })
+            }
+            other => Err(ToolError::permanent("unknown_tool", format!("no tool named {other}"))),
+        }
+    }
+}

@@ -1,1 +1,389 @@
-//! placeholder
+//! The tool layer: the one place every tool call of every sub-agent passes.
+//!
+//! For now it does the call itself (stage 6 of the design's tool layer): the content
+//! cache with coalescing, bounded retries with jittered exponential backoff
+//! (`backon`), `Retry-After`, the job's budget, and one trace step per attempt or
+//! cache answer, plus a cost entry per billed call. Catalog, guard, search and
+//! sandbox join here in later stages.
+//!
+//! Layout: [`Budget`] (money reserved before a call, released if it fails),
+//! [`Recorder`] (a slice's trace and costs), [`ToolLayer::call`].
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+use serde_json::Value;
+use trawl_core::cost::Micros;
+use trawl_core::model::{CostEntry, SliceId, TraceStep, now_ms};
+use trawl_core::ports::{ContentCache, LoadFuture, Served, ToolError, ToolProvider};
+use trawl_core::retry::RetryPolicy;
+
+/// A job's spending limit, shared by all its calls in this process.
+#[derive(Debug)]
+pub struct Budget {
+    max: Option<Micros>,
+    reserved: AtomicI64,
+}
+
+impl Budget {
+    /// `spent` is what the ledger already holds for the job.
+    pub fn new(max: Option<Micros>, spent: Micros) -> Budget {
+        Budget {
+            max,
+            reserved: AtomicI64::new(spent.0),
+        }
+    }
+
+    /// Reserves `amount` unless that would pass the maximum.
+    pub fn try_reserve(&self, amount: Micros) -> bool {
+        let Some(max) = self.max else {
+            self.reserved.fetch_add(amount.0, Ordering::SeqCst);
+            return true;
+        };
+        self.reserved
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+                (cur.saturating_add(amount.0) <= max.0).then_some(cur + amount.0)
+            })
+            .is_ok()
+    }
+
+    /// Replaces a reservation by what was actually billed (which may pass the
+    /// maximum: the money is spent).
+    pub fn settle(&self, reserved: Micros, billed: Micros) {
+        self.reserved.fetch_add(billed.0 - reserved.0, Ordering::SeqCst);
+    }
+
+    pub fn release(&self, amount: Micros) {
+        self.reserved.fetch_sub(amount.0, Ordering::SeqCst);
+    }
+
+    pub fn reserved(&self) -> Micros {
+        Micros(self.reserved.load(Ordering::SeqCst))
+    }
+
+    pub fn max(&self) -> Option<Micros> {
+        self.max
+    }
+}
+
+/// A slice's trace steps and cost entries, numbered in order.
+#[derive(Debug)]
+pub struct Recorder {
+    slice_id: SliceId,
+    inner: Mutex<(Vec<TraceStep>, Vec<CostEntry>)>,
+    seq: AtomicU32,
+}
+
+impl Recorder {
+    pub fn new(slice_id: SliceId) -> Recorder {
+        Recorder {
+            slice_id,
+            inner: Mutex::new((Vec::new(), Vec::new())),
+            seq: AtomicU32::new(0),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        cache_hit: bool,
+        attempt: u32,
+        result: Result<(), &ToolError>,
+        latency: Duration,
+        cost: Micros,
+        product: &str,
+    ) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let step = TraceStep {
+            slice_id: self.slice_id.clone(),
+            seq,
+            tool: tool.to_owned(),
+            args_digest: args_digest.to_owned(),
+            cache_hit,
+            attempt,
+            status: result.map_or_else(|e| e.code.clone(), |()| "ok".to_owned()),
+            error: result.err().map(|e| e.message.clone()),
+            latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+            cost,
+            at_ms: now_ms(),
+        };
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if cost > Micros::ZERO {
+            g.1.push(CostEntry {
+                slice_id: self.slice_id.clone(),
+                seq,
+                product: product.to_owned(),
+                amount: cost,
+            });
+        }
+        g.0.push(step);
+    }
+
+    /// The trace steps and cost entries recorded so far.
+    pub fn finish(self) -> (Vec<TraceStep>, Vec<CostEntry>) {
+        self.inner.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How one call is made.
+pub struct CallOptions<'a> {
+    pub retry: RetryPolicy,
+    /// Cached answers younger than this are used; zero bypasses the cache.
+    pub max_age: Duration,
+    pub budget: &'a Budget,
+}
+
+/// Tools behind the cache, retries, budget and trace.
+pub struct ToolLayer {
+    provider: Arc<dyn ToolProvider>,
+    cache: Arc<dyn ContentCache>,
+}
+
+impl ToolLayer {
+    pub fn new(provider: Arc<dyn ToolProvider>, cache: Arc<dyn ContentCache>) -> ToolLayer {
+        ToolLayer { provider, cache }
+    }
+
+    pub fn provider(&self) -> &Arc<dyn ToolProvider> {
+        &self.provider
+    }
+
+    /// Calls `tool` with `args`: from the cache when fresh, else upstream with
+    /// bounded retries; every attempt and every cache answer is recorded.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: &Value,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+    ) -> Result<Vec<u8>, ToolError> {
+        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
+        let started = Instant::now();
+        let ran = AtomicBool::new(false);
+        let upstream = self.upstream(tool, args, &args_digest, opts, rec, &ran);
+        let Some(key) = self.provider.cache_key(tool, args) else {
+            return upstream.await;
+        };
+        let load: LoadFuture<'_> = Box::pin(upstream);
+        let result = self.cache.get_or_load(&key, opts.max_age, load).await;
+        let served_here = |r: Result<(), &ToolError>| {
+            rec.step(tool, &args_digest, true, 0, r, started.elapsed(), Micros::ZERO, "");
+        };
+        match result {
+            Ok((body, Served::Loaded)) => Ok(body),
+            Ok((body, Served::Hit | Served::Coalesced)) => {
+                served_here(Ok(()));
+                Ok(body)
+            }
+            Err(e) => {
+                // Our own attempts are already recorded; a waiter that got the
+                // leader's failure records that it got it, without a call.
+                if !ran.load(Ordering::Relaxed) {
+                    served_here(Err(&e));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The upstream call with retries, as a future the cache runs at most once per key.
+    async fn upstream(
+        &self,
+        tool: &str,
+        args: &Value,
+        args_digest: &str,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+        ran: &AtomicBool,
+    ) -> Result<Vec<u8>, ToolError> {
+        ran.store(true, Ordering::Relaxed);
+        let policy = opts.retry;
+        let attempt = AtomicU32::new(0);
+        let price = self.provider.price(tool);
+        let once = || async {
+            let n = attempt.fetch_add(1, Ordering::Relaxed) + 1;
+            if !opts.budget.try_reserve(price) {
+                let e = ToolError::permanent(
+                    "budget_exhausted",
+                    format!(
+                        "the job's budget of {} would be passed by this call ({} reserved)",
+                        opts.budget.max().unwrap_or_default(),
+                        opts.budget.reserved()
+                    ),
+                );
+                return Err(e);
+            }
+            let t = Instant::now();
+            match self.provider.call(tool, args).await {
+                Ok(answer) => {
+                    opts.budget.settle(price, answer.cost);
+                    rec.step(tool, args_digest, false, n, Ok(()), t.elapsed(), answer.cost, answer.product);
+                    Ok(answer.body)
+                }
+                Err(e) => {
+                    opts.budget.release(price);
+                    rec.step(tool, args_digest, false, n, Err(&e), t.elapsed(), Micros::ZERO, "");
+                    Err(e)
+                }
+            }
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(policy.base_delay)
+            .with_max_delay(policy.max_delay)
+            .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
+            .with_jitter();
+        once.retry(backoff)
+            .sleep(tokio::time::sleep)
+            .when(|e: &ToolError| e.is_transient())
+            .adjust(|e: &ToolError, next: Option<Duration>| next.map(|d| policy.wait(d, e.retry_after)))
+            .await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::collections::VecDeque;
+
+    use async_trait::async_trait;
+    use serde_json::json;
+    use trawl_core::ports::{CacheKey, ToolAnswer, ToolDescriptor};
+
+    use super::*;
+
+    /// A provider that plays back scripted answers and counts calls.
+    struct Scripted {
+        answers: Mutex<VecDeque<Result<ToolAnswer, ToolError>>>,
+        calls: AtomicU32,
+    }
+
+    impl Scripted {
+        fn new(answers: Vec<Result<ToolAnswer, ToolError>>) -> Arc<Scripted> {
+            Arc::new(Scripted {
+                answers: Mutex::new(answers.into()),
+                calls: AtomicU32::new(0),
+            })
+        }
+    }
+
+    fn ok() -> Result<ToolAnswer, ToolError> {
+        Ok(ToolAnswer {
+            body: b"ok".to_vec(),
+            cost: Micros(1_500),
+            product: "unlocker",
+        })
+    }
+
+    #[async_trait]
+    impl ToolProvider for Scripted {
+        fn tools(&self) -> Vec<ToolDescriptor> {
+            Vec::new()
+        }
+        fn cache_key(&self, _: &str, _: &Value) -> Option<CacheKey> {
+            None
+        }
+        fn price(&self, _: &str) -> Micros {
+            Micros(1_500)
+        }
+        async fn call(&self, _: &str, _: &Value) -> Result<ToolAnswer, ToolError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.answers.lock().unwrap().pop_front().unwrap_or_else(ok)
+        }
+    }
+
+    /// Never used: these providers give no cache key.
+    struct NoCache;
+
+    #[async_trait]
+    impl ContentCache for NoCache {
+        async fn get_or_load(
+            &self,
+            _: &CacheKey,
+            _: Duration,
+            _: LoadFuture<'_>,
+        ) -> Result<(Vec<u8>, Served), ToolError> {
+            unreachable!("no cache key, no cache")
+        }
+    }
+
+    async fn run(p: &Arc<Scripted>, max_attempts: u32, budget: &Budget) -> (Result<Vec<u8>, ToolError>, Vec<TraceStep>, Vec<CostEntry>) {
+        let layer = ToolLayer::new(p.clone(), Arc::new(NoCache));
+        let rec = Recorder::new(SliceId::from_stored("s_1".into()));
+        let opts = CallOptions {
+            retry: RetryPolicy::new(max_attempts),
+            max_age: Duration::from_secs(60),
+            budget,
+        };
+        let r = layer.call("t", &json!({"a": 1}), &opts, &rec).await;
+        let (trace, costs) = rec.finish();
+        (r, trace, costs)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_errors_retry_up_to_max_attempts_then_fail_with_the_last_error() {
+        let p = Scripted::new(vec![
+            Err(ToolError::transient("http_502", "a")),
+            Err(ToolError::transient("timeout", "b")),
+            Err(ToolError::transient("http_429", "c")),
+            ok(),
+        ]);
+        let budget = Budget::new(None, Micros::ZERO);
+        let (r, trace, costs) = run(&p, 3, &budget).await;
+        assert_eq!(r.unwrap_err().code, "http_429");
+        assert_eq!(p.calls.load(Ordering::SeqCst), 3);
+        let attempts: Vec<_> = trace.iter().map(|s| (s.attempt, s.status.as_str())).collect();
+        assert_eq!(attempts, [(1, "http_502"), (2, "timeout"), (3, "http_429")]);
+        assert!(costs.is_empty(), "failed calls cost nothing");
+        assert_eq!(budget.reserved(), Micros::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let p = Scripted::new(vec![Err(ToolError::permanent("http_401", "bad token"))]);
+        let (r, trace, _) = run(&p, 5, &Budget::new(None, Micros::ZERO)).await;
+        assert_eq!(r.unwrap_err().code, "http_401");
+        assert_eq!((p.calls.load(Ordering::SeqCst), trace.len()), (1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_honored() {
+        let mut limited = ToolError::transient("http_429", "slow down");
+        limited.retry_after = Some(Duration::from_secs(7));
+        let p = Scripted::new(vec![Err(limited), ok()]);
+        let t0 = tokio::time::Instant::now();
+        let (r, trace, costs) = run(&p, 3, &Budget::new(None, Micros::ZERO)).await;
+        assert_eq!(r.unwrap(), b"ok");
+        let waited = t0.elapsed();
+        assert!(waited >= Duration::from_secs(7) && waited < Duration::from_secs(8), "{waited:?}");
+        assert_eq!(trace.len(), 2);
+        assert_eq!(costs.len(), 1);
+        assert_eq!(costs[0].amount, Micros(1_500));
+        assert_eq!(costs[0].seq, trace[1].seq);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_stops_calls_before_they_are_made() {
+        let p = Scripted::new(vec![]);
+        let budget = Budget::new(Some(Micros(3_000)), Micros::ZERO);
+        for _ in 0..2 {
+            assert!(run(&p, 3, &budget).await.0.is_ok());
+        }
+        let (r, trace, _) = run(&p, 3, &budget).await;
+        assert_eq!(r.unwrap_err().code, "budget_exhausted");
+        assert!(trace.is_empty(), "no call was made");
+        assert_eq!(p.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(budget.reserved(), Micros(3_000));
+    }
+
+    #[test]
+    fn budget_already_spent_counts() {
+        let b = Budget::new(Some(Micros(3_000)), Micros(2_000));
+        assert!(!b.try_reserve(Micros(1_500)));
+        assert!(b.try_reserve(Micros(1_000)));
+    }
+}
