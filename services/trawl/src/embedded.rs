@@ -1,0 +1,256 @@
+//! `trawl run` in one process, on the embedded adapters.
+//!
+//! State lives in a folder (`.trawl/` by default): `store.db` (jobs, slices, items,
+//! trace, costs, approvals) and `cache.db` (tool answers), so a second run of the
+//! same job is served from the cache. Without `BRIGHTDATA_API_TOKEN` the built-in
+//! simulator is started on a loopback port and the real client talks to it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio_util::sync::CancellationToken;
+use trawl_brightdata::{BrightData, BrightDataConfig};
+use trawl_cache::SqliteCache;
+use trawl_core::cost::PriceTable;
+use trawl_core::model::{JobId, JobStatus};
+use trawl_core::ports::{SliceQueue, Store};
+use trawl_core::spec::JobSpec;
+use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_scheduler::{Scheduler, Submitted};
+use trawl_sim::{SimConfig, SimHandle};
+use trawl_store::SqliteStore;
+use trawl_tools::ToolLayer;
+use trawl_worker::{Worker, WorkerConfig};
+
+use crate::output::{self, FailedSliceOut, ItemCounts, SliceCounts, Summary};
+use crate::progress::Progress;
+
+/// Where Bright Data is.
+#[derive(Clone, Debug)]
+pub enum Upstream {
+    /// The real API.
+    BrightData(BrightDataConfig),
+    /// The built-in simulator, started in this process.
+    Simulator(SimConfig),
+}
+
+/// Everything an embedded run is configured with.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Options {
+    /// `--state`, `TRAWL_HOME`, default `.trawl`.
+    pub state_dir: PathBuf,
+    pub upstream: Upstream,
+    pub prices: PriceTable,
+    /// Timeout of one upstream attempt.
+    pub call_timeout: Duration,
+    pub worker: WorkerConfig,
+    pub queue: QueueConfig,
+}
+
+impl Options {
+    pub fn new(state_dir: impl Into<PathBuf>, upstream: Upstream) -> Options {
+        Options {
+            state_dir: state_dir.into(),
+            upstream,
+            prices: PriceTable::default(),
+            call_timeout: Duration::from_secs(30),
+            worker: WorkerConfig::default(),
+            queue: QueueConfig::default(),
+        }
+    }
+
+    pub fn with_call_timeout(mut self, t: Duration) -> Self {
+        self.call_timeout = t;
+        self
+    }
+
+    pub fn with_worker(mut self, w: WorkerConfig) -> Self {
+        self.worker = w;
+        self
+    }
+
+    pub fn with_prices(mut self, p: PriceTable) -> Self {
+        self.prices = p;
+        self
+    }
+
+    pub fn with_queue(mut self, q: QueueConfig) -> Self {
+        self.queue = q;
+        self
+    }
+}
+
+/// The embedded system: store, cache, tools, and the simulator if used.
+pub struct Embedded {
+    store: Arc<SqliteStore>,
+    tools: Arc<ToolLayer>,
+    sim: Option<SimHandle>,
+    options: Options,
+}
+
+impl Embedded {
+    /// Opens the state folder and starts the simulator if there is no token.
+    pub async fn start(options: Options) -> anyhow::Result<Embedded> {
+        std::fs::create_dir_all(&options.state_dir)
+            .with_context(|| format!("creating state folder {}", options.state_dir.display()))?;
+        let store = SqliteStore::open(&options.state_dir.join("store.db"))
+            .await
+            .context("opening the store")?;
+        let cache = SqliteCache::open(&options.state_dir.join("cache.db"))
+            .await
+            .context("opening the cache")?;
+        let (config, sim) = match &options.upstream {
+            Upstream::BrightData(c) => (c.clone(), None),
+            Upstream::Simulator(sim_config) => {
+                let sim = trawl_sim::spawn(sim_config.clone())
+                    .await
+                    .context("starting the Bright Data simulator")?;
+                let c = BrightDataConfig::new(sim.base_url(), "simulator")
+                    .with_zones(sim_config.unlocker_zone.clone(), sim_config.serp_zone.clone());
+                (c, Some(sim))
+            }
+        };
+        let config = config.with_prices(options.prices).with_timeout(options.call_timeout);
+        let provider = BrightData::new(config).context("building the HTTP client")?;
+        let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
+        Ok(Embedded {
+            store: Arc::new(store),
+            tools,
+            sim,
+            options,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<SqliteStore> {
+        &self.store
+    }
+
+    /// The simulator's base URL and counters, when it plays Bright Data.
+    pub fn simulator(&self) -> Option<&SimHandle> {
+        self.sim.as_ref()
+    }
+
+    /// Submits a job; it is queued, or parked awaiting approval.
+    pub async fn submit(&self, spec: &JobSpec, approved_by: Option<&str>) -> anyhow::Result<Submitted> {
+        let (queue, events) = self.plumbing();
+        let s = self.scheduler(queue.as_ref(), &events);
+        Ok(s.submit(spec, approved_by).await?)
+    }
+
+    /// Records a decision on a job awaiting approval.
+    pub async fn decide(&self, job: &JobId, approved: bool, by: &str) -> anyhow::Result<JobStatus> {
+        let (queue, events) = self.plumbing();
+        let s = self.scheduler(queue.as_ref(), &events);
+        Ok(s.decide(job, approved, by).await?)
+    }
+
+    fn plumbing(&self) -> (Arc<EmbeddedQueue>, InProcessEvents) {
+        let (events, _rx) = InProcessEvents::channel();
+        (Arc::new(EmbeddedQueue::new(self.options.queue.clone())), events)
+    }
+
+    fn scheduler<'a>(&'a self, queue: &'a dyn SliceQueue, events: &'a InProcessEvents) -> Scheduler<'a> {
+        Scheduler {
+            store: self.store.as_ref(),
+            queue,
+            events,
+            prices: self.options.prices,
+            reconcile_every: Duration::from_secs(1),
+        }
+    }
+
+    /// Runs a queued job to its end with one in-process worker, then writes the
+    /// output files. A job awaiting approval is not run; its summary says so.
+    pub async fn run(&self, job: &JobId, out_dir: &Path, progress: &mut Progress, cancel: &CancellationToken) -> anyhow::Result<Summary> {
+        let started = Instant::now();
+        let queue = Arc::new(EmbeddedQueue::new(self.options.queue.clone()));
+        let (events, mut rx) = InProcessEvents::channel();
+        let events = Arc::new(events);
+        let worker = Arc::new(Worker::new(
+            queue.clone(),
+            self.store.clone(),
+            events.clone(),
+            self.tools.clone(),
+            self.options.worker.clone(),
+        ));
+        let stop_worker = cancel.child_token();
+        let worker_task = tokio::spawn(worker.run(stop_worker.clone()));
+        let scheduler = self.scheduler(queue.as_ref(), events.as_ref());
+        let finished = scheduler
+            .drive(job, &mut rx, cancel, &mut |c| progress.update(c))
+            .await;
+        stop_worker.cancel();
+        if let Err(e) = worker_task.await {
+            tracing::error!(error = %e, "worker task ended abnormally");
+        }
+        let finished = finished.context("driving the job")?;
+        progress.finish(&finished.counts);
+        let record = self
+            .store
+            .job(job)
+            .await?
+            .with_context(|| format!("job {job} vanished from the store"))?;
+        let failed = self.store.failed_slices(job, output::FAILED_LISTED).await?;
+        let c = finished.counts;
+        let summary = Summary {
+            job_id: job.to_string(),
+            name: record.name,
+            status: finished.status,
+            reason: finished.reason,
+            slices: SliceCounts::of(&c),
+            items: ItemCounts {
+                valid: c.items_valid,
+                rejected: c.items_rejected,
+            },
+            upstream_calls: c.upstream_calls,
+            cache_hits: c.cache_hits,
+            cost_usd: c.cost.usd(),
+            cost_micros: c.cost.0,
+            estimate_usd: record.estimate.usd(),
+            simulator: self.sim.is_some(),
+            elapsed_s: started.elapsed().as_secs_f64(),
+            failed_slices: failed.into_iter().map(FailedSliceOut::from).collect(),
+        };
+        output::write(out_dir, self.store.as_ref(), job, &summary).await?;
+        Ok(summary)
+    }
+
+    /// The summary of a job that did not run (awaiting approval), written out.
+    pub async fn write_pending(&self, job: &JobId, out_dir: &Path) -> anyhow::Result<Summary> {
+        let Some(record) = self.store.job(job).await? else {
+            bail!("no job {job}");
+        };
+        let c = self.store.counts(job).await?;
+        let summary = Summary {
+            job_id: job.to_string(),
+            name: record.name,
+            status: record.status,
+            reason: Some(format!(
+                "estimated cost {} is above approve_above_usd: run `trawl approve {job}` (or pass --yes)",
+                record.estimate
+            )),
+            slices: SliceCounts::of(&c),
+            items: ItemCounts { valid: 0, rejected: 0 },
+            upstream_calls: 0,
+            cache_hits: 0,
+            cost_usd: 0.0,
+            cost_micros: 0,
+            estimate_usd: record.estimate.usd(),
+            simulator: self.sim.is_some(),
+            elapsed_s: 0.0,
+            failed_slices: Vec::new(),
+        };
+        output::write(out_dir, self.store.as_ref(), job, &summary).await?;
+        Ok(summary)
+    }
+
+    /// Stops the simulator, if any.
+    pub async fn shutdown(self) {
+        if let Some(sim) = self.sim {
+            let _ = sim.shutdown().await;
+        }
+    }
+}

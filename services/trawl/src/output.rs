@@ -1,0 +1,120 @@
+//! What a run leaves in its output folder.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use trawl_core::model::{JobCounts, JobStatus};
+use trawl_core::ports::{FailedSlice, Store};
+use trawl_core::model::JobId;
+
+/// `summary.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Summary {
+    pub job_id: String,
+    pub name: String,
+    pub status: JobStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub slices: SliceCounts,
+    pub items: ItemCounts,
+    /// Attempts that reached the upstream (Bright Data or the simulator).
+    pub upstream_calls: u64,
+    /// Tool answers served by the cache (or by a concurrent identical call).
+    pub cache_hits: u64,
+    pub cost_usd: f64,
+    /// The same, exact, in micro-dollars.
+    pub cost_micros: i64,
+    pub estimate_usd: f64,
+    /// Whether the built-in simulator played Bright Data.
+    pub simulator: bool,
+    pub elapsed_s: f64,
+    /// The first failed slices with their last error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_slices: Vec<FailedSliceOut>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SliceCounts {
+    pub total: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ItemCounts {
+    pub valid: u64,
+    pub rejected: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FailedSliceOut {
+    pub slice_id: String,
+    pub kind: String,
+    pub subject: String,
+    pub geo: String,
+    pub code: String,
+    pub message: String,
+}
+
+impl From<FailedSlice> for FailedSliceOut {
+    fn from(f: FailedSlice) -> Self {
+        FailedSliceOut {
+            slice_id: f.slice_id.to_string(),
+            kind: f.kind,
+            subject: f.subject,
+            geo: f.geo,
+            code: f.error.code,
+            message: f.error.message,
+        }
+    }
+}
+
+impl SliceCounts {
+    pub fn of(c: &JobCounts) -> Self {
+        SliceCounts {
+            total: c.slices_total,
+            succeeded: c.slices_succeeded,
+            failed: c.slices_failed,
+        }
+    }
+}
+
+/// How many failed slices the summary lists.
+pub const FAILED_LISTED: u32 = 20;
+
+/// Writes the three files; each goes to a temporary name first, then is renamed,
+/// so a reader never sees half a file.
+pub async fn write(dir: &Path, store: &dyn Store, job: &JobId, summary: &Summary) -> anyhow::Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("creating output folder {}", dir.display()))?;
+    let items = store.items(job).await.context("reading items")?;
+    write_lines(&dir.join("items.jsonl"), &items)?;
+    let rejections = store.rejections(job).await.context("reading rejections")?;
+    write_lines(&dir.join("rejections.jsonl"), &rejections)?;
+    let json = serde_json::to_vec_pretty(summary).context("encoding summary")?;
+    write_atomic(&dir.join("summary.json"), |w| {
+        w.write_all(&json)?;
+        w.write_all(b"\n")
+    })
+}
+
+fn write_lines<T: Serialize>(path: &Path, rows: &[T]) -> anyhow::Result<()> {
+    write_atomic(path, |w| {
+        for r in rows {
+            serde_json::to_writer(&mut *w, r)?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+}
+
+fn write_atomic(path: &Path, fill: impl FnOnce(&mut BufWriter<fs::File>) -> std::io::Result<()>) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut w = BufWriter::new(file);
+    fill(&mut w).with_context(|| format!("writing {}", tmp.display()))?;
+    w.flush().with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+}

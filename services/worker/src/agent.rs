@@ -1,0 +1,111 @@
+//! The sub-agent of a slice. Deterministic: a search or page slice's plan is
+//! written down, so it runs without a model (model-driven agents come later and
+//! use the same tool layer).
+
+use serde_json::{Value, json};
+use trawl_core::model::{Item, ItemKind, Rejection, SliceKind, SliceOutcome, SliceSpec};
+use trawl_core::plan::follow_ups;
+use trawl_core::ports::ToolError;
+use trawl_tools::{CallOptions, Recorder, ToolLayer};
+
+use crate::JobContext;
+
+/// Tool names this agent uses (the Bright Data provider's).
+const SEARCH: &str = "brightdata.search";
+const FETCH: &str = "brightdata.fetch";
+
+/// Runs a slice to its outcome. Never fails: a failed tool call becomes the
+/// slice's error, with the trace of every attempt.
+pub async fn run_slice(job: &JobContext, tools: &ToolLayer, slice: &SliceSpec) -> SliceOutcome {
+    let rec = Recorder::new(slice.id.clone());
+    let opts = CallOptions {
+        retry: job.retry,
+        max_age: job.spec.max_age,
+        budget: &job.budget,
+    };
+    let mut out = SliceOutcome::default();
+    let result = match &slice.kind {
+        SliceKind::Search { query, geo, engine, .. } => {
+            let args = json!({"query": query, "geo": geo, "engine": engine});
+            match tools.call(SEARCH, &args, &opts, &rec).await {
+                Ok(body) => search_items(slice, query, engine.as_str(), &body, &mut out),
+                Err(e) => Err(e),
+            }
+        }
+        SliceKind::Page { url, geo } => {
+            let args = json!({"url": url, "geo": geo, "format": "raw"});
+            match tools.call(FETCH, &args, &opts, &rec).await {
+                Ok(body) => {
+                    page_item(job, slice, url, &body, &mut out);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+    };
+    if let Err(e) = result {
+        out.error = Some(e.to_slice_error());
+    }
+    (out.trace, out.costs) = rec.finish();
+    out
+}
+
+/// One `serp` item per organic row, and page slices for the top results.
+fn search_items(slice: &SliceSpec, query: &str, engine: &str, body: &[u8], out: &mut SliceOutcome) -> Result<(), ToolError> {
+    let page: Value = serde_json::from_slice(body)
+        .map_err(|e| ToolError::permanent("bad_serp_json", format!("cached SERP answer unreadable: {e}")))?;
+    let rows = page.get("organic").and_then(Value::as_array).cloned().unwrap_or_default();
+    let geo = slice.kind.geo();
+    let mut links = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let link = row.get("link").and_then(Value::as_str).unwrap_or_default().to_owned();
+        links.push(link.clone());
+        out.items.push(Item {
+            slice_id: slice.id.clone(),
+            seq: i as u32,
+            kind: ItemKind::Serp,
+            url: link.clone(),
+            geo,
+            data: json!({
+                "query": query,
+                "engine": engine,
+                "rank": row.get("rank"),
+                "title": row.get("title"),
+                "link": link,
+                "description": row.get("description"),
+            }),
+        });
+    }
+    out.children = follow_ups(slice, links.iter().map(String::as_str));
+    Ok(())
+}
+
+/// The page's one item, valid or rejected with the validator's messages.
+fn page_item(job: &JobContext, slice: &SliceSpec, url: &str, body: &[u8], out: &mut SliceOutcome) {
+    let html = String::from_utf8_lossy(body);
+    let data = match &job.extractor {
+        Some(x) => x.extract(&html),
+        None => json!({}),
+    };
+    let violations = job.validator.check(&data);
+    let geo = slice.kind.geo();
+    if violations.is_empty() {
+        out.items.push(Item {
+            slice_id: slice.id.clone(),
+            seq: 0,
+            kind: ItemKind::Page,
+            url: url.to_owned(),
+            geo,
+            data,
+        });
+    } else {
+        out.rejections.push(Rejection {
+            slice_id: slice.id.clone(),
+            seq: 0,
+            url: url.to_owned(),
+            geo,
+            data,
+            errors: violations,
+        });
+    }
+}
