@@ -4,7 +4,7 @@
 //! each problem is recorded with its path (`searches.geos[1]`) and the walk goes on,
 //! so a user sees all that is wrong in one try. Field names are the public contract.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -401,6 +401,7 @@ impl Checker {
     fn searches(&mut self, v: &Value) -> Option<Searches> {
         let f = self.object(v, "searches", &["queries", "geos", "engine", "follow_top"])?;
         let mut queries: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
         match f.get("queries") {
             None => self.err(f.path("queries"), "required"),
             Some(q) => {
@@ -413,7 +414,7 @@ impl Checker {
                         if let Some(s) = self.string(q, &p) {
                             if s.len() > 2048 {
                                 self.err(p, "must be at most 2048 bytes");
-                            } else if !queries.iter().any(|x| normalize_query(x) == normalize_query(&s)) {
+                            } else if seen.insert(normalize_query(&s)) {
                                 queries.push(s.trim().to_owned());
                             }
                         }
@@ -451,6 +452,7 @@ impl Checker {
     fn pages(&mut self, v: &Value) -> Option<Pages> {
         let f = self.object(v, "pages", &["urls", "geos"])?;
         let mut urls: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
         match f.get("urls") {
             None => self.err("pages.urls", "required"),
             Some(u) => {
@@ -462,8 +464,11 @@ impl Checker {
                         let p = format!("pages.urls[{i}]");
                         if let Some(s) = self.string(u, &p) {
                             match normalize_url(&s) {
-                                Ok(n) if !urls.contains(&n) => urls.push(n),
-                                Ok(_) => {}
+                                Ok(n) => {
+                                    if seen.insert(n.clone()) {
+                                        urls.push(n);
+                                    }
+                                }
                                 Err(e) => self.err(p, e),
                             }
                         }

@@ -27,6 +27,9 @@ use trawl_worker::{Worker, WorkerConfig};
 use crate::output::{self, FailedSliceOut, ItemCounts, SliceCounts, Summary};
 use crate::progress::Progress;
 
+/// How long a stopping worker may take to finish its slices in flight.
+const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Where Bright Data is.
 #[derive(Clone, Debug)]
 pub enum Upstream {
@@ -183,8 +186,12 @@ impl Embedded {
             .drive(job, &mut rx, cancel, &mut |c| progress.update(c))
             .await;
         stop_worker.cancel();
-        if let Err(e) = worker_task.await {
-            tracing::error!(error = %e, "worker task ended abnormally");
+        // Slices in flight finish first; a worker that does not stop in time is
+        // abandoned rather than holding the run open.
+        match tokio::time::timeout(WORKER_STOP_DEADLINE, worker_task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "worker task ended abnormally"),
+            Err(_) => tracing::error!("worker did not stop within {WORKER_STOP_DEADLINE:?}"),
         }
         let finished = finished.context("driving the job")?;
         progress.finish(&finished.counts);

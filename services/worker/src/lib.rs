@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -86,50 +87,51 @@ impl WorkerConfig {
     }
 }
 
-/// Job contexts by id, loaded from the store on first sight.
+/// Job contexts by id, loaded from the store on first sight. Concurrent first
+/// sights of one job share one load; a job that is over is remembered as `None`.
 #[derive(Default)]
 pub struct JobContexts {
-    map: Mutex<HashMap<JobId, Arc<JobContext>>>,
+    map: Mutex<HashMap<JobId, Arc<OnceCell<Option<Arc<JobContext>>>>>>,
 }
 
 impl JobContexts {
-    fn cached(&self, id: &JobId) -> Option<Arc<JobContext>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
-    }
-
-    /// The job's context, or `None` when the job is over (its slices are skipped).
+    /// The job's context, or `None` when the job is over or unknown (its slices are
+    /// skipped).
     async fn get(&self, store: &dyn Store, id: &JobId, cfg: &WorkerConfig) -> Result<Option<Arc<JobContext>>, PortError> {
-        if let Some(c) = self.cached(id) {
-            return Ok(Some(c));
-        }
-        let Some(job) = store.job(id).await? else {
-            return Ok(None);
+        let cell = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            map.entry(id.clone()).or_default().clone()
         };
-        if job.status.is_terminal() || job.status == JobStatus::AwaitingApproval {
-            return Ok(None);
-        }
-        let spec = JobSpec::from_value(job.spec).map_err(|e| PortError::Corrupt(format!("stored spec of {id}: {e}")))?;
-        let validator = match &spec.schema {
-            Some(s) => ItemValidator::new(s).map_err(PortError::Corrupt)?,
-            None => ItemValidator::accept_all(),
-        };
-        let spent = store.spent(id).await?;
-        let ctx = Arc::new(JobContext {
-            id: id.clone(),
-            extractor: spec.extract.as_ref().map(Extractor::new),
-            validator,
-            retry: RetryPolicy::new(spec.max_attempts).with_delays(cfg.retry_base_delay, cfg.retry_max_delay),
-            budget: Budget::new(spec.budget.max, spent),
-            spec,
-        });
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(Some(map.entry(id.clone()).or_insert(ctx).clone()))
+        cell.get_or_try_init(|| load_context(store, id, cfg)).await.cloned()
     }
 
-    /// Forgets a finished job.
+    /// Forgets a job, so its next slice reloads it.
     pub fn forget(&self, id: &JobId) {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
     }
+}
+
+async fn load_context(store: &dyn Store, id: &JobId, cfg: &WorkerConfig) -> Result<Option<Arc<JobContext>>, PortError> {
+    let Some(job) = store.job(id).await? else {
+        return Ok(None);
+    };
+    if job.status.is_terminal() || job.status == JobStatus::AwaitingApproval {
+        return Ok(None);
+    }
+    let spec = JobSpec::from_value(job.spec).map_err(|e| PortError::Corrupt(format!("stored spec of {id}: {e}")))?;
+    let validator = match &spec.schema {
+        Some(s) => ItemValidator::new(s).map_err(PortError::Corrupt)?,
+        None => ItemValidator::accept_all(),
+    };
+    let spent = store.spent(id).await?;
+    Ok(Some(Arc::new(JobContext {
+        id: id.clone(),
+        extractor: spec.extract.as_ref().map(Extractor::new),
+        validator,
+        retry: RetryPolicy::new(spec.max_attempts).with_delays(cfg.retry_base_delay, cfg.retry_max_delay),
+        budget: Budget::new(spec.budget.max, spent),
+        spec,
+    })))
 }
 
 /// A worker process's slice loop.

@@ -1,0 +1,143 @@
+//! The `trawl` binary as a user runs it: exit codes, messages, files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn trawl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .env_remove("TRAWL_HOME")
+        .env_remove("TRAWL_SIM_FAULTS")
+        .env_remove("TRAWL_SIM_LATENCY")
+        .output()
+        .unwrap()
+}
+
+fn example() -> String {
+    format!("{}/../../examples/laptop-prices.yaml", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn summary(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn the_example_runs_offline_and_a_second_run_comes_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = trawl(dir.path(), &["run", &example(), "--out", "out"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator"));
+    let s = summary(&dir.path().join("out"));
+    assert_eq!(s["status"], "succeeded");
+    assert_eq!(s["simulator"], true);
+    for key in ["job_id", "slices", "items", "upstream_calls", "cache_hits", "cost_usd"] {
+        assert!(s.get(key).is_some(), "summary lacks {key}");
+    }
+    let total = s["slices"]["total"].as_u64().unwrap();
+    assert_eq!(s["upstream_calls"].as_u64(), Some(total));
+    assert!(dir.path().join(".trawl/store.db").exists(), "state in .trawl by default");
+
+    std::fs::remove_dir_all(dir.path().join("out")).unwrap();
+    let o = trawl(dir.path(), &["run", &example(), "--out", "out"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = summary(&dir.path().join("out"));
+    assert_eq!(s["upstream_calls"], 0);
+    assert_eq!(s["cache_hits"].as_u64(), Some(total));
+    for f in ["items.jsonl", "rejections.jsonl", "summary.json"] {
+        assert!(dir.path().join("out").join(f).exists(), "{f} written on a cached run");
+    }
+}
+
+#[test]
+fn a_bad_spec_lists_every_error_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "name: bad\nsearches: {queries: [a], geos: [US, xx], engine: yahoo}\ncache: {max_age: soon}\ncolour: red\n",
+    )
+    .unwrap();
+    let o = trawl(dir.path(), &["run", "bad.yaml"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    for path in ["searches.geos[0]", "searches.geos[1]", "searches.engine", "cache.max_age", "colour"] {
+        assert!(err.contains(&format!("  {path}: ")), "missing {path} in:\n{err}");
+    }
+    assert!(!dir.path().join(".trawl").exists(), "nothing stored for a rejected spec");
+    assert!(!dir.path().join("out").exists());
+}
+
+#[test]
+fn approval_parks_the_job_until_trawl_approve() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: pricey\npages: {urls: [\"https://shop.example/p/1\", \"https://shop.example/p/2\"], geos: [us]}\n\
+         extract: {fields: {name: {jsonld: name}}}\nbudget: {approve_above_usd: 0.001}\n",
+    )
+    .unwrap();
+    let o = trawl(dir.path(), &["run", "job.yaml", "--out", "wait"]);
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    let s = summary(&dir.path().join("wait"));
+    assert_eq!(s["status"], "awaiting_approval");
+    assert_eq!(s["upstream_calls"], 0);
+    let id = s["job_id"].as_str().unwrap().to_owned();
+    assert!(stderr(&o).contains(&format!("trawl approve {id}")));
+
+    let o = trawl(dir.path(), &["approve", &id, "--out", "done", "--by", "alice"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = summary(&dir.path().join("done"));
+    assert_eq!(s["status"], "succeeded");
+    assert_eq!(s["job_id"], id.as_str());
+    assert_eq!(s["slices"]["succeeded"], 2);
+
+    let o = trawl(dir.path(), &["approve", &id]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not awaiting approval"), "{}", stderr(&o));
+}
+
+#[test]
+fn yes_approves_up_front_and_bad_flags_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: pricey\npages: {urls: [\"https://shop.example/p/1\"], geos: [us]}\n\
+         extract: {fields: {name: {jsonld: name}}}\nbudget: {approve_above_usd: 0}\n",
+    )
+    .unwrap();
+    let o = trawl(dir.path(), &["run", "job.yaml", "--yes", "--out", "o"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let o = trawl(dir.path(), &["run", "job.yaml", "--sim-faults", "429=2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--sim-faults"), "{}", stderr(&o));
+
+    let o = trawl(dir.path(), &["approve", "not-a-job"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn failed_slices_make_a_partial_or_failed_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: doomed\npages: {urls: [\"https://shop.example/p/1\"], geos: [us]}\n\
+         extract: {fields: {name: {jsonld: name}}}\nretries: {max_attempts: 2}\n",
+    )
+    .unwrap();
+    let o = trawl(dir.path(), &["run", "job.yaml", "--out", "o", "--sim-faults", "502=1"]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let s = summary(&dir.path().join("o"));
+    assert_eq!(s["status"], "failed");
+    assert_eq!(s["upstream_calls"], 2);
+    assert_eq!(s["failed_slices"][0]["code"], "reject_block");
+}
