@@ -98,10 +98,11 @@ mod tests {
         h
     }
 
+    type Case<'a> = (u16, &'a [(&'a str, &'a str)], Option<(trawl_core::retry::ErrorClass, &'a str)>);
+
     #[test]
     fn classification_table() {
-        use trawl_core::retry::ErrorClass;
-        let cases: &[(u16, &[(&str, &str)], Option<(ErrorClass, &str)>)] = &[
+        let cases: &[Case<'_>] = &[
             (200, &[], None),
             (200, &[("x-brd-status-code", "200")], None),
             (401, &[], Some((Permanent, "http_401"))),

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, mpsc, oneshot};
 use trawl_core::model::now_ms;
 use trawl_core::ports::{CacheKey, ContentCache, LoadFuture, PortError, Served, ToolError};
 
@@ -27,8 +27,51 @@ type Shared = Result<(Arc<Vec<u8>>, bool), ToolError>;
 
 pub struct SqliteCache {
     readers: SqlitePool,
+    #[cfg(test)]
     writer: SqlitePool,
+    writes: mpsc::Sender<Write>,
     inflight: Mutex<HashMap<CacheKey, Arc<OnceCell<Shared>>>>,
+}
+
+/// One pending write and who waits for it.
+struct Write {
+    key: CacheKey,
+    value: Vec<u8>,
+    stored_ms: i64,
+    done: oneshot::Sender<Result<(), PortError>>,
+}
+
+/// Rows per multi-row insert: 3 parameters each, far below SQLite's 32,766.
+const BATCH: usize = 256;
+
+/// Group commit: the one writer takes every write waiting, up to [`BATCH`], and
+/// stores them with one statement, so concurrent loads share a commit. Ends when
+/// the cache is dropped.
+async fn write_loop(pool: SqlitePool, mut rx: mpsc::Receiver<Write>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        // The last write of a key in a batch wins, as it would one at a time.
+        let mut rows: Vec<&Write> = Vec::with_capacity(batch.len());
+        for w in batch.iter().rev() {
+            if !rows.iter().any(|r| r.key == w.key) {
+                rows.push(w);
+            }
+        }
+        let mut sql = String::from("INSERT INTO entries (key, value, stored_ms) VALUES ");
+        for i in 0..rows.len() {
+            sql.push_str(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" });
+        }
+        sql.push_str(" ON CONFLICT (key) DO UPDATE SET value = excluded.value, stored_ms = excluded.stored_ms");
+        // Built from constant fragments only; every value is a bound parameter.
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for r in &rows {
+            q = q.bind(&r.key.0).bind(&r.value[..]).bind(r.stored_ms);
+        }
+        let result = q.execute(&pool).await.map(|_| ()).map_err(unavailable);
+        for w in batch.drain(..) {
+            let _ = w.done.send(result.clone());
+        }
+    }
 }
 
 fn unavailable(e: sqlx::Error) -> PortError {
@@ -73,9 +116,15 @@ impl SqliteCache {
             .connect_with(opts.read_only(true))
             .await
             .map_err(unavailable)?;
+        let (writes, rx) = mpsc::channel(4 * BATCH);
+        #[cfg(test)]
+        let test_writer = writer.clone();
+        tokio::spawn(write_loop(writer, rx));
         Ok(SqliteCache {
             readers,
-            writer,
+            #[cfg(test)]
+            writer: test_writer,
+            writes,
             inflight: Mutex::new(HashMap::new()),
         })
     }
@@ -91,18 +140,18 @@ impl SqliteCache {
             .map_err(unavailable)
     }
 
+    /// Stores `value` under `key`, committed when this returns.
     pub async fn write(&self, key: &CacheKey, value: &[u8]) -> Result<(), PortError> {
-        sqlx::query(
-            "INSERT INTO entries (key, value, stored_ms) VALUES (?, ?, ?)
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value, stored_ms = excluded.stored_ms",
-        )
-        .bind(&key.0)
-        .bind(value)
-        .bind(now_ms())
-        .execute(&self.writer)
-        .await
-        .map(|_| ())
-        .map_err(unavailable)
+        let (done, wait) = oneshot::channel();
+        let w = Write {
+            key: key.clone(),
+            value: value.to_vec(),
+            stored_ms: now_ms(),
+            done,
+        };
+        let gone = || PortError::Unavailable("the cache writer stopped".into());
+        self.writes.send(w).await.map_err(|_| gone())?;
+        wait.await.map_err(|_| gone())?
     }
 
     /// Loads and stores; a failed store is logged, the answer still returned.
@@ -268,6 +317,28 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(s, Served::Loaded);
+    }
+
+    #[tokio::test]
+    async fn concurrent_writes_are_all_committed_and_the_last_of_a_key_wins() {
+        let (_d, c) = cache().await;
+        let c = Arc::new(c);
+        let tasks: Vec<_> = (0..600)
+            .map(|i| {
+                let c = c.clone();
+                tokio::spawn(async move { c.write(&key(&format!("w{i}")), format!("v{i}").as_bytes()).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        for i in 0..600 {
+            let v = c.read(&key(&format!("w{i}")), Duration::from_secs(60)).await.unwrap();
+            assert_eq!(v, Some(format!("v{i}").into_bytes()));
+        }
+        c.write(&key("same"), b"1").await.unwrap();
+        c.write(&key("same"), b"2").await.unwrap();
+        assert_eq!(c.read(&key("same"), Duration::from_secs(60)).await.unwrap(), Some(b"2".to_vec()));
     }
 
     #[tokio::test]

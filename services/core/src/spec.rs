@@ -252,7 +252,7 @@ impl Checker {
 
     fn usd(&mut self, v: &Value, path: &str) -> Option<Micros> {
         match v.as_f64() {
-            Some(x) if x.is_finite() && x >= 0.0 && x < 1e9 => Some(Micros::from_usd(x)),
+            Some(x) if (0.0..1e9).contains(&x) => Some(Micros::from_usd(x)),
             Some(x) => {
                 self.err(path, format!("must be a dollar amount from 0 up, not {x}"));
                 None

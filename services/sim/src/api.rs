@@ -56,7 +56,10 @@ pub(crate) struct App {
 
 impl App {
     pub fn new(config: SimConfig, counters: Arc<Counters>, shutdown: CancellationToken) -> App {
-        let token_digest = config.token.as_deref().map(|t| Sha256::digest(t.as_bytes()).into());
+        let token_digest = config
+            .token
+            .as_deref()
+            .map(|t| Sha256::digest(t.as_bytes()).into());
         App {
             config,
             counters,
@@ -127,7 +130,10 @@ pub(crate) enum Rejection {
     /// 413: the body exceeds [`BODY_LIMIT`].
     TooLarge,
     /// 400 with `x-brd-error`.
-    BadRequest { message: String, brd_error: &'static str },
+    BadRequest {
+        message: String,
+        brd_error: &'static str,
+    },
 }
 
 impl Rejection {
@@ -153,7 +159,11 @@ enum Outcome {
     Internal,
 }
 
-async fn request(State(app): State<Arc<App>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn request(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     bump(&app.counters.requests);
     let outcome = match app.check(&headers, body) {
         Err(rejection) => Outcome::Rejected(rejection),
@@ -229,7 +239,10 @@ fn respond(app: &App, outcome: Outcome) -> Response {
                     StatusCode::PAYLOAD_TOO_LARGE,
                     [
                         (CONTENT_TYPE, HeaderValue::from_static(TEXT)),
-                        (X_BRD_ERROR, HeaderValue::from_static("request body too large")),
+                        (
+                            X_BRD_ERROR,
+                            HeaderValue::from_static("request body too large"),
+                        ),
                     ],
                     format!("request body exceeds {BODY_LIMIT} bytes\n"),
                 )
@@ -270,14 +283,25 @@ fn bad_gateway(message: &'static str, code: &'static str) -> Response {
 
 impl App {
     /// Authorization first, then the body, as the Direct API does.
-    pub fn check(&self, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Target, Rejection> {
+    pub fn check(
+        &self,
+        headers: &HeaderMap,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<Target, Rejection> {
         self.authorize(headers)?;
         let body = body.map_err(|e| match e.status() {
             StatusCode::PAYLOAD_TOO_LARGE => Rejection::TooLarge,
-            _ => Rejection::bad("invalid request body", format!("cannot read the request body: {e}")),
+            _ => Rejection::bad(
+                "invalid request body",
+                format!("cannot read the request body: {e}"),
+            ),
         })?;
-        let req: RequestBody = serde_json::from_slice(&body)
-            .map_err(|e| Rejection::bad("invalid request body", format!("request body is not a valid JSON request: {e}")))?;
+        let req: RequestBody = serde_json::from_slice(&body).map_err(|e| {
+            Rejection::bad(
+                "invalid request body",
+                format!("request body is not a valid JSON request: {e}"),
+            )
+        })?;
         self.target(req)
     }
 
@@ -295,8 +319,15 @@ impl App {
             Some(expected) => {
                 let got: [u8; 32] = Sha256::digest(token.as_bytes()).into();
                 // Constant time over the digests: no early exit on the first difference.
-                let diff = got.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b));
-                if diff == 0 { Ok(()) } else { Err(Rejection::Unauthorized) }
+                let diff = got
+                    .iter()
+                    .zip(expected)
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+                if diff == 0 {
+                    Ok(())
+                } else {
+                    Err(Rejection::Unauthorized)
+                }
             }
         }
     }
@@ -315,47 +346,77 @@ impl App {
         } else if zone == self.config.unlocker_zone {
             false
         } else {
-            return Err(Rejection::bad("zone not found", format!("zone \"{zone}\" not found")));
+            return Err(Rejection::bad(
+                "zone not found",
+                format!("zone \"{zone}\" not found"),
+            ));
         };
         let format = match req.format.as_deref() {
             None | Some("raw") => Format::Raw,
             Some("json") => Format::Json,
             Some(other) => {
-                return Err(Rejection::bad("invalid format", format!("format \"{other}\" is not one of raw, json")));
+                return Err(Rejection::bad(
+                    "invalid format",
+                    format!("format \"{other}\" is not one of raw, json"),
+                ));
             }
         };
         let data_format = match req.data_format.as_deref() {
             None | Some("") => DataFormat::AsIs,
             Some("markdown") => DataFormat::Markdown,
             Some("screenshot") => {
-                return Err(Rejection::bad("invalid data_format", "data_format \"screenshot\" is not simulated"));
+                return Err(Rejection::bad(
+                    "invalid data_format",
+                    "data_format \"screenshot\" is not simulated",
+                ));
             }
             Some(other) => {
-                return Err(Rejection::bad("invalid data_format", format!("data_format \"{other}\" is not one of markdown, screenshot")));
+                return Err(Rejection::bad(
+                    "invalid data_format",
+                    format!("data_format \"{other}\" is not one of markdown, screenshot"),
+                ));
             }
         };
         let country = match req.country.as_deref() {
             None | Some("") => "us".to_owned(),
-            Some(c) if c.len() == 2 && c.bytes().all(|b| b.is_ascii_alphabetic()) => c.to_ascii_lowercase(),
+            Some(c) if c.len() == 2 && c.bytes().all(|b| b.is_ascii_alphabetic()) => {
+                c.to_ascii_lowercase()
+            }
             Some(other) => {
-                return Err(Rejection::bad("invalid country", format!("country \"{other}\" is not a two-letter ISO 3166-1 code")));
+                return Err(Rejection::bad(
+                    "invalid country",
+                    format!("country \"{other}\" is not a two-letter ISO 3166-1 code"),
+                ));
             }
         };
         let url = Url::parse(&raw_url)
             .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()))
-            .ok_or_else(|| Rejection::bad("invalid url", format!("url \"{raw_url}\" is not an absolute http(s) URL")))?;
+            .filter(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && u.host_str().is_some_and(|h| !h.is_empty())
+            })
+            .ok_or_else(|| {
+                Rejection::bad(
+                    "invalid url",
+                    format!("url \"{raw_url}\" is not an absolute http(s) URL"),
+                )
+            })?;
         let kind = if is_serp {
             match Search::parse(&url, &country) {
                 Ok(search) => TargetKind::Search(search),
                 Err(SearchError::NotASearchEngine) => {
                     return Err(Rejection::bad(
                         "url is not a supported search engine",
-                        format!("zone \"{zone}\" is a SERP zone: url must be a Google or Bing search URL"),
+                        format!(
+                            "zone \"{zone}\" is a SERP zone: url must be a Google or Bing search URL"
+                        ),
                     ));
                 }
                 Err(SearchError::NoQuery) => {
-                    return Err(Rejection::bad("search query is missing", "search url has no q parameter"));
+                    return Err(Rejection::bad(
+                        "search query is missing",
+                        "search url has no q parameter",
+                    ));
                 }
             }
         } else {
@@ -453,5 +514,8 @@ fn envelope(page: Page) -> Result<Page, serde_json::Error> {
         headers: BTreeMap::from([("content-type", page.content_type)]),
         body: &page.body,
     })?;
-    Ok(Page { content_type: JSON, body })
+    Ok(Page {
+        content_type: JSON,
+        body,
+    })
 }

@@ -30,7 +30,10 @@ pub enum ConfigError {
     #[error("{var} is not valid Unicode")]
     NotUnicode { var: String },
     #[error("{var}: {error}")]
-    InVar { var: String, error: Box<ConfigError> },
+    InVar {
+        var: String,
+        error: Box<ConfigError>,
+    },
 }
 
 /// Shares of requests answered with a fault instead of a page, each in `0..=1`,
@@ -70,14 +73,19 @@ impl Faults {
                 other => return Err(ConfigError::UnknownFault(other.to_owned())),
             };
             if std::mem::replace(&mut seen[idx], true) {
-                return Err(ConfigError::DuplicateFault { fault: key.to_owned() });
+                return Err(ConfigError::DuplicateFault {
+                    fault: key.to_owned(),
+                });
             }
             let share: f64 = value.parse().map_err(|_| ConfigError::BadShare {
                 fault: key.to_owned(),
                 value: value.to_owned(),
             })?;
             if !(0.0..=1.0).contains(&share) {
-                return Err(ConfigError::ShareOutOfRange { fault: key.to_owned(), share });
+                return Err(ConfigError::ShareOutOfRange {
+                    fault: key.to_owned(),
+                    share,
+                });
             }
             *slot = share;
         }
@@ -194,7 +202,9 @@ impl SimConfig {
     pub fn from_env() -> Result<SimConfig, ConfigError> {
         for var in [FAULTS_VAR, LATENCY_VAR] {
             if let Err(std::env::VarError::NotUnicode(_)) = std::env::var(var) {
-                return Err(ConfigError::NotUnicode { var: var.to_owned() });
+                return Err(ConfigError::NotUnicode {
+                    var: var.to_owned(),
+                });
             }
         }
         SimConfig::from_lookup(|var| std::env::var(var).ok())
@@ -205,7 +215,10 @@ impl SimConfig {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<SimConfig, ConfigError> {
         let in_var = |var: &str| {
             let var = var.to_owned();
-            move |e| ConfigError::InVar { var, error: Box::new(e) }
+            move |e| ConfigError::InVar {
+                var,
+                error: Box::new(e),
+            }
         };
         let mut config = SimConfig::default();
         if let Some(v) = get(FAULTS_VAR) {
@@ -244,15 +257,34 @@ mod tests {
     fn refuses_bad_fault_specs_with_a_clear_error() {
         let err = |s: &str| Faults::parse(s).unwrap_err();
         assert_eq!(err("500=0.1"), ConfigError::UnknownFault("500".into()));
-        assert!(err("500=0.1").to_string().contains("expected 429, 502 or timeout"));
+        assert!(
+            err("500=0.1")
+                .to_string()
+                .contains("expected 429, 502 or timeout")
+        );
         assert_eq!(err("429"), ConfigError::MalformedFault("429".into()));
         assert!(matches!(err("429=lots"), ConfigError::BadShare { .. }));
-        assert!(matches!(err("429=1.5"), ConfigError::ShareOutOfRange { .. }));
-        assert!(matches!(err("429=-0.1"), ConfigError::ShareOutOfRange { .. }));
-        assert!(matches!(err("429=NaN"), ConfigError::ShareOutOfRange { .. }));
-        assert!(matches!(err("429=0.6,502=0.5"), ConfigError::SharesAboveOne(_)));
+        assert!(matches!(
+            err("429=1.5"),
+            ConfigError::ShareOutOfRange { .. }
+        ));
+        assert!(matches!(
+            err("429=-0.1"),
+            ConfigError::ShareOutOfRange { .. }
+        ));
+        assert!(matches!(
+            err("429=NaN"),
+            ConfigError::ShareOutOfRange { .. }
+        ));
+        assert!(matches!(
+            err("429=0.6,502=0.5"),
+            ConfigError::SharesAboveOne(_)
+        ));
         assert!(err("429=0.6,502=0.5").to_string().contains("above 1"));
-        assert!(matches!(err("429=0.1,429=0.2"), ConfigError::DuplicateFault { .. }));
+        assert!(matches!(
+            err("429=0.1,429=0.2"),
+            ConfigError::DuplicateFault { .. }
+        ));
     }
 
     #[test]
@@ -263,7 +295,10 @@ mod tests {
         assert_eq!(f.pick(0.6), Some(Fault::Timeout));
         assert_eq!(f.pick(0.9), None);
         assert_eq!(Faults::NONE.pick(0.0), None);
-        assert_eq!(Faults::parse("timeout=1").unwrap().pick(0.999_999), Some(Fault::Timeout));
+        assert_eq!(
+            Faults::parse("timeout=1").unwrap().pick(0.999_999),
+            Some(Fault::Timeout)
+        );
     }
 
     #[test]
@@ -271,7 +306,10 @@ mod tests {
         assert_eq!(parse_latency("20ms").unwrap(), Duration::from_millis(20));
         assert_eq!(parse_latency("1s").unwrap(), Duration::from_secs(1));
         assert_eq!(parse_latency("0").unwrap(), Duration::ZERO);
-        assert!(matches!(parse_latency("fast"), Err(ConfigError::BadDuration { .. })));
+        assert!(matches!(
+            parse_latency("fast"),
+            Err(ConfigError::BadDuration { .. })
+        ));
     }
 
     #[test]
@@ -285,11 +323,24 @@ mod tests {
         assert_eq!(config.faults.rate_429, 0.5);
         assert_eq!(config.latency, Duration::from_millis(5));
 
-        assert_eq!(SimConfig::from_lookup(|_| None).unwrap(), SimConfig::default());
+        assert_eq!(
+            SimConfig::from_lookup(|_| None).unwrap(),
+            SimConfig::default()
+        );
 
-        let err = SimConfig::from_lookup(|var| (var == LATENCY_VAR).then(|| "soon".into())).unwrap_err();
-        assert!(err.to_string().starts_with("TRAWL_SIM_LATENCY: \"soon\" is not a duration"), "{err}");
-        let err = SimConfig::from_lookup(|var| (var == FAULTS_VAR).then(|| "418=1".into())).unwrap_err();
-        assert!(err.to_string().starts_with("TRAWL_SIM_FAULTS: unknown fault"), "{err}");
+        let err =
+            SimConfig::from_lookup(|var| (var == LATENCY_VAR).then(|| "soon".into())).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("TRAWL_SIM_LATENCY: \"soon\" is not a duration"),
+            "{err}"
+        );
+        let err =
+            SimConfig::from_lookup(|var| (var == FAULTS_VAR).then(|| "418=1".into())).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("TRAWL_SIM_FAULTS: unknown fault"),
+            "{err}"
+        );
     }
 }

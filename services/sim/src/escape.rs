@@ -69,7 +69,13 @@ mod tests {
 
     #[test]
     fn json_literals_round_trip_and_never_close_a_script() {
-        for s in ["plain", "q\"uo\\te", "</script><b>", "tab\tnew\nline", "ünï €"] {
+        for s in [
+            "plain",
+            "q\"uo\\te",
+            "</script><b>",
+            "tab\tnew\nline",
+            "ünï €",
+        ] {
             let lit = json(s);
             assert!(!lit.contains("</"), "{lit}");
             let back: String = serde_json::from_str(&lit).unwrap();

@@ -26,7 +26,9 @@
 //!   missing or wrong bearer token, 400 with `x-brd-error` for a bad body, an unknown
 //!   zone or an invalid URL, 413 above 64 KiB.
 //! - **Faults**, drawn per authorized, well-formed request: 429 `sr_rate_limit` with
-//!   `Retry-After`, 502 `reject_block`, or a request held unanswered for `hang`.
+//!   `Retry-After`, 502 `reject_block`, or a request held unanswered for `hang`
+//!   (the caller's timeout should end it; if not, it gets a 502
+//!   `domcontentloaded_event_timeout`, and at shutdown a 503).
 //!   The documented Direct API reports unlock failures as an outer 200 with the real
 //!   status in `x-brd-status-code`; the simulator sends the real status as the outer
 //!   status (and repeats it in `x-brd-status-code`), which is what a client's retry

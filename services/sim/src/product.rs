@@ -22,13 +22,36 @@ const BRANDS: [&str; 16] = [
     "Tideline", "Umbra", "Vantage", "Willow", "Yarrow", "Zephyr", "Harbor",
 ];
 const ADJECTIVES: [&str; 12] = [
-    "Compact", "Classic", "Cordless", "Foldable", "Insulated", "Modular", "Portable", "Quiet",
-    "Rugged", "Slim", "Smart", "Wireless",
+    "Compact",
+    "Classic",
+    "Cordless",
+    "Foldable",
+    "Insulated",
+    "Modular",
+    "Portable",
+    "Quiet",
+    "Rugged",
+    "Slim",
+    "Smart",
+    "Wireless",
 ];
 const NOUNS: [&str; 16] = [
-    "Kettle", "Backpack", "Desk Lamp", "Espresso Grinder", "Headphones", "Blender", "Water Bottle",
-    "Keyboard", "Running Shoes", "Toaster", "Camera Bag", "Air Purifier", "Chef Knife",
-    "Office Chair", "Rice Cooker", "Bike Light",
+    "Kettle",
+    "Backpack",
+    "Desk Lamp",
+    "Espresso Grinder",
+    "Headphones",
+    "Blender",
+    "Water Bottle",
+    "Keyboard",
+    "Running Shoes",
+    "Toaster",
+    "Camera Bag",
+    "Air Purifier",
+    "Chef Knife",
+    "Office Chair",
+    "Rice Cooker",
+    "Bike Light",
 ];
 pub(crate) const FEATURES: [&str; 10] = [
     "built to last with a two-year warranty",
@@ -150,7 +173,12 @@ impl ProductPage {
             )
         });
         let letter = |n: u64| char::from(b'A' + (n % 26) as u8);
-        let sku = format!("{}{}-{:04}", letter(w1), letter(w1 >> 8), 1000 + (w1 >> 16) % 9000);
+        let sku = format!(
+            "{}{}-{:04}",
+            letter(w1),
+            letter(w1 >> 8),
+            1000 + (w1 >> 16) % 9000
+        );
         let description = format!(
             "{name}: {}. Ships within {} business days.",
             FEATURES[(w2 % FEATURES.len() as u64) as usize],
@@ -163,8 +191,14 @@ impl ProductPage {
         let (price, currency) = match Defect::of(url.as_str()) {
             None => (Some(market.format(minor)), market.currency.to_owned()),
             Some(Defect::MissingPrice) => (None, market.currency.to_owned()),
-            Some(Defect::NegativePrice) => (Some(format!("-{}", market.format(minor))), market.currency.to_owned()),
-            Some(Defect::LowercaseCurrency) => (Some(market.format(minor)), market.currency.to_ascii_lowercase()),
+            Some(Defect::NegativePrice) => (
+                Some(format!("-{}", market.format(minor))),
+                market.currency.to_owned(),
+            ),
+            Some(Defect::LowercaseCurrency) => (
+                Some(market.format(minor)),
+                market.currency.to_ascii_lowercase(),
+            ),
         };
         ProductPage {
             url: url.as_str().to_owned(),
@@ -255,11 +289,20 @@ fn name_from_slug(url: &Url) -> Option<String> {
     let (Some("p"), Some(slug), None) = (segs.next(), segs.next(), segs.next()) else {
         return None;
     };
-    if slug.is_empty() || slug.len() > 120 || !slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+    if slug.is_empty()
+        || slug.len() > 120
+        || !slug
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
         return None;
     }
     let mut words: Vec<&str> = slug.split('-').filter(|w| !w.is_empty()).collect();
-    if words.len() > 1 && words.last().is_some_and(|w| w.len() == 4 && w.bytes().all(|b| b.is_ascii_hexdigit())) {
+    if words.len() > 1
+        && words
+            .last()
+            .is_some_and(|w| w.len() == 4 && w.bytes().all(|b| b.is_ascii_hexdigit()))
+    {
         words.pop();
     }
     if words.is_empty() {
@@ -303,12 +346,25 @@ mod tests {
 
     #[test]
     fn pages_are_deterministic_and_named_after_shop_slugs() {
-        let a = page("https://shop.example/p/nordwind-espresso-grinder-3f2a", "de");
-        assert_eq!(a, page("https://shop.example/p/nordwind-espresso-grinder-3f2a", "de"));
+        let a = page(
+            "https://shop.example/p/nordwind-espresso-grinder-3f2a",
+            "de",
+        );
+        assert_eq!(
+            a,
+            page(
+                "https://shop.example/p/nordwind-espresso-grinder-3f2a",
+                "de"
+            )
+        );
         assert_eq!(a.name, "Nordwind Espresso Grinder");
         let other = page("https://example.org/item?id=7", "us");
         assert!(!other.name.is_empty());
-        assert!(other.sku.len() == 7 && other.sku.as_bytes()[2] == b'-', "{}", other.sku);
+        assert!(
+            other.sku.len() == 7 && other.sku.as_bytes()[2] == b'-',
+            "{}",
+            other.sku
+        );
     }
 
     #[test]
@@ -321,8 +377,13 @@ mod tests {
             let (us, jp) = (page(&url, "us"), page(&url, "jp"));
             match d {
                 Defect::MissingPrice => assert!(us.price.is_none() && jp.price.is_none()),
-                Defect::NegativePrice => assert!(us.price.as_deref().unwrap().starts_with('-') && jp.price.as_deref().unwrap().starts_with('-')),
-                Defect::LowercaseCurrency => assert_eq!((us.currency.as_str(), jp.currency.as_str()), ("usd", "jpy")),
+                Defect::NegativePrice => assert!(
+                    us.price.as_deref().unwrap().starts_with('-')
+                        && jp.price.as_deref().unwrap().starts_with('-')
+                ),
+                Defect::LowercaseCurrency => {
+                    assert_eq!((us.currency.as_str(), jp.currency.as_str()), ("usd", "jpy"))
+                }
             }
         }
         assert!(seen.iter().all(|&n| n > 0), "{seen:?}");

@@ -17,7 +17,9 @@ const PER_PAGE: usize = 10;
 /// Candidates per query; each country ranks its own ten of them.
 const POOL: usize = 15;
 
-const VARIANTS: [&str; 10] = ["", "Pro", "Mini", "Max", "Lite", "Plus", "X2", "Go", "Air", "Duo"];
+const VARIANTS: [&str; 10] = [
+    "", "Pro", "Mini", "Max", "Lite", "Plus", "X2", "Go", "Air", "Duo",
+];
 const BRANDS: [&str; 12] = [
     "Nordwind", "Acme", "Kestrel", "Larkspur", "Orbit", "Pioneer", "Quill", "Redwood", "Summit",
     "Tideline", "Vantage", "Zephyr",
@@ -95,8 +97,14 @@ impl Search {
                 _ => {}
             }
         }
-        let query = query.filter(|q| !q.is_empty()).ok_or(SearchError::NoQuery)?;
-        let normalized = query.to_lowercase().split_whitespace().collect::<Vec<_>>().join(" ");
+        let query = query
+            .filter(|q| !q.is_empty())
+            .ok_or(SearchError::NoQuery)?;
+        let normalized = query
+            .to_lowercase()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         let geo = geo
             .filter(|g| g.len() == 2 && g.bytes().all(|b| b.is_ascii_lowercase()))
             .unwrap_or_else(|| default_geo.to_owned());
@@ -126,11 +134,16 @@ impl Search {
                     .copied()
                     .collect::<Vec<_>>()
                     .join(" ");
-                let slug = [slugify(brand), topic_slug.clone(), slugify(variant), format!("{:04x}", pool_rng.u16(..))]
-                    .into_iter()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("-");
+                let slug = [
+                    slugify(brand),
+                    topic_slug.clone(),
+                    slugify(variant),
+                    hex::encode(pool_rng.u16(..).to_be_bytes()),
+                ]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join("-");
                 (name, slug, FEATURES[pool_rng.usize(..FEATURES.len())])
             })
             .collect();
@@ -147,7 +160,9 @@ impl Search {
                 title: format!("{name} | Shop Example"),
                 link: format!("https://{SHOP_HOST}/p/{slug}"),
                 display_link: format!("https://{SHOP_HOST} › p › {slug}"),
-                description: format!("{name}: {feature}. Compare prices and buy online at Shop Example."),
+                description: format!(
+                    "{name}: {feature}. Compare prices and buy online at Shop Example."
+                ),
                 rank,
                 global_rank: rank,
             })
@@ -206,7 +221,11 @@ impl Search {
     /// The results page as Markdown (`data_format: "markdown"`).
     pub fn markdown(&self) -> String {
         let (organic, _) = self.results();
-        let mut out = format!("# {} - {}\n\n", escape::markdown(&self.query), self.engine.title());
+        let mut out = format!(
+            "# {} - {}\n\n",
+            escape::markdown(&self.query),
+            self.engine.title()
+        );
         for r in &organic {
             out.push_str(&format!(
                 "{}. [{}]({})\n   {}\n\n",
@@ -272,7 +291,10 @@ fn title_case(s: &str) -> String {
 /// Lower-case ASCII letters and digits joined by single dashes, at most 60 bytes.
 fn slugify(s: &str) -> String {
     let mut out = String::with_capacity(s.len().min(60));
-    for w in s.split(|c: char| !c.is_ascii_alphanumeric()).filter(|w| !w.is_empty()) {
+    for w in s
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
         if out.len() + w.len() + 1 > 60 {
             break;
         }
@@ -295,14 +317,39 @@ mod tests {
 
     #[test]
     fn reads_google_and_bing_urls() {
-        let g = search("https://www.google.com/search?q=Espresso++Grinder&gl=DE&hl=de&brd_json=1").unwrap();
-        assert_eq!((g.engine, g.normalized.as_str(), g.geo.as_str(), g.language.as_str(), g.parsed), (Engine::Google, "espresso grinder", "de", "de", true));
+        let g = search("https://www.google.com/search?q=Espresso++Grinder&gl=DE&hl=de&brd_json=1")
+            .unwrap();
+        assert_eq!(
+            (
+                g.engine,
+                g.normalized.as_str(),
+                g.geo.as_str(),
+                g.language.as_str(),
+                g.parsed
+            ),
+            (Engine::Google, "espresso grinder", "de", "de", true)
+        );
         let b = search("https://www.bing.com/search?q=kettle&cc=jp").unwrap();
-        assert_eq!((b.engine, b.geo.as_str(), b.parsed), (Engine::Bing, "jp", false));
-        assert_eq!(search("https://www.google.com/search?q=x").unwrap().geo, "us");
-        assert_eq!(search("https://example.com/search?q=x"), Err(SearchError::NotASearchEngine));
-        assert_eq!(search("https://www.google.com/maps?q=x"), Err(SearchError::NotASearchEngine));
-        assert_eq!(search("https://www.google.com/search?q=+"), Err(SearchError::NoQuery));
+        assert_eq!(
+            (b.engine, b.geo.as_str(), b.parsed),
+            (Engine::Bing, "jp", false)
+        );
+        assert_eq!(
+            search("https://www.google.com/search?q=x").unwrap().geo,
+            "us"
+        );
+        assert_eq!(
+            search("https://example.com/search?q=x"),
+            Err(SearchError::NotASearchEngine)
+        );
+        assert_eq!(
+            search("https://www.google.com/maps?q=x"),
+            Err(SearchError::NotASearchEngine)
+        );
+        assert_eq!(
+            search("https://www.google.com/search?q=+"),
+            Err(SearchError::NoQuery)
+        );
     }
 
     #[test]
@@ -313,7 +360,12 @@ mod tests {
         for r in &organic {
             let url = Url::parse(&r.link).unwrap();
             let page = crate::product::ProductPage::new(&url, "us");
-            assert!(r.title.starts_with(&page.name), "{} vs {}", r.title, page.name);
+            assert!(
+                r.title.starts_with(&page.name),
+                "{} vs {}",
+                r.title,
+                page.name
+            );
             assert!(page.name.contains("Espresso Grinder"));
         }
     }
@@ -322,7 +374,10 @@ mod tests {
     fn normalized_queries_share_results() {
         let a = search("https://www.google.com/search?q=Espresso+Grinder").unwrap();
         let b = search("https://www.google.com/search?q=espresso%20%20grinder").unwrap();
-        assert_eq!(a.results().0.iter().map(|r| &r.link).collect::<Vec<_>>(), b.results().0.iter().map(|r| &r.link).collect::<Vec<_>>());
+        assert_eq!(
+            a.results().0.iter().map(|r| &r.link).collect::<Vec<_>>(),
+            b.results().0.iter().map(|r| &r.link).collect::<Vec<_>>()
+        );
     }
 
     #[test]

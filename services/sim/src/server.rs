@@ -36,7 +36,14 @@ pub async fn serve(
             () = trigger.cancelled() => {}
         }
     };
-    run(listener, config, Arc::new(Counters::default()), cancel, signal).await
+    run(
+        listener,
+        config,
+        Arc::new(Counters::default()),
+        cancel,
+        signal,
+    )
+    .await
 }
 
 async fn run(
@@ -50,7 +57,9 @@ async fn run(
         tracing::info!(%addr, faults = ?config.faults, latency = ?config.latency, "Bright Data simulator listening");
     }
     let app = Arc::new(App::new(config, counters, cancel.clone()));
-    let result = axum::serve(listener, api::router(app)).with_graceful_shutdown(signal).await;
+    let result = axum::serve(listener, api::router(app))
+        .with_graceful_shutdown(signal)
+        .await;
     // If the server stopped on an error, release held requests too.
     cancel.cancel();
     tracing::info!("Bright Data simulator stopped");
@@ -65,7 +74,13 @@ pub async fn spawn(config: SimConfig) -> io::Result<SimHandle> {
     let counters = Arc::new(Counters::default());
     let cancel = CancellationToken::new();
     let signal = cancel.clone().cancelled_owned();
-    let task = tokio::spawn(run(listener, config, counters.clone(), cancel.clone(), signal));
+    let task = tokio::spawn(run(
+        listener,
+        config,
+        counters.clone(),
+        cancel.clone(),
+        signal,
+    ));
     Ok(SimHandle {
         addr,
         counters,

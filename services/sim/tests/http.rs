@@ -37,7 +37,13 @@ impl Sim {
     }
 
     async fn post(&self, body: Value) -> reqwest::Response {
-        self.client.post(self.url()).bearer_auth(TOKEN).json(&body).send().await.unwrap()
+        self.client
+            .post(self.url())
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     async fn text(&self, body: Value) -> (StatusCode, String) {
@@ -46,7 +52,9 @@ impl Sim {
     }
 
     async fn serp(&self, url: &str) -> Value {
-        let resp = self.post(json!({"zone": "serp_api1", "url": url, "format": "raw"})).await;
+        let resp = self
+            .post(json!({"zone": "serp_api1", "url": url, "format": "raw"}))
+            .await;
         assert_eq!(resp.status(), StatusCode::OK);
         assert_eq!(header(&resp, "content-type"), "application/json");
         resp.json().await.unwrap()
@@ -64,7 +72,10 @@ impl Sim {
 }
 
 fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
-    resp.headers().get(name).map(|v| v.to_str().unwrap()).unwrap_or("")
+    resp.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap())
+        .unwrap_or("")
 }
 
 /// The schema.org Product in a page's JSON-LD.
@@ -87,7 +98,12 @@ fn is_malformed(ld: &Value) -> bool {
 }
 
 fn links(serp: &Value) -> Vec<String> {
-    serp["organic"].as_array().unwrap().iter().map(|r| r["link"].as_str().unwrap().to_owned()).collect()
+    serp["organic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["link"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -109,10 +125,18 @@ async fn serp_json_has_the_documented_shape() {
         for field in ["title", "display_link", "description"] {
             assert!(!r[field].as_str().unwrap().is_empty(), "{field} in {r}");
         }
-        assert!(r["link"].as_str().unwrap().starts_with("https://shop.example/p/"), "{r}");
+        assert!(
+            r["link"]
+                .as_str()
+                .unwrap()
+                .starts_with("https://shop.example/p/"),
+            "{r}"
+        );
     }
 
-    let bing = sim.serp("https://www.bing.com/search?q=kettle&cc=JP&brd_json=1").await;
+    let bing = sim
+        .serp("https://www.bing.com/search?q=kettle&cc=JP&brd_json=1")
+        .await;
     assert_eq!(bing["general"]["search_engine"], "bing");
     assert_eq!(bing["general"]["location"], "jp");
     assert_eq!(bing["organic"].as_array().unwrap().len(), 10);
@@ -128,13 +152,27 @@ async fn serp_is_deterministic_and_differs_by_geo() {
     assert_eq!(a, b, "the same request gives the same body");
 
     let us: Value = serde_json::from_str(&a).unwrap();
-    let de = sim.serp("https://www.google.com/search?q=running+shoes&gl=de&brd_json=1").await;
-    assert_ne!(links(&us), links(&de), "another country ranks other results");
+    let de = sim
+        .serp("https://www.google.com/search?q=running+shoes&gl=de&brd_json=1")
+        .await;
+    assert_ne!(
+        links(&us),
+        links(&de),
+        "another country ranks other results"
+    );
 
-    let other_query = sim.serp("https://www.google.com/search?q=rice+cooker&gl=us&brd_json=1").await;
+    let other_query = sim
+        .serp("https://www.google.com/search?q=rice+cooker&gl=us&brd_json=1")
+        .await;
     assert_ne!(links(&us), links(&other_query));
-    let same_query_other_case = sim.serp("https://www.google.com/search?q=Running++Shoes&gl=us&brd_json=1").await;
-    assert_eq!(links(&us), links(&same_query_other_case), "queries are normalized");
+    let same_query_other_case = sim
+        .serp("https://www.google.com/search?q=Running++Shoes&gl=us&brd_json=1")
+        .await;
+    assert_eq!(
+        links(&us),
+        links(&same_query_other_case),
+        "queries are normalized"
+    );
 }
 
 #[tokio::test]
@@ -146,19 +184,27 @@ async fn serp_without_brd_json_is_html() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(header(&resp, "content-type").starts_with("text/html"));
     let html = resp.text().await.unwrap();
-    assert!(html.contains("<title>desk lamp - Google Search</title>"), "{html}");
+    assert!(
+        html.contains("<title>desk lamp - Google Search</title>"),
+        "{html}"
+    );
     assert_eq!(html.matches("href=\"https://shop.example/p/").count(), 10);
 }
 
 #[tokio::test]
 async fn serp_links_lead_to_matching_product_pages() {
     let sim = Sim::start(SimConfig::default()).await;
-    let serp = sim.serp("https://www.google.com/search?q=espresso+grinder&brd_json=1").await;
+    let serp = sim
+        .serp("https://www.google.com/search?q=espresso+grinder&brd_json=1")
+        .await;
     let first = &serp["organic"][0];
     let page = sim.product(first["link"].as_str().unwrap(), "us").await;
     let ld = json_ld(&page);
     let name = ld["name"].as_str().unwrap();
-    assert!(first["title"].as_str().unwrap().starts_with(name), "{first} vs {name}");
+    assert!(
+        first["title"].as_str().unwrap().starts_with(name),
+        "{first} vs {name}"
+    );
     assert!(page.contains(&format!("<h1>{name}</h1>")));
 }
 
@@ -174,11 +220,23 @@ async fn product_pages_differ_by_country_and_carry_valid_json_ld() {
         }
     }
     let mut offers = Vec::new();
-    for (country, currency) in [("us", "USD"), ("de", "EUR"), ("fr", "EUR"), ("gb", "GBP"), ("jp", "JPY"), ("br", "USD")] {
+    for (country, currency) in [
+        ("us", "USD"),
+        ("de", "EUR"),
+        ("fr", "EUR"),
+        ("gb", "GBP"),
+        ("jp", "JPY"),
+        ("br", "USD"),
+    ] {
         let page = sim.product(&url, country).await;
         assert!(page.contains("<h1>"), "{page}");
-        let sku_line = page.lines().find(|l| l.starts_with("<p>SKU: ")).expect("a SKU line");
-        let sku = sku_line.trim_start_matches("<p>SKU: ").trim_end_matches("</p>");
+        let sku_line = page
+            .lines()
+            .find(|l| l.starts_with("<p>SKU: "))
+            .expect("a SKU line");
+        let sku = sku_line
+            .trim_start_matches("<p>SKU: ")
+            .trim_end_matches("</p>");
         assert!(sku.len() == 7 && sku.as_bytes()[2] == b'-', "{sku}");
 
         let ld = json_ld(&page);
@@ -191,14 +249,25 @@ async fn product_pages_differ_by_country_and_carry_valid_json_ld() {
         let price = ld["offers"]["price"].as_f64().unwrap();
         assert!(price > 0.0);
         if currency == "JPY" {
-            assert!(ld["offers"]["price"].is_u64(), "yen are whole: {}", ld["offers"]["price"]);
+            assert!(
+                ld["offers"]["price"].is_u64(),
+                "yen are whole: {}",
+                ld["offers"]["price"]
+            );
         }
-        assert_eq!(sim.product(&url, country).await, page, "deterministic per (url, country)");
+        assert_eq!(
+            sim.product(&url, country).await,
+            page,
+            "deterministic per (url, country)"
+        );
         offers.push((price.to_string(), currency));
     }
     let (us, de, fr) = (&offers[0], &offers[1], &offers[2]);
     assert_ne!(us, de);
-    assert_ne!(de.0, fr.0, "a per-country factor, not only a currency: {de:?} {fr:?}");
+    assert_ne!(
+        de.0, fr.0,
+        "a per-country factor, not only a currency: {de:?} {fr:?}"
+    );
 }
 
 #[tokio::test]
@@ -225,8 +294,14 @@ async fn a_small_share_of_pages_is_malformed_in_every_country() {
         let jp = json_ld(&sim.product(&url, "jp").await);
         assert!(is_malformed(&jp), "every country agrees on {url}");
     }
-    assert!((8..=40).contains(&malformed), "{malformed} of 400 malformed");
-    assert!(kinds.iter().filter(|&&n| n > 0).count() >= 2, "defects vary: {kinds:?}");
+    assert!(
+        (8..=40).contains(&malformed),
+        "{malformed} of 400 malformed"
+    );
+    assert!(
+        kinds.iter().filter(|&&n| n > 0).count() >= 2,
+        "defects vary: {kinds:?}"
+    );
 }
 
 #[tokio::test]
@@ -241,7 +316,10 @@ async fn markdown_renders_the_same_product() {
     assert!(header(&resp, "content-type").starts_with("text/markdown"));
     let md = resp.text().await.unwrap();
     assert!(md.starts_with("# Nordwind Kettle\n"), "{md}");
-    assert!(md.contains(&format!("SKU: {}", ld["sku"].as_str().unwrap())), "{md}");
+    assert!(
+        md.contains(&format!("SKU: {}", ld["sku"].as_str().unwrap())),
+        "{md}"
+    );
     assert!(!md.contains("<script"));
 }
 
@@ -250,11 +328,18 @@ async fn format_json_wraps_the_page() {
     let sim = Sim::start(SimConfig::default()).await;
     let url = "https://shop.example/p/acme-toaster-0b1c";
     let raw = sim.product(url, "us").await;
-    let resp = sim.post(json!({"zone": "web_unlocker1", "url": url, "format": "json"})).await;
+    let resp = sim
+        .post(json!({"zone": "web_unlocker1", "url": url, "format": "json"}))
+        .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["status_code"], 200);
-    assert!(v["headers"]["content-type"].as_str().unwrap().starts_with("text/html"));
+    assert!(
+        v["headers"]["content-type"]
+            .as_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
     assert_eq!(v["body"], raw.as_str());
 }
 
@@ -265,13 +350,25 @@ async fn missing_or_wrong_token_is_401_without_brd_headers() {
     let requests = [
         sim.client.post(sim.url()).json(&body),
         sim.client.post(sim.url()).bearer_auth("").json(&body),
-        sim.client.post(sim.url()).bearer_auth("wrong-token").json(&body),
-        sim.client.post(sim.url()).basic_auth("user", Some(TOKEN)).json(&body),
+        sim.client
+            .post(sim.url())
+            .bearer_auth("wrong-token")
+            .json(&body),
+        sim.client
+            .post(sim.url())
+            .basic_auth("user", Some(TOKEN))
+            .json(&body),
     ];
     for req in requests {
         let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
-        assert!(resp.headers().keys().all(|k| !k.as_str().starts_with("x-brd")), "{:?}", resp.headers());
+        assert!(
+            resp.headers()
+                .keys()
+                .all(|k| !k.as_str().starts_with("x-brd")),
+            "{:?}",
+            resp.headers()
+        );
         assert!(header(&resp, "content-type").starts_with("text/plain"));
         assert!(!resp.text().await.unwrap().is_empty());
     }
@@ -295,7 +392,9 @@ async fn any_token_is_accepted_when_none_is_configured() {
 #[tokio::test]
 async fn unknown_zone_is_400_with_x_brd_error() {
     let sim = Sim::start(SimConfig::default()).await;
-    let resp = sim.post(json!({"zone": "nope", "url": "https://example.com/", "format": "raw"})).await;
+    let resp = sim
+        .post(json!({"zone": "nope", "url": "https://example.com/", "format": "raw"}))
+        .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert_eq!(header(&resp, "x-brd-error"), "zone not found");
     assert_eq!(resp.text().await.unwrap().trim(), "zone \"nope\" not found");
@@ -338,16 +437,32 @@ async fn malformed_requests_are_400() {
 async fn oversized_bodies_are_refused() {
     let sim = Sim::start(SimConfig::default()).await;
     let huge = "x".repeat(trawl_sim::BODY_LIMIT + 1);
-    let resp = sim.post(json!({"zone": "web_unlocker1", "url": "https://example.com/", "pad": huge})).await;
+    let resp = sim
+        .post(json!({"zone": "web_unlocker1", "url": "https://example.com/", "pad": huge}))
+        .await;
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    assert_eq!(sim.handle.stats(), SimStats { requests: 1, rejected: 1, ..SimStats::default() });
+    assert_eq!(
+        sim.handle.stats(),
+        SimStats {
+            requests: 1,
+            rejected: 1,
+            ..SimStats::default()
+        }
+    );
 }
 
 #[tokio::test]
 async fn rate_limit_fault_gives_429_with_retry_after() {
     let faults = Faults::parse("429=1.0").unwrap();
-    let sim = Sim::start(SimConfig::default().with_faults(faults).with_retry_after_secs(7)).await;
-    let resp = sim.post(json!({"zone": "web_unlocker1", "url": "https://example.com/", "format": "raw"})).await;
+    let sim = Sim::start(
+        SimConfig::default()
+            .with_faults(faults)
+            .with_retry_after_secs(7),
+    )
+    .await;
+    let resp = sim
+        .post(json!({"zone": "web_unlocker1", "url": "https://example.com/", "format": "raw"}))
+        .await;
     assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&resp, "retry-after"), "7");
     assert_eq!(header(&resp, "x-brd-error-code"), "sr_rate_limit");
@@ -361,7 +476,10 @@ async fn bad_gateway_fault_gives_502() {
         .post(json!({"zone": "serp_api1", "url": "https://www.google.com/search?q=x&brd_json=1", "format": "raw"}))
         .await;
     assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(header(&resp, "x-brd-error"), "Failed to establish connection with peer");
+    assert_eq!(
+        header(&resp, "x-brd-error"),
+        "Failed to establish connection with peer"
+    );
     assert_eq!(header(&resp, "x-brd-error-code"), "reject_block");
 }
 
@@ -376,7 +494,9 @@ async fn faults_spare_requests_that_are_refused_anyway() {
         .await
         .unwrap();
     assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
-    let bad_zone = sim.post(json!({"zone": "nope", "url": "https://example.com/"})).await;
+    let bad_zone = sim
+        .post(json!({"zone": "nope", "url": "https://example.com/"}))
+        .await;
     assert_eq!(bad_zone.status(), StatusCode::BAD_REQUEST);
 }
 
@@ -385,7 +505,11 @@ async fn timeout_fault_outlasts_the_client_timeout() {
     let config = SimConfig::default()
         .with_faults(Faults::parse("timeout=1").unwrap())
         .with_hang(Duration::from_secs(30));
-    let sim = Sim::start_with_client(config, reqwest::Client::builder().timeout(Duration::from_millis(200))).await;
+    let sim = Sim::start_with_client(
+        config,
+        reqwest::Client::builder().timeout(Duration::from_millis(200)),
+    )
+    .await;
     let started = tokio::time::Instant::now();
     let err = sim
         .client
@@ -484,7 +608,10 @@ async fn stats_count_every_outcome_exactly() {
         expected.requests += 1;
         expected.rejected += 1;
     }
-    assert!(expected.ok > 0 && expected.rate_limited > 0 && expected.bad_gateway > 0, "{expected:?}");
+    assert!(
+        expected.ok > 0 && expected.rate_limited > 0 && expected.bad_gateway > 0,
+        "{expected:?}"
+    );
     assert_eq!(sim.handle.stats(), expected);
 
     let over_http: SimStats = sim

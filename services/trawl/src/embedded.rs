@@ -152,7 +152,7 @@ impl Embedded {
 
     fn plumbing(&self) -> (Arc<EmbeddedQueue>, InProcessEvents) {
         let (events, _rx) = InProcessEvents::channel();
-        (Arc::new(EmbeddedQueue::new(self.options.queue.clone())), events)
+        (Arc::new(EmbeddedQueue::new(self.options.queue)), events)
     }
 
     fn scheduler<'a>(&'a self, queue: &'a dyn SliceQueue, events: &'a InProcessEvents) -> Scheduler<'a> {
@@ -169,7 +169,7 @@ impl Embedded {
     /// output files. A job awaiting approval is not run; its summary says so.
     pub async fn run(&self, job: &JobId, out_dir: &Path, progress: &mut Progress, cancel: &CancellationToken) -> anyhow::Result<Summary> {
         let started = Instant::now();
-        let queue = Arc::new(EmbeddedQueue::new(self.options.queue.clone()));
+        let queue = Arc::new(EmbeddedQueue::new(self.options.queue));
         let (events, mut rx) = InProcessEvents::channel();
         let events = Arc::new(events);
         let worker = Arc::new(Worker::new(

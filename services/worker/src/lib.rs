@@ -91,8 +91,11 @@ impl WorkerConfig {
 /// sights of one job share one load; a job that is over is remembered as `None`.
 #[derive(Default)]
 pub struct JobContexts {
-    map: Mutex<HashMap<JobId, Arc<OnceCell<Option<Arc<JobContext>>>>>>,
+    map: Mutex<HashMap<JobId, Arc<ContextCell>>>,
 }
+
+/// One job's context, loaded once; `None` when the job is over.
+type ContextCell = OnceCell<Option<Arc<JobContext>>>;
 
 impl JobContexts {
     /// The job's context, or `None` when the job is over or unknown (its slices are
