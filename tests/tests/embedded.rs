@@ -284,6 +284,34 @@ async fn concurrent_identical_calls_across_slices_make_one_upstream_call() {
     assert_eq!(b.items.valid + b.items.rejected, 20);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_slice_heartbeats_and_is_not_delivered_twice() {
+    use trawl_queue::QueueConfig;
+    let dir = tempfile::tempdir().unwrap();
+    // Each answer takes longer than the queue's ack wait; the cache is bypassed so
+    // a second delivery would show as a second upstream request.
+    let job = pages_job(4, "us", "cache: {max_age: 0}\n");
+    let slow = || sim("").with_latency(Duration::from_millis(500));
+    let requests = |heartbeat: Duration, state: &str| {
+        let state = dir.path().join(state);
+        let job = job.clone();
+        async move {
+            let opts = Options::new(&state, Upstream::Simulator(slow()))
+                .with_call_timeout(Duration::from_secs(5))
+                .with_queue(QueueConfig::default().with_ack_wait(Duration::from_millis(200)))
+                .with_worker(WorkerConfig::default().with_concurrency(8).with_heartbeat(heartbeat));
+            let sys = Embedded::start(opts).await.unwrap();
+            let s = run(&sys, &job, &state.join("out")).await;
+            assert_eq!(s.status, JobStatus::Succeeded);
+            assert_eq!(s.slices.total, 4);
+            sys.simulator().unwrap().stats().requests
+        }
+    };
+    assert_eq!(requests(Duration::from_millis(50), "beating").await, 4);
+    // Control: without a heartbeat inside the ack wait, the queue redelivers.
+    assert!(requests(Duration::from_secs(30), "silent").await > 4);
+}
+
 trait ParseJob {
     fn parse_job(&self) -> trawl_core::model::JobId;
 }

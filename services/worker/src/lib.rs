@@ -56,6 +56,10 @@ pub struct WorkerConfig {
     pub retry_max_delay: Duration,
     /// Delay before a slice whose outcome could not be written is delivered again.
     pub nak_delay: Duration,
+    /// How often a slice in progress tells the queue it is still being worked on,
+    /// so a slice that waits out long retries is not redelivered meanwhile. Keep it
+    /// well below the queue's ack wait.
+    pub heartbeat: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -65,6 +69,7 @@ impl Default for WorkerConfig {
             retry_base_delay: Duration::from_millis(100),
             retry_max_delay: Duration::from_secs(30),
             nak_delay: Duration::from_secs(1),
+            heartbeat: Duration::from_secs(10),
         }
     }
 }
@@ -78,6 +83,11 @@ impl WorkerConfig {
     pub fn with_retry_delays(mut self, base: Duration, max: Duration) -> Self {
         self.retry_base_delay = base;
         self.retry_max_delay = max;
+        self
+    }
+
+    pub fn with_heartbeat(mut self, d: Duration) -> Self {
+        self.heartbeat = d.max(Duration::from_millis(1));
         self
     }
 
@@ -198,7 +208,20 @@ impl Worker {
         let msg = d.message.clone();
         let span = tracing::info_span!("slice", job_id = %msg.job_id, slice_id = %msg.slice.id, kind = msg.slice.kind.name(), delivery = d.delivery);
         async {
-            match self.process(&msg).await {
+            let work = self.process(&msg);
+            tokio::pin!(work);
+            let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + self.config.heartbeat, self.config.heartbeat);
+            let result = loop {
+                tokio::select! {
+                    r = &mut work => break r,
+                    _ = beat.tick() => {
+                        if let Err(e) = d.acker.in_progress().await {
+                            tracing::warn!(error = %e, "in_progress failed");
+                        }
+                    }
+                }
+            };
+            match result {
                 Ok(()) => {
                     if let Err(e) = d.acker.ack().await {
                         tracing::warn!(error = %e, "ack failed");
