@@ -42,9 +42,14 @@ async fn system(state: &Path, sim: SimConfig) -> Embedded {
 
 async fn run(sys: &Embedded, spec: &JobSpec, out: &Path) -> Summary {
     let submitted = sys.submit(spec, Some("test")).await.unwrap();
-    sys.run(&submitted.job_id, out, &mut Progress::Quiet, &CancellationToken::new())
-        .await
-        .unwrap()
+    sys.run(
+        &submitted.job_id,
+        out,
+        &mut Progress::Quiet,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap()
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -76,7 +81,9 @@ schema:
 "#;
 
 fn pages_job(n: usize, geos: &str, extra: &str) -> JobSpec {
-    let urls: Vec<String> = (0..n).map(|i| format!("\"https://shop.example/p/item-{i}\"")).collect();
+    let urls: Vec<String> = (0..n)
+        .map(|i| format!("\"https://shop.example/p/item-{i}\""))
+        .collect();
     spec(&format!(
         "name: pages\npages:\n  urls: [{}]\n  geos: [{geos}]\n{EXTRACT}{extra}",
         urls.join(", ")
@@ -86,11 +93,18 @@ fn pages_job(n: usize, geos: &str, extra: &str) -> JobSpec {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_with_injected_faults_keeps_every_invariant() {
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), sim("429=0.1,502=0.1,timeout=0.03")).await;
+    let sys = system(
+        &dir.path().join("state"),
+        sim("429=0.1,502=0.1,timeout=0.03"),
+    )
+    .await;
     let job = spec(&format!(
         "name: faults\nsearches:\n  queries: [laptop, ultrabook, tablet]\n  geos: [us, de, jp]\n  follow_top: 4\n\
          pages:\n  urls: [{}]\n  geos: [us, gb]\n{EXTRACT}retries: {{max_attempts: 3}}\n",
-        (0..30).map(|i| format!("\"https://shop.example/p/x-{i}\"")).collect::<Vec<_>>().join(", ")
+        (0..30)
+            .map(|i| format!("\"https://shop.example/p/x-{i}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     let out = dir.path().join("out");
     let s = run(&sys, &job, &out).await;
@@ -100,7 +114,11 @@ async fn a_run_with_injected_faults_keeps_every_invariant() {
     assert_eq!(s.slices.total, s.slices.succeeded + s.slices.failed);
     let counts = sys.store().counts(&s.job_id.parse_job()).await.unwrap();
     assert_eq!(counts.slices_open(), 0);
-    let want = if s.slices.failed == 0 { JobStatus::Succeeded } else { JobStatus::Partial };
+    let want = if s.slices.failed == 0 {
+        JobStatus::Succeeded
+    } else {
+        JobStatus::Partial
+    };
     assert_eq!(s.status, want, "{s:?}");
 
     // Faults really happened, and were retried.
@@ -109,7 +127,11 @@ async fn a_run_with_injected_faults_keeps_every_invariant() {
 
     // Each fetched page yields exactly one item: valid or rejected.
     let searches = plan(&job, &Default::default()).estimate.search_slices;
-    let failed = sys.store().failed_slices(&s.job_id.parse_job(), 10_000).await.unwrap();
+    let failed = sys
+        .store()
+        .failed_slices(&s.job_id.parse_job(), 10_000)
+        .await
+        .unwrap();
     let failed_pages = failed.iter().filter(|f| f.kind == "page").count() as u64;
     let failed_searches = failed.len() as u64 - failed_pages;
     let pages_fetched = (s.slices.total - searches) - failed_pages;
@@ -120,10 +142,18 @@ async fn a_run_with_injected_faults_keeps_every_invariant() {
     assert_eq!(page_items + rejections.len() as u64, pages_fetched);
     assert_eq!(s.items.valid, page_items + serp_items);
     assert_eq!(s.items.rejected, rejections.len() as u64);
-    assert_eq!(serp_items, (searches - failed_searches) * 10, "ten organic rows per search");
+    assert_eq!(
+        serp_items,
+        (searches - failed_searches) * 10,
+        "ten organic rows per search"
+    );
 
     // Upstream calls are bounded by slices × max_attempts, and all are accounted for.
-    assert!(stats.requests <= s.slices.total * 3, "{stats:?} vs {}", s.slices.total);
+    assert!(
+        stats.requests <= s.slices.total * 3,
+        "{stats:?} vs {}",
+        s.slices.total
+    );
     assert_eq!(s.upstream_calls, stats.requests);
     assert_eq!(s.cache_hits, 0);
 
@@ -132,7 +162,10 @@ async fn a_run_with_injected_faults_keeps_every_invariant() {
 
     // Failed slices carry their last error, a transient one after all attempts.
     for f in &failed {
-        assert!(["sr_rate_limit", "reject_block", "timeout"].contains(&f.error.code.as_str()), "{f:?}");
+        assert!(
+            ["sr_rate_limit", "reject_block", "timeout"].contains(&f.error.code.as_str()),
+            "{f:?}"
+        );
     }
 }
 
@@ -152,7 +185,11 @@ async fn a_second_run_is_served_from_the_cache_with_the_same_items() {
     };
     let sys = system(&state, sim("")).await;
     let second = run(&sys, &job, &dir.path().join("two")).await;
-    assert_eq!(sys.simulator().unwrap().stats().requests, 0, "nothing went upstream");
+    assert_eq!(
+        sys.simulator().unwrap().stats().requests,
+        0,
+        "nothing went upstream"
+    );
     assert_eq!(second.upstream_calls, 0);
     assert_eq!(second.cache_hits, first.slices.total);
     assert_eq!(second.cost_micros, 0);
@@ -175,7 +212,11 @@ async fn max_age_zero_bypasses_the_cache() {
     for round in 0..2 {
         let sys = system(&state, sim("")).await;
         let s = run(&sys, &job, &dir.path().join(format!("out{round}"))).await;
-        assert_eq!(sys.simulator().unwrap().stats().requests, 5, "round {round}");
+        assert_eq!(
+            sys.simulator().unwrap().stats().requests,
+            5,
+            "round {round}"
+        );
         assert_eq!(s.cache_hits, 0);
         sys.shutdown().await;
     }
@@ -189,10 +230,18 @@ async fn slices_that_exhaust_their_retries_fail_with_their_last_error() {
     let s = run(&sys, &job, &dir.path().join("out")).await;
     assert_eq!(s.status, JobStatus::Failed);
     assert_eq!((s.slices.total, s.slices.failed), (6, 6));
-    assert_eq!(sys.simulator().unwrap().stats().requests, 6 * 4, "exactly max_attempts each");
+    assert_eq!(
+        sys.simulator().unwrap().stats().requests,
+        6 * 4,
+        "exactly max_attempts each"
+    );
     assert_eq!(s.cost_micros, 0, "failed requests cost nothing");
     assert_eq!(s.failed_slices.len(), 6);
-    assert!(s.failed_slices.iter().all(|f| f.code == "reject_block"), "{:?}", s.failed_slices);
+    assert!(
+        s.failed_slices.iter().all(|f| f.code == "reject_block"),
+        "{:?}",
+        s.failed_slices
+    );
     assert!(s.reason.unwrap().contains("6 of 6 slices failed"));
 }
 
@@ -205,11 +254,18 @@ async fn one_bad_item_never_fails_its_slice() {
     assert_eq!(s.status, JobStatus::Succeeded);
     assert_eq!(s.slices.succeeded, 200);
     assert_eq!(s.items.valid + s.items.rejected, 200);
-    assert!(s.items.rejected > 0, "the simulator breaks some pages on purpose");
+    assert!(
+        s.items.rejected > 0,
+        "the simulator breaks some pages on purpose"
+    );
     for r in lines(&dir.path().join("out/rejections.jsonl")) {
         let errors = r["errors"].as_array().unwrap();
         assert!(!errors.is_empty());
-        assert!(errors.iter().all(|e| e["message"].as_str().is_some_and(|m| !m.is_empty())));
+        assert!(
+            errors
+                .iter()
+                .all(|e| e["message"].as_str().is_some_and(|m| !m.is_empty()))
+        );
     }
 }
 
@@ -217,21 +273,41 @@ async fn one_bad_item_never_fails_its_slice() {
 async fn a_job_above_its_approval_threshold_waits_until_approved() {
     let dir = tempfile::tempdir().unwrap();
     let sys = system(&dir.path().join("state"), sim("")).await;
-    let job = pages_job(10, "us", "budget: {max_usd: 1.0, approve_above_usd: 0.001}\n");
+    let job = pages_job(
+        10,
+        "us",
+        "budget: {max_usd: 1.0, approve_above_usd: 0.001}\n",
+    );
     let submitted = sys.submit(&job, None).await.unwrap();
     assert_eq!(submitted.status, JobStatus::AwaitingApproval);
     // Driving it does nothing while it waits.
     let s = sys
-        .run(&submitted.job_id, &dir.path().join("wait"), &mut Progress::Quiet, &CancellationToken::new())
+        .run(
+            &submitted.job_id,
+            &dir.path().join("wait"),
+            &mut Progress::Quiet,
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(s.status, JobStatus::AwaitingApproval);
     assert_eq!(sys.simulator().unwrap().stats().requests, 0);
 
-    assert_eq!(sys.decide(&submitted.job_id, true, "alice").await.unwrap(), JobStatus::Queued);
-    assert!(sys.decide(&submitted.job_id, true, "bob").await.is_err(), "decided once");
+    assert_eq!(
+        sys.decide(&submitted.job_id, true, "alice").await.unwrap(),
+        JobStatus::Queued
+    );
+    assert!(
+        sys.decide(&submitted.job_id, true, "bob").await.is_err(),
+        "decided once"
+    );
     let s = sys
-        .run(&submitted.job_id, &dir.path().join("out"), &mut Progress::Quiet, &CancellationToken::new())
+        .run(
+            &submitted.job_id,
+            &dir.path().join("out"),
+            &mut Progress::Quiet,
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(s.status, JobStatus::Succeeded);
@@ -244,9 +320,17 @@ async fn a_declined_job_is_cancelled_and_never_runs() {
     let sys = system(&dir.path().join("state"), sim("")).await;
     let job = pages_job(3, "us", "budget: {approve_above_usd: 0}\n");
     let submitted = sys.submit(&job, None).await.unwrap();
-    assert_eq!(sys.decide(&submitted.job_id, false, "alice").await.unwrap(), JobStatus::Cancelled);
+    assert_eq!(
+        sys.decide(&submitted.job_id, false, "alice").await.unwrap(),
+        JobStatus::Cancelled
+    );
     let s = sys
-        .run(&submitted.job_id, &dir.path().join("out"), &mut Progress::Quiet, &CancellationToken::new())
+        .run(
+            &submitted.job_id,
+            &dir.path().join("out"),
+            &mut Progress::Quiet,
+            &CancellationToken::new(),
+        )
         .await
         .unwrap();
     assert_eq!(s.status, JobStatus::Cancelled);
@@ -264,7 +348,11 @@ async fn spend_stops_at_max_usd_and_the_job_says_why() {
     assert_eq!(s.cost_micros, 5 * PRICE);
     assert_eq!((s.slices.succeeded, s.slices.failed), (5, 15));
     assert_eq!(s.status, JobStatus::Partial);
-    assert!(s.reason.as_deref().unwrap().starts_with("budget exhausted"), "{:?}", s.reason);
+    assert!(
+        s.reason.as_deref().unwrap().starts_with("budget exhausted"),
+        "{:?}",
+        s.reason
+    );
     assert!(s.failed_slices.iter().all(|f| f.code == "budget_exhausted"));
 }
 
@@ -273,11 +361,19 @@ async fn concurrent_identical_calls_across_slices_make_one_upstream_call() {
     // Two searches in one country whose results overlap would share pages; here two
     // jobs run at once over the same URLs and share one cache.
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), sim("").with_latency(Duration::from_millis(50))).await;
+    let sys = system(
+        &dir.path().join("state"),
+        sim("").with_latency(Duration::from_millis(50)),
+    )
+    .await;
     let job = pages_job(20, "us", "");
     let (out_a, out_b) = (dir.path().join("a"), dir.path().join("b"));
     let (a, b) = tokio::join!(run(&sys, &job, &out_a), run(&sys, &job, &out_b));
-    assert_eq!(sys.simulator().unwrap().stats().requests, 20, "each URL fetched once");
+    assert_eq!(
+        sys.simulator().unwrap().stats().requests,
+        20,
+        "each URL fetched once"
+    );
     assert_eq!(a.upstream_calls + b.upstream_calls, 20);
     assert_eq!(a.cache_hits + b.cache_hits, 20);
     assert_eq!(a.items.valid + a.items.rejected, 20);
@@ -299,7 +395,11 @@ async fn a_slow_slice_heartbeats_and_is_not_delivered_twice() {
             let opts = Options::new(&state, Upstream::Simulator(slow()))
                 .with_call_timeout(Duration::from_secs(5))
                 .with_queue(QueueConfig::default().with_ack_wait(Duration::from_millis(200)))
-                .with_worker(WorkerConfig::default().with_concurrency(8).with_heartbeat(heartbeat));
+                .with_worker(
+                    WorkerConfig::default()
+                        .with_concurrency(8)
+                        .with_heartbeat(heartbeat),
+                );
             let sys = Embedded::start(opts).await.unwrap();
             let s = run(&sys, &job, &state.join("out")).await;
             assert_eq!(s.status, JobStatus::Succeeded);

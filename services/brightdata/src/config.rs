@@ -57,7 +57,9 @@ impl BrightDataConfig {
 
     /// Reads the settings from `lookup` (the process environment in production).
     /// `Ok(None)` when no token is set: the caller then uses the simulator.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<BrightDataConfig>, String> {
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<BrightDataConfig>, String> {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let mut cfg = BrightDataConfig::new(
             get("BRIGHTDATA_API_URL").unwrap_or_else(|| DEFAULT_API_URL.into()),
@@ -70,7 +72,8 @@ impl BrightDataConfig {
             cfg.serp_zone = z;
         }
         if let Some(t) = get("BRIGHTDATA_TIMEOUT") {
-            cfg.timeout = humantime_like(&t).ok_or_else(|| format!("BRIGHTDATA_TIMEOUT={t}: expected seconds, e.g. 60"))?;
+            cfg.timeout = humantime_like(&t)
+                .ok_or_else(|| format!("BRIGHTDATA_TIMEOUT={t}: expected seconds, e.g. 60"))?;
         }
         cfg.prices = prices_from(&get)?;
         match get("BRIGHTDATA_API_TOKEN") {
@@ -115,14 +118,21 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| m.get(k).cloned()
     }
 
     #[test]
     fn no_token_means_simulator() {
         assert!(BrightDataConfig::from_lookup(env(&[])).unwrap().is_none());
-        assert!(BrightDataConfig::from_lookup(env(&[("BRIGHTDATA_API_TOKEN", " ")])).unwrap().is_none());
+        assert!(
+            BrightDataConfig::from_lookup(env(&[("BRIGHTDATA_API_TOKEN", " ")]))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -138,14 +148,18 @@ mod tests {
         .unwrap();
         assert_eq!(c.token.expose_secret(), "t0k");
         assert_eq!(c.api_url, "http://127.0.0.1:9");
-        assert_eq!((c.unlocker_zone.as_str(), c.serp_zone.as_str()), ("u1", "s1"));
+        assert_eq!(
+            (c.unlocker_zone.as_str(), c.serp_zone.as_str()),
+            ("u1", "s1")
+        );
         assert_eq!(c.prices.unlocker.0, 3_000);
         assert_eq!(c.prices.serp.0, 1_500);
     }
 
     #[test]
     fn bad_prices_are_refused() {
-        let e = BrightDataConfig::from_lookup(env(&[("TRAWL_PRICE_SERP_PER_1K", "cheap")])).unwrap_err();
+        let e = BrightDataConfig::from_lookup(env(&[("TRAWL_PRICE_SERP_PER_1K", "cheap")]))
+            .unwrap_err();
         assert!(e.contains("TRAWL_PRICE_SERP_PER_1K"), "{e}");
     }
 }

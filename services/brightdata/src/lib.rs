@@ -110,7 +110,12 @@ impl BrightData {
     }
 
     /// Runs a search through the SERP API and parses its organic results.
-    pub async fn search(&self, engine: Engine, query: &str, geo: Geo) -> Result<serp::SerpPage, ToolError> {
+    pub async fn search(
+        &self,
+        engine: Engine,
+        query: &str,
+        geo: Geo,
+    ) -> Result<serp::SerpPage, ToolError> {
         let url = serp::search_url(engine, query, geo);
         let body = self
             .request(&RequestBody {
@@ -126,9 +131,9 @@ impl BrightData {
 }
 
 fn str_arg<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::permanent("bad_arguments", format!("missing string argument {key}")))
+    args.get(key).and_then(Value::as_str).ok_or_else(|| {
+        ToolError::permanent("bad_arguments", format!("missing string argument {key}"))
+    })
 }
 
 fn geo_arg(args: &Value) -> Result<Geo, ToolError> {
@@ -194,11 +199,20 @@ impl ToolProvider for BrightData {
             SEARCH => {
                 let engine = engine_arg(args).ok()?;
                 let q = normalize_query(str_arg(args, "query").ok()?);
-                Some(CacheKey::new(tool, geo.as_str(), &format!("{}:{q}", engine.as_str()), "serp-json"))
+                Some(CacheKey::new(
+                    tool,
+                    geo.as_str(),
+                    &format!("{}:{q}", engine.as_str()),
+                    "serp-json",
+                ))
             }
             FETCH => {
                 let url = normalize_url(str_arg(args, "url").ok()?).ok()?;
-                let format = if markdown_arg(args).ok()? { "markdown" } else { "raw" };
+                let format = if markdown_arg(args).ok()? {
+                    "markdown"
+                } else {
+                    "raw"
+                };
                 Some(CacheKey::new(tool, geo.as_str(), &url, format))
             }
             _ => None,
@@ -230,14 +244,19 @@ impl ToolProvider for BrightData {
             FETCH => {
                 let url = normalize_url(str_arg(args, "url")?)
                     .map_err(|e| ToolError::permanent("bad_arguments", e))?;
-                let body = self.unlock(&url, geo_arg(args)?, markdown_arg(args)?).await?;
+                let body = self
+                    .unlock(&url, geo_arg(args)?, markdown_arg(args)?)
+                    .await?;
                 Ok(ToolAnswer {
                     body,
                     cost: self.config.prices.unlocker,
                     product: "unlocker",
                 })
             }
-            other => Err(ToolError::permanent("unknown_tool", format!("no tool named {other}"))),
+            other => Err(ToolError::permanent(
+                "unknown_tool",
+                format!("no tool named {other}"),
+            )),
         }
     }
 }

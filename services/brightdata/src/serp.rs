@@ -62,7 +62,10 @@ struct RawOrganic {
 /// (it was billed; asking again gives the same).
 pub fn parse(body: &[u8]) -> Result<SerpPage, ToolError> {
     let raw: Raw = serde_json::from_slice(body).map_err(|e| {
-        ToolError::permanent("bad_serp_json", format!("the SERP answer is not parsed JSON (brd_json=1): {e}"))
+        ToolError::permanent(
+            "bad_serp_json",
+            format!("the SERP answer is not parsed JSON (brd_json=1): {e}"),
+        )
     })?;
     let mut organic: Vec<Organic> = raw
         .organic
@@ -106,7 +109,15 @@ mod tests {
                      {"title":"no link","rank":3}]}"#;
         let p = parse(body).unwrap();
         assert_eq!(p.organic.len(), 2);
-        assert_eq!(p.organic[0], Organic { rank: 1, title: "A".into(), link: "https://a.example/".into(), description: String::new() });
+        assert_eq!(
+            p.organic[0],
+            Organic {
+                rank: 1,
+                title: "A".into(),
+                link: "https://a.example/".into(),
+                description: String::new()
+            }
+        );
         assert_eq!(p.organic[1].rank, 2);
     }
 

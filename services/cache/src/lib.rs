@@ -18,7 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use trawl_core::model::now_ms;
 use trawl_core::ports::{CacheKey, ContentCache, LoadFuture, PortError, Served, ToolError};
@@ -130,14 +132,21 @@ impl SqliteCache {
     }
 
     /// The stored value if stored within `max_age`.
-    pub async fn read(&self, key: &CacheKey, max_age: Duration) -> Result<Option<Vec<u8>>, PortError> {
-        let oldest = now_ms().saturating_sub(i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX));
-        sqlx::query_scalar::<_, Vec<u8>>("SELECT value FROM entries WHERE key = ? AND stored_ms >= ?")
-            .bind(&key.0)
-            .bind(oldest)
-            .fetch_optional(&self.readers)
-            .await
-            .map_err(unavailable)
+    pub async fn read(
+        &self,
+        key: &CacheKey,
+        max_age: Duration,
+    ) -> Result<Option<Vec<u8>>, PortError> {
+        let oldest =
+            now_ms().saturating_sub(i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX));
+        sqlx::query_scalar::<_, Vec<u8>>(
+            "SELECT value FROM entries WHERE key = ? AND stored_ms >= ?",
+        )
+        .bind(&key.0)
+        .bind(oldest)
+        .fetch_optional(&self.readers)
+        .await
+        .map_err(unavailable)
     }
 
     /// Stores `value` under `key`, committed when this returns.
@@ -155,7 +164,11 @@ impl SqliteCache {
     }
 
     /// Loads and stores; a failed store is logged, the answer still returned.
-    async fn load_and_store(&self, key: &CacheKey, load: LoadFuture<'_>) -> Result<Vec<u8>, ToolError> {
+    async fn load_and_store(
+        &self,
+        key: &CacheKey,
+        load: LoadFuture<'_>,
+    ) -> Result<Vec<u8>, ToolError> {
         let value = load.await?;
         if let Err(e) = self.write(key, &value).await {
             tracing::warn!(error = %e, "cache write failed; continuing without caching");
@@ -185,7 +198,10 @@ impl ContentCache for SqliteCache {
         load: LoadFuture<'_>,
     ) -> Result<(Vec<u8>, Served), ToolError> {
         if max_age.is_zero() {
-            return self.load_and_store(key, load).await.map(|v| (v, Served::Loaded));
+            return self
+                .load_and_store(key, load)
+                .await
+                .map(|v| (v, Served::Loaded));
         }
         let cell = self.cell(key);
         let ran = AtomicBool::new(false);
@@ -197,7 +213,9 @@ impl ContentCache for SqliteCache {
                     Ok(None) => {}
                     Err(e) => tracing::warn!(error = %e, "cache read failed; loading upstream"),
                 }
-                self.load_and_store(key, load).await.map(|v| (Arc::new(v), false))
+                self.load_and_store(key, load)
+                    .await
+                    .map(|v| (Arc::new(v), false))
             })
             .await
             .clone();
@@ -223,7 +241,9 @@ mod tests {
 
     async fn cache() -> (tempfile::TempDir, SqliteCache) {
         let dir = tempfile::tempdir().unwrap();
-        let c = SqliteCache::open(&dir.path().join("cache.db")).await.unwrap();
+        let c = SqliteCache::open(&dir.path().join("cache.db"))
+            .await
+            .unwrap();
         (dir, c)
     }
 
@@ -248,7 +268,8 @@ mod tests {
                     gate.notified().await;
                     Ok(b"answer".to_vec())
                 });
-                c.get_or_load(&key("k"), Duration::from_secs(60), load).await
+                c.get_or_load(&key("k"), Duration::from_secs(60), load)
+                    .await
             }));
         }
         // Wait until all callers share the one in-flight cell, then let the load finish.
@@ -264,19 +285,30 @@ mod tests {
         }
         assert_eq!(loads.load(Ordering::SeqCst), 1, "one upstream load");
         assert_eq!(served.iter().filter(|s| **s == Served::Loaded).count(), 1);
-        assert_eq!(served.iter().filter(|s| **s == Served::Coalesced).count(), n - 1);
+        assert_eq!(
+            served.iter().filter(|s| **s == Served::Coalesced).count(),
+            n - 1
+        );
     }
 
     #[tokio::test]
     async fn a_stored_answer_is_a_hit_until_it_is_older_than_max_age() {
         let (_d, c) = cache().await;
         let (_, s) = c
-            .get_or_load(&key("a"), Duration::from_secs(60), Box::pin(async { Ok(b"1".to_vec()) }))
+            .get_or_load(
+                &key("a"),
+                Duration::from_secs(60),
+                Box::pin(async { Ok(b"1".to_vec()) }),
+            )
             .await
             .unwrap();
         assert_eq!(s, Served::Loaded);
         let (v, s) = c
-            .get_or_load(&key("a"), Duration::from_secs(60), Box::pin(async { Ok(b"2".to_vec()) }))
+            .get_or_load(
+                &key("a"),
+                Duration::from_secs(60),
+                Box::pin(async { Ok(b"2".to_vec()) }),
+            )
             .await
             .unwrap();
         assert_eq!((v.as_slice(), s), (&b"1"[..], Served::Hit));
@@ -286,7 +318,11 @@ mod tests {
             .await
             .unwrap();
         let (v, s) = c
-            .get_or_load(&key("a"), Duration::from_secs(5), Box::pin(async { Ok(b"3".to_vec()) }))
+            .get_or_load(
+                &key("a"),
+                Duration::from_secs(5),
+                Box::pin(async { Ok(b"3".to_vec()) }),
+            )
             .await
             .unwrap();
         assert_eq!((v.as_slice(), s), (&b"3"[..], Served::Loaded));
@@ -297,7 +333,11 @@ mod tests {
         let (_d, c) = cache().await;
         for i in 0..3u8 {
             let (v, s) = c
-                .get_or_load(&key("z"), Duration::ZERO, Box::pin(async move { Ok(vec![i]) }))
+                .get_or_load(
+                    &key("z"),
+                    Duration::ZERO,
+                    Box::pin(async move { Ok(vec![i]) }),
+                )
                 .await
                 .unwrap();
             assert_eq!((v, s), (vec![i], Served::Loaded));
@@ -308,12 +348,20 @@ mod tests {
     async fn failed_loads_are_not_cached() {
         let (_d, c) = cache().await;
         let err = c
-            .get_or_load(&key("f"), Duration::from_secs(60), Box::pin(async { Err(ToolError::transient("http_502", "x")) }))
+            .get_or_load(
+                &key("f"),
+                Duration::from_secs(60),
+                Box::pin(async { Err(ToolError::transient("http_502", "x")) }),
+            )
             .await
             .unwrap_err();
         assert_eq!(err.code, "http_502");
         let (_, s) = c
-            .get_or_load(&key("f"), Duration::from_secs(60), Box::pin(async { Ok(b"ok".to_vec()) }))
+            .get_or_load(
+                &key("f"),
+                Duration::from_secs(60),
+                Box::pin(async { Ok(b"ok".to_vec()) }),
+            )
             .await
             .unwrap();
         assert_eq!(s, Served::Loaded);
@@ -326,19 +374,28 @@ mod tests {
         let tasks: Vec<_> = (0..600)
             .map(|i| {
                 let c = c.clone();
-                tokio::spawn(async move { c.write(&key(&format!("w{i}")), format!("v{i}").as_bytes()).await })
+                tokio::spawn(async move {
+                    c.write(&key(&format!("w{i}")), format!("v{i}").as_bytes())
+                        .await
+                })
             })
             .collect();
         for t in tasks {
             t.await.unwrap().unwrap();
         }
         for i in 0..600 {
-            let v = c.read(&key(&format!("w{i}")), Duration::from_secs(60)).await.unwrap();
+            let v = c
+                .read(&key(&format!("w{i}")), Duration::from_secs(60))
+                .await
+                .unwrap();
             assert_eq!(v, Some(format!("v{i}").into_bytes()));
         }
         c.write(&key("same"), b"1").await.unwrap();
         c.write(&key("same"), b"2").await.unwrap();
-        assert_eq!(c.read(&key("same"), Duration::from_secs(60)).await.unwrap(), Some(b"2".to_vec()));
+        assert_eq!(
+            c.read(&key("same"), Duration::from_secs(60)).await.unwrap(),
+            Some(b"2".to_vec())
+        );
     }
 
     #[tokio::test]
@@ -350,6 +407,9 @@ mod tests {
             c.write(&key("p"), b"kept").await.unwrap();
         }
         let c = SqliteCache::open(&path).await.unwrap();
-        assert_eq!(c.read(&key("p"), Duration::from_secs(60)).await.unwrap(), Some(b"kept".to_vec()));
+        assert_eq!(
+            c.read(&key("p"), Duration::from_secs(60)).await.unwrap(),
+            Some(b"kept".to_vec())
+        );
     }
 }

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// An amount of US dollars in millionths.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Micros(pub i64);
 

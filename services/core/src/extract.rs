@@ -33,7 +33,9 @@ impl Source {
             "jsonld" => {
                 let segs: Vec<String> = raw.split('.').map(str::trim).map(str::to_owned).collect();
                 if segs.iter().any(String::is_empty) {
-                    return Err(format!("\"{raw}\" is not a JSON-LD path: expected names joined by dots, e.g. offers.price"));
+                    return Err(format!(
+                        "\"{raw}\" is not a JSON-LD path: expected names joined by dots, e.g. offers.price"
+                    ));
                 }
                 Ok(Source::JsonLd(segs))
             }
@@ -48,7 +50,9 @@ impl Source {
             "regex" => {
                 let re = Regex::new(raw).map_err(|e| format!("not a regular expression: {e}"))?;
                 if re.captures_len() < 2 {
-                    return Err(format!("\"{raw}\" has no capture group: the first group is the value"));
+                    return Err(format!(
+                        "\"{raw}\" has no capture group: the first group is the value"
+                    ));
                 }
                 Ok(Source::Regex(re))
             }
@@ -94,14 +98,22 @@ pub struct Extractor {
 static JSONLD: LazyLock<Regex> = LazyLock::new(|| {
     // A constant pattern: a failure here is a programming error caught by every test.
     #[allow(clippy::expect_used)]
-    Regex::new(r#"(?is)<script\b[^>]*\btype\s*=\s*["']?application/ld\+json["']?[^>]*>(.*?)</script\s*>"#)
-        .expect("valid JSON-LD pattern")
+    Regex::new(
+        r#"(?is)<script\b[^>]*\btype\s*=\s*["']?application/ld\+json["']?[^>]*>(.*?)</script\s*>"#,
+    )
+    .expect("valid JSON-LD pattern")
 });
 
 impl Extractor {
     pub fn new(spec: &ExtractSpec) -> Extractor {
-        let needs_dom = spec.fields.values().any(|f| matches!(f.source, Source::Css { .. }));
-        let needs_jsonld = spec.fields.values().any(|f| matches!(f.source, Source::JsonLd(_)));
+        let needs_dom = spec
+            .fields
+            .values()
+            .any(|f| matches!(f.source, Source::Css { .. }));
+        let needs_jsonld = spec
+            .fields
+            .values()
+            .any(|f| matches!(f.source, Source::JsonLd(_)));
         Extractor {
             fields: spec.fields.clone(),
             needs_dom,
@@ -112,7 +124,11 @@ impl Extractor {
     /// The item a page yields: an object with the fields that were found.
     pub fn extract(&self, page: &str) -> Value {
         let dom = self.needs_dom.then(|| Html::parse_document(page));
-        let ld = if self.needs_jsonld { jsonld_nodes(page) } else { Vec::new() };
+        let ld = if self.needs_jsonld {
+            jsonld_nodes(page)
+        } else {
+            Vec::new()
+        };
         let mut out = Map::new();
         for (name, f) in &self.fields {
             let found = match &f.source {
@@ -120,7 +136,10 @@ impl Extractor {
                 Source::Css { selector, attr } => dom.as_ref().and_then(|d| {
                     let el = d.select(selector).next()?;
                     match attr {
-                        Some(a) => el.value().attr(a).map(|s| Value::String(s.trim().to_owned())),
+                        Some(a) => el
+                            .value()
+                            .attr(a)
+                            .map(|s| Value::String(s.trim().to_owned())),
                         None => {
                             let text = el.text().collect::<Vec<_>>().join(" ");
                             let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -189,7 +208,9 @@ fn first(v: &Value) -> &Value {
 fn convert(v: Value, ty: FieldType) -> Value {
     match (ty, v) {
         (FieldType::String, Value::String(s)) => Value::String(s.trim().to_owned()),
-        (FieldType::String, v @ (Value::Number(_) | Value::Bool(_))) => Value::String(v.to_string()),
+        (FieldType::String, v @ (Value::Number(_) | Value::Bool(_))) => {
+            Value::String(v.to_string())
+        }
         (FieldType::Number, Value::String(s)) => parse_number(&s)
             .and_then(Number::from_f64)
             .map_or(Value::String(s), Value::Number),
@@ -203,7 +224,9 @@ fn convert(v: Value, ty: FieldType) -> Value {
         },
         (FieldType::Boolean, Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
             "true" | "yes" | "1" | "instock" | "https://schema.org/instock" => Value::Bool(true),
-            "false" | "no" | "0" | "outofstock" | "https://schema.org/outofstock" => Value::Bool(false),
+            "false" | "no" | "0" | "outofstock" | "https://schema.org/outofstock" => {
+                Value::Bool(false)
+            }
             _ => Value::String(s),
         },
         (_, v) => v,
@@ -274,7 +297,9 @@ mod tests {
 
     #[test]
     fn missing_fields_are_left_out() {
-        let e = extractor("{name: {jsonld: name}, gtin: {jsonld: gtin13}, h2: {css: h2}, x: {regex: \"X=(\\\\d+)\"}}");
+        let e = extractor(
+            "{name: {jsonld: name}, gtin: {jsonld: gtin13}, h2: {css: h2}, x: {regex: \"X=(\\\\d+)\"}}",
+        );
         assert_eq!(e.extract(PAGE), json!({"name": "Aero 14"}));
         assert_eq!(e.extract("<html>nothing</html>"), json!({}));
     }

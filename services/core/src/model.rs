@@ -23,11 +23,15 @@ impl JobId {
     pub fn parse(s: &str) -> Result<JobId, String> {
         let ok = s.len() == 32
             && s.starts_with("job_")
-            && s[4..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+            && s[4..]
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
         if ok {
             Ok(JobId(s.to_owned()))
         } else {
-            Err(format!("\"{s}\" is not a job id (job_ followed by 28 hex digits)"))
+            Err(format!(
+                "\"{s}\" is not a job id (job_ followed by 28 hex digits)"
+            ))
         }
     }
 
@@ -109,7 +113,9 @@ impl Engine {
         match s {
             "google" => Ok(Engine::Google),
             "bing" => Ok(Engine::Bing),
-            other => Err(format!("\"{other}\" is not an engine: expected google or bing")),
+            other => Err(format!(
+                "\"{other}\" is not an engine: expected google or bing"
+            )),
         }
     }
 

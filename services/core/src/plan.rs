@@ -59,7 +59,9 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
     let (search_slices, page_slices) = spec.planned_slices();
     let followed_pages_max = spec.max_followed();
     let cost = prices.serp.saturating_mul(search_slices)
-        + prices.unlocker.saturating_mul(page_slices + followed_pages_max);
+        + prices
+            .unlocker
+            .saturating_mul(page_slices + followed_pages_max);
     Plan {
         slices,
         estimate: Estimate {
@@ -73,8 +75,14 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
 
 /// The page slices a finished search spawns: its first `follow_top` distinct,
 /// valid http(s) links, fetched from the search's country.
-pub fn follow_ups<'a>(parent: &SliceSpec, links: impl IntoIterator<Item = &'a str>) -> Vec<SliceSpec> {
-    let SliceKind::Search { geo, follow_top, .. } = &parent.kind else {
+pub fn follow_ups<'a>(
+    parent: &SliceSpec,
+    links: impl IntoIterator<Item = &'a str>,
+) -> Vec<SliceSpec> {
+    let SliceKind::Search {
+        geo, follow_top, ..
+    } = &parent.kind
+    else {
         return Vec::new();
     };
     let mut out: Vec<SliceSpec> = Vec::new();
@@ -82,7 +90,9 @@ pub fn follow_ups<'a>(parent: &SliceSpec, links: impl IntoIterator<Item = &'a st
         if out.len() as u64 >= u64::from(*follow_top) {
             break;
         }
-        let Ok(url) = normalize_url(link) else { continue };
+        let Ok(url) = normalize_url(link) else {
+            continue;
+        };
         let child = SliceSpec::new(SliceKind::Page { url, geo: *geo }, Some(parent.id.clone()));
         if !out.iter().any(|c| c.id == child.id) {
             out.push(child);
@@ -135,7 +145,13 @@ mod tests {
         let search = &p.slices[0];
         let kids = follow_ups(
             search,
-            ["mailto:x@y", "https://s.example/a#r", "https://s.example/a", "https://s.example/b", "https://s.example/c"],
+            [
+                "mailto:x@y",
+                "https://s.example/a#r",
+                "https://s.example/a",
+                "https://s.example/b",
+                "https://s.example/c",
+            ],
         );
         let urls: Vec<_> = kids
             .iter()

@@ -127,7 +127,10 @@ pub struct CacheKey(pub String);
 impl CacheKey {
     /// `subject` is the normalized URL or query; `format` what was asked for.
     pub fn new(tool: &str, geo: &str, subject: &str, format: &str) -> CacheKey {
-        CacheKey(format!("trawl:v1:{tool}:{geo}:{}", crate::digest(&[subject, format])))
+        CacheKey(format!(
+            "trawl:v1:{tool}:{geo}:{}",
+            crate::digest(&[subject, format])
+        ))
     }
 }
 

@@ -85,6 +85,9 @@ mod tests {
             p.wait(Duration::from_millis(100), Some(Duration::from_secs(600))),
             Duration::from_secs(5)
         );
-        assert_eq!(p.wait(Duration::from_millis(300), None), Duration::from_millis(300));
+        assert_eq!(
+            p.wait(Duration::from_millis(300), None),
+            Duration::from_millis(300)
+        );
     }
 }

@@ -240,7 +240,10 @@ impl Checker {
         match v.as_u64() {
             Some(n) if (min..=max).contains(&n) => Some(n),
             _ if v.is_number() => {
-                self.err(path, format!("must be a whole number from {min} to {max}, not {v}"));
+                self.err(
+                    path,
+                    format!("must be a whole number from {min} to {max}, not {v}"),
+                );
                 None
             }
             _ => {
@@ -258,7 +261,10 @@ impl Checker {
                 None
             }
             None => {
-                self.err(path, format!("must be a number of US dollars, not {}", kind(v)));
+                self.err(
+                    path,
+                    format!("must be a number of US dollars, not {}", kind(v)),
+                );
                 None
             }
         }
@@ -268,7 +274,11 @@ impl Checker {
         if let Some(n) = v.as_u64() {
             return Some(Duration::from_secs(n));
         }
-        let bad = |s: &str| format!("\"{s}\" is not a duration: expected a number of seconds or e.g. 0, 90s, 30m, 24h, 7d");
+        let bad = |s: &str| {
+            format!(
+                "\"{s}\" is not a duration: expected a number of seconds or e.g. 0, 90s, 30m, 24h, 7d"
+            )
+        };
         match v.as_str() {
             Some(s) => match humantime::parse_duration(s.trim()) {
                 Ok(d) => Some(d),
@@ -330,18 +340,25 @@ impl Checker {
         let pages = f.get("pages").and_then(|v| self.pages(v));
         let extract = f.get("extract").and_then(|v| self.extract(v));
         let schema = f.get("schema").and_then(|v| self.schema(v));
-        let max_age = f.get("cache").map_or(Some(Duration::from_secs(24 * 3600)), |v| {
-            let c = self.object(v, "cache", &["max_age"])?;
-            match c.get("max_age") {
-                Some(m) => self.duration(m, "cache.max_age"),
-                None => Some(Duration::from_secs(24 * 3600)),
-            }
-        });
+        let max_age = f
+            .get("cache")
+            .map_or(Some(Duration::from_secs(24 * 3600)), |v| {
+                let c = self.object(v, "cache", &["max_age"])?;
+                match c.get("max_age") {
+                    Some(m) => self.duration(m, "cache.max_age"),
+                    None => Some(Duration::from_secs(24 * 3600)),
+                }
+            });
         let max_attempts = f.get("retries").map_or(Some(3), |v| {
             let r = self.object(v, "retries", &["max_attempts"])?;
             match r.get("max_attempts") {
                 Some(m) => self
-                    .uint(m, "retries.max_attempts", 1, u64::from(MAX_ATTEMPTS_CEILING))
+                    .uint(
+                        m,
+                        "retries.max_attempts",
+                        1,
+                        u64::from(MAX_ATTEMPTS_CEILING),
+                    )
                     .map(|n| n as u32),
                 None => Some(3),
             }
@@ -432,7 +449,10 @@ impl Checker {
                     Engine::Google
                 }
                 None => {
-                    self.err("searches.engine", format!("must be google or bing, not {}", kind(e)));
+                    self.err(
+                        "searches.engine",
+                        format!("must be google or bing, not {}", kind(e)),
+                    );
                     Engine::Google
                 }
             },
@@ -487,7 +507,10 @@ impl Checker {
             return None;
         };
         let Some(map) = fields_v.as_object() else {
-            self.err("extract.fields", format!("must be a mapping, not {}", kind(fields_v)));
+            self.err(
+                "extract.fields",
+                format!("must be a mapping, not {}", kind(fields_v)),
+            );
             return None;
         };
         if map.is_empty() {
@@ -534,24 +557,33 @@ impl Checker {
         }
         let source = match sources.as_slice() {
             [] => {
-                self.err(path, "the field has no source: give one of jsonld, css or regex");
+                self.err(
+                    path,
+                    "the field has no source: give one of jsonld, css or regex",
+                );
                 None
             }
             [one] => {
                 let p = f.path(one);
                 let raw = f.get(one).and_then(|v| self.string(v, &p));
-                raw.and_then(|raw| match Source::compile(one, &raw, f.get("attr").and_then(Value::as_str)) {
-                    Ok(s) => Some(s),
-                    Err(e) => {
-                        self.err(p, e);
-                        None
+                raw.and_then(|raw| {
+                    match Source::compile(one, &raw, f.get("attr").and_then(Value::as_str)) {
+                        Ok(s) => Some(s),
+                        Err(e) => {
+                            self.err(p, e);
+                            None
+                        }
                     }
                 })
             }
             many => {
                 self.err(
                     path,
-                    format!("the field has {} sources ({}); give exactly one", many.len(), many.join(", ")),
+                    format!(
+                        "the field has {} sources ({}); give exactly one",
+                        many.len(),
+                        many.join(", ")
+                    ),
                 );
                 None
             }
@@ -564,7 +596,10 @@ impl Checker {
 
     fn schema(&mut self, v: &Value) -> Option<Value> {
         if !v.is_object() && !v.is_boolean() {
-            self.err("schema", format!("must be a JSON Schema object, not {}", kind(v)));
+            self.err(
+                "schema",
+                format!("must be a JSON Schema object, not {}", kind(v)),
+            );
             return None;
         }
         match crate::validate::ItemValidator::new(v) {
@@ -648,7 +683,7 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
         let cases: Vec<(&str, String, Vec<&str>)> = vec![
             (
                 "unknown fields at three depths",
-                format!("name: x\ncolour: red\npages: {{urls: [\"https://a.example/\"], geos: [us], depth: 2}}\nextract: {{fields: {{t: {{css: h1, xpath: //h1}}}}}}\n"),
+                "name: x\ncolour: red\npages: {urls: [\"https://a.example/\"], geos: [us], depth: 2}\nextract: {fields: {t: {css: h1, xpath: //h1}}}\n".to_owned(),
                 vec!["colour", "pages.depth", "extract.fields.t.xpath"],
             ),
             (
@@ -719,7 +754,11 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
     #[test]
     fn error_messages_say_what_to_do() {
         let errs = JobSpec::parse("name: x\npages: {urls: [\"https://a.example/\"], geos: [US]}\nextract: {fields: {t: {css: h1}}}\n").unwrap_err();
-        assert!(errs.to_string().contains("pages.geos[0]: \"US\" must be lower case ISO 3166-1 alpha-2 (\"us\")"), "{errs}");
+        assert!(
+            errs.to_string()
+                .contains("pages.geos[0]: \"US\" must be lower case ISO 3166-1 alpha-2 (\"us\")"),
+            "{errs}"
+        );
     }
 
     #[test]

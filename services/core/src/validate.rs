@@ -17,7 +17,12 @@ impl ItemValidator {
         let v = jsonschema::options()
             .with_draft(Draft::Draft202012)
             .build(schema)
-            .map_err(|e| format!("invalid JSON Schema: {e} (at {})", pointer_or_root(e.instance_path().as_str())))?;
+            .map_err(|e| {
+                format!(
+                    "invalid JSON Schema: {e} (at {})",
+                    pointer_or_root(e.instance_path().as_str())
+                )
+            })?;
         Ok(ItemValidator { schema: Some(v) })
     }
 
@@ -64,7 +69,10 @@ mod tests {
     #[test]
     fn valid_items_have_no_violations() {
         let v = ItemValidator::new(&schema()).unwrap();
-        assert!(v.check(&json!({"name": "x", "price": 9.5, "currency": "USD"})).is_empty());
+        assert!(
+            v.check(&json!({"name": "x", "price": 9.5, "currency": "USD"}))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -74,7 +82,11 @@ mod tests {
         let mut paths: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
         paths.sort_unstable();
         assert_eq!(paths, ["", "/currency", "/price"], "{errs:?}");
-        assert!(errs.iter().any(|e| e.message.contains("\"name\" is a required property")), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.message.contains("\"name\" is a required property")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::model::{JobCounts, JobId, JobStatus, SliceError, SliceOutcome, now_ms};
 use trawl_core::plan::{Estimate, plan};
-use trawl_core::ports::{Approval, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store};
+use trawl_core::ports::{
+    Approval, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
+};
 use trawl_core::spec::JobSpec;
 
 /// Why a scheduler call failed.
@@ -61,11 +63,18 @@ pub struct Scheduler<'a> {
 
 impl Scheduler<'_> {
     /// Plans and stores a job. `approved_by` pre-approves it (`--yes`).
-    pub async fn submit(&self, spec: &JobSpec, approved_by: Option<&str>) -> Result<Submitted, ScheduleError> {
+    pub async fn submit(
+        &self,
+        spec: &JobSpec,
+        approved_by: Option<&str>,
+    ) -> Result<Submitted, ScheduleError> {
         let p = plan(spec, &self.prices);
         let created_ms = now_ms();
         let job_id = JobId::generate(created_ms, fastrand::u64(..));
-        let needs_approval = spec.budget.approve_above.is_some_and(|limit| p.estimate.cost > limit);
+        let needs_approval = spec
+            .budget
+            .approve_above
+            .is_some_and(|limit| p.estimate.cost > limit);
         let status = if needs_approval && approved_by.is_none() {
             JobStatus::AwaitingApproval
         } else {
@@ -91,7 +100,10 @@ impl Scheduler<'_> {
                 .request_approval(&Approval {
                     job_id: job_id.clone(),
                     amount: p.estimate.cost,
-                    reason: format!("estimated cost {} is above approve_above_usd {}", p.estimate.cost, limit),
+                    reason: format!(
+                        "estimated cost {} is above approve_above_usd {}",
+                        p.estimate.cost, limit
+                    ),
                     approved: None,
                     decided_by: None,
                 })
@@ -108,18 +120,35 @@ impl Scheduler<'_> {
     }
 
     /// Records a decision on a job awaiting approval.
-    pub async fn decide(&self, id: &JobId, approved: bool, by: &str) -> Result<JobStatus, ScheduleError> {
-        let job = self.store.job(id).await?.ok_or_else(|| ScheduleError::UnknownJob(id.clone()))?;
+    pub async fn decide(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<JobStatus, ScheduleError> {
+        let job = self
+            .store
+            .job(id)
+            .await?
+            .ok_or_else(|| ScheduleError::UnknownJob(id.clone()))?;
         if job.status != JobStatus::AwaitingApproval {
-            return Err(ScheduleError::NotAwaitingApproval(id.clone(), job.status.as_str()));
+            return Err(ScheduleError::NotAwaitingApproval(
+                id.clone(),
+                job.status.as_str(),
+            ));
         }
         self.store.decide_approval(id, approved, by).await?;
         let (status, reason) = if approved {
             (JobStatus::Queued, None)
         } else {
-            (JobStatus::Cancelled, Some(format!("approval declined by {by}")))
+            (
+                JobStatus::Cancelled,
+                Some(format!("approval declined by {by}")),
+            )
         };
-        self.store.set_job_status(id, status, reason.as_deref()).await?;
+        self.store
+            .set_job_status(id, status, reason.as_deref())
+            .await?;
         Ok(status)
     }
 
@@ -132,7 +161,11 @@ impl Scheduler<'_> {
         cancel: &CancellationToken,
         on_progress: &mut (dyn FnMut(&JobCounts) + Send),
     ) -> Result<Finished, ScheduleError> {
-        let job = self.store.job(id).await?.ok_or_else(|| ScheduleError::UnknownJob(id.clone()))?;
+        let job = self
+            .store
+            .job(id)
+            .await?
+            .ok_or_else(|| ScheduleError::UnknownJob(id.clone()))?;
         if job.status == JobStatus::AwaitingApproval || job.status.is_terminal() {
             return Ok(Finished {
                 job_id: id.clone(),
@@ -141,7 +174,9 @@ impl Scheduler<'_> {
                 counts: self.store.counts(id).await?,
             });
         }
-        self.store.set_job_status(id, JobStatus::Running, None).await?;
+        self.store
+            .set_job_status(id, JobStatus::Running, None)
+            .await?;
         let open_slices = self.store.open_slices(id).await?;
         let mut counts = self.store.counts(id).await?;
         on_progress(&counts);
@@ -206,12 +241,23 @@ impl Scheduler<'_> {
         let counts = self.store.counts(id).await?;
         on_progress(&counts);
         let (status, reason) = if cancelled {
-            (JobStatus::Cancelled, Some(format!("cancelled with {} slices open", counts.slices_open())))
+            (
+                JobStatus::Cancelled,
+                Some(format!(
+                    "cancelled with {} slices open",
+                    counts.slices_open()
+                )),
+            )
         } else {
             let status = JobStatus::from_slices(counts.slices_succeeded, counts.slices_failed);
-            (status, reason_for(&counts, &JobSpec::from_value(job.spec).ok()))
+            (
+                status,
+                reason_for(&counts, &JobSpec::from_value(job.spec).ok()),
+            )
         };
-        self.store.set_job_status(id, status, reason.as_deref()).await?;
+        self.store
+            .set_job_status(id, status, reason.as_deref())
+            .await?;
         Ok(Finished {
             job_id: id.clone(),
             status,
@@ -255,5 +301,10 @@ fn reason_for(c: &JobCounts, spec: &Option<JobSpec>) -> Option<String> {
             c.cost, max, c.budget_stops
         ));
     }
-    (c.slices_failed > 0).then(|| format!("{} of {} slices failed after their retries", c.slices_failed, c.slices_total))
+    (c.slices_failed > 0).then(|| {
+        format!(
+            "{} of {} slices failed after their retries",
+            c.slices_failed, c.slices_total
+        )
+    })
 }

@@ -7,15 +7,17 @@
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
 //!   `src/sqlite.sql`, applied once at open and versioned with `PRAGMA user_version`.
-//!   All access goes through a single connection: SQLite has one writer, and queueing
-//!   on a pool is cheaper than contending through busy handlers.
+//!   Everything goes through a single connection: SQLite has one writer, and queueing
+//!   in the process is cheaper than contending through busy handlers. Concurrent
+//!   `record_outcome` calls are group-committed (`sqlite/outcomes.rs`).
 //! - `error` (private): how a sqlx error becomes a [`trawl_core::ports::PortError`],
-//!   shared by every adapter (a `postgres` module can join `sqlite` later).
+//!   by what the caller can do next; shared with the adapters to come (a `postgres`
+//!   module can join `sqlite`).
 //!
 //! # Invariants
 //!
 //! - An outcome is written in one transaction, and only while its slice is pending:
-//!   a redelivered slice writes nothing.
+//!   a redelivered slice writes nothing and reports no new children.
 //! - Money is integer micro-dollars; times are milliseconds since the epoch.
 //! - Per-job counters are kept by the database itself (triggers), so `counts` reads
 //!   one row and always equals what is stored.

@@ -49,10 +49,16 @@ CREATE TABLE slices (
     created_ms     INTEGER NOT NULL,
     finished_ms    INTEGER,
     PRIMARY KEY (job_id, slice_id)
-) WITHOUT ROWID;
+);
+-- A rowid table, not WITHOUT ROWID: rows carry their spec (a few hundred bytes) and
+-- slice ids are random, so keying the rows themselves by id would scatter 100,000
+-- inserts over the whole table. Rows are appended; only the key index is random.
 
--- open_slices and failed_slices: (job_id, status) then slice_id, from the key.
-CREATE INDEX slices_by_status ON slices (job_id, status);
+-- open_slices and failed_slices, in slice order. Partial indexes rather than one on
+-- (job_id, status): an outcome then moves no index entry, it only drops one from
+-- slices_pending (and adds one to slices_failed when it failed).
+CREATE INDEX slices_pending ON slices (job_id, slice_id) WHERE status = 'pending';
+CREATE INDEX slices_failed ON slices (job_id, slice_id) WHERE status = 'failed';
 
 CREATE TABLE items (
     job_id    TEXT    NOT NULL,

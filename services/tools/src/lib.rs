@@ -53,7 +53,8 @@ impl Budget {
     /// Replaces a reservation by what was actually billed (which may pass the
     /// maximum: the money is spent).
     pub fn settle(&self, reserved: Micros, billed: Micros) {
-        self.reserved.fetch_add(billed.0 - reserved.0, Ordering::SeqCst);
+        self.reserved
+            .fetch_add(billed.0 - reserved.0, Ordering::SeqCst);
     }
 
     pub fn release(&self, amount: Micros) {
@@ -172,7 +173,16 @@ impl ToolLayer {
         let load: LoadFuture<'_> = Box::pin(upstream);
         let result = self.cache.get_or_load(&key, opts.max_age, load).await;
         let served_here = |r: Result<(), &ToolError>| {
-            rec.step(tool, &args_digest, true, 0, r, started.elapsed(), Micros::ZERO, "");
+            rec.step(
+                tool,
+                &args_digest,
+                true,
+                0,
+                r,
+                started.elapsed(),
+                Micros::ZERO,
+                "",
+            );
         };
         match result {
             Ok((body, Served::Loaded)) => Ok(body),
@@ -222,12 +232,30 @@ impl ToolLayer {
             match self.provider.call(tool, args).await {
                 Ok(answer) => {
                     opts.budget.settle(price, answer.cost);
-                    rec.step(tool, args_digest, false, n, Ok(()), t.elapsed(), answer.cost, answer.product);
+                    rec.step(
+                        tool,
+                        args_digest,
+                        false,
+                        n,
+                        Ok(()),
+                        t.elapsed(),
+                        answer.cost,
+                        answer.product,
+                    );
                     Ok(answer.body)
                 }
                 Err(e) => {
                     opts.budget.release(price);
-                    rec.step(tool, args_digest, false, n, Err(&e), t.elapsed(), Micros::ZERO, "");
+                    rec.step(
+                        tool,
+                        args_digest,
+                        false,
+                        n,
+                        Err(&e),
+                        t.elapsed(),
+                        Micros::ZERO,
+                        "",
+                    );
                     Err(e)
                 }
             }
@@ -240,7 +268,9 @@ impl ToolLayer {
         once.retry(backoff)
             .sleep(tokio::time::sleep)
             .when(|e: &ToolError| e.is_transient())
-            .adjust(|e: &ToolError, next: Option<Duration>| next.map(|d| policy.wait(d, e.retry_after)))
+            .adjust(|e: &ToolError, next: Option<Duration>| {
+                next.map(|d| policy.wait(d, e.retry_after))
+            })
             .await
     }
 }
@@ -311,7 +341,11 @@ mod tests {
         }
     }
 
-    async fn run(p: &Arc<Scripted>, max_attempts: u32, budget: &Budget) -> (Result<Vec<u8>, ToolError>, Vec<TraceStep>, Vec<CostEntry>) {
+    async fn run(
+        p: &Arc<Scripted>,
+        max_attempts: u32,
+        budget: &Budget,
+    ) -> (Result<Vec<u8>, ToolError>, Vec<TraceStep>, Vec<CostEntry>) {
         let layer = ToolLayer::new(p.clone(), Arc::new(NoCache));
         let rec = Recorder::new(SliceId::from_stored("s_1".into()));
         let opts = CallOptions {
@@ -336,7 +370,10 @@ mod tests {
         let (r, trace, costs) = run(&p, 3, &budget).await;
         assert_eq!(r.unwrap_err().code, "http_429");
         assert_eq!(p.calls.load(Ordering::SeqCst), 3);
-        let attempts: Vec<_> = trace.iter().map(|s| (s.attempt, s.status.as_str())).collect();
+        let attempts: Vec<_> = trace
+            .iter()
+            .map(|s| (s.attempt, s.status.as_str()))
+            .collect();
         assert_eq!(attempts, [(1, "http_502"), (2, "timeout"), (3, "http_429")]);
         assert!(costs.is_empty(), "failed calls cost nothing");
         assert_eq!(budget.reserved(), Micros::ZERO);
@@ -359,7 +396,10 @@ mod tests {
         let (r, trace, costs) = run(&p, 3, &Budget::new(None, Micros::ZERO)).await;
         assert_eq!(r.unwrap(), b"ok");
         let waited = t0.elapsed();
-        assert!(waited >= Duration::from_secs(7) && waited < Duration::from_secs(8), "{waited:?}");
+        assert!(
+            waited >= Duration::from_secs(7) && waited < Duration::from_secs(8),
+            "{waited:?}"
+        );
         assert_eq!(trace.len(), 2);
         assert_eq!(costs.len(), 1);
         assert_eq!(costs[0].amount, Micros(1_500));

@@ -111,12 +111,16 @@ impl Embedded {
                 let sim = trawl_sim::spawn(sim_config.clone())
                     .await
                     .context("starting the Bright Data simulator")?;
-                let c = BrightDataConfig::new(sim.base_url(), "simulator")
-                    .with_zones(sim_config.unlocker_zone.clone(), sim_config.serp_zone.clone());
+                let c = BrightDataConfig::new(sim.base_url(), "simulator").with_zones(
+                    sim_config.unlocker_zone.clone(),
+                    sim_config.serp_zone.clone(),
+                );
                 (c, Some(sim))
             }
         };
-        let config = config.with_prices(options.prices).with_timeout(options.call_timeout);
+        let config = config
+            .with_prices(options.prices)
+            .with_timeout(options.call_timeout);
         let provider = BrightData::new(config).context("building the HTTP client")?;
         let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
         Ok(Embedded {
@@ -137,7 +141,11 @@ impl Embedded {
     }
 
     /// Submits a job; it is queued, or parked awaiting approval.
-    pub async fn submit(&self, spec: &JobSpec, approved_by: Option<&str>) -> anyhow::Result<Submitted> {
+    pub async fn submit(
+        &self,
+        spec: &JobSpec,
+        approved_by: Option<&str>,
+    ) -> anyhow::Result<Submitted> {
         let (queue, events) = self.plumbing();
         let s = self.scheduler(queue.as_ref(), &events);
         Ok(s.submit(spec, approved_by).await?)
@@ -155,7 +163,11 @@ impl Embedded {
         (Arc::new(EmbeddedQueue::new(self.options.queue)), events)
     }
 
-    fn scheduler<'a>(&'a self, queue: &'a dyn SliceQueue, events: &'a InProcessEvents) -> Scheduler<'a> {
+    fn scheduler<'a>(
+        &'a self,
+        queue: &'a dyn SliceQueue,
+        events: &'a InProcessEvents,
+    ) -> Scheduler<'a> {
         Scheduler {
             store: self.store.as_ref(),
             queue,
@@ -167,7 +179,13 @@ impl Embedded {
 
     /// Runs a queued job to its end with one in-process worker, then writes the
     /// output files. A job awaiting approval is not run; its summary says so.
-    pub async fn run(&self, job: &JobId, out_dir: &Path, progress: &mut Progress, cancel: &CancellationToken) -> anyhow::Result<Summary> {
+    pub async fn run(
+        &self,
+        job: &JobId,
+        out_dir: &Path,
+        progress: &mut Progress,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<Summary> {
         let started = Instant::now();
         let queue = Arc::new(EmbeddedQueue::new(self.options.queue));
         let (events, mut rx) = InProcessEvents::channel();
@@ -240,7 +258,10 @@ impl Embedded {
                 record.estimate
             )),
             slices: SliceCounts::of(&c),
-            items: ItemCounts { valid: 0, rejected: 0 },
+            items: ItemCounts {
+                valid: 0,
+                rejected: 0,
+            },
             upstream_calls: 0,
             cache_hits: 0,
             cost_usd: 0.0,

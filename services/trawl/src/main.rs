@@ -33,7 +33,11 @@ mod exit {
 }
 
 #[derive(Parser)]
-#[command(name = "trawl", version, about = "Research jobs at scale: searches and pages through Bright Data, cached, retried, validated, costed.")]
+#[command(
+    name = "trawl",
+    version,
+    about = "Research jobs at scale: searches and pages through Bright Data, cached, retried, validated, costed."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -123,8 +127,10 @@ struct RunArgs {
 
 impl RunArgs {
     fn options(&self) -> anyhow::Result<Options> {
-        let bd = BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
-        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+        let bd =
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+            .map_err(anyhow::Error::msg)?;
         let upstream = match bd {
             Some(c) => Upstream::BrightData(c),
             None => Upstream::Simulator(self.sim.config()?),
@@ -140,7 +146,10 @@ impl RunArgs {
 fn main() -> ExitCode {
     trawl::telemetry::init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -207,14 +216,25 @@ fn parse_job_id(s: &str) -> Result<JobId, u8> {
 fn default_out(name: &str) -> PathBuf {
     let safe: String = name
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     Path::new("out").join(safe)
 }
 
 async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
     match cmd {
-        Command::Run { job_file, out, yes, run } => {
+        Command::Run {
+            job_file,
+            out,
+            yes,
+            run,
+        } => {
             let spec = match read_spec(&job_file) {
                 Ok(s) => s,
                 Err(code) => return Ok(code),
@@ -243,7 +263,12 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             sys.shutdown().await;
             Ok(report(&summary, &out))
         }
-        Command::Approve { job_id, out, by, run } => {
+        Command::Approve {
+            job_id,
+            out,
+            by,
+            run,
+        } => {
             let id = match parse_job_id(&job_id) {
                 Ok(id) => id,
                 Err(code) => return Ok(code),
@@ -251,7 +276,14 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             let sys = start(&run).await?;
             let status = sys.decide(&id, true, &by).await?;
             eprintln!("job {id} approved by {by}: {}", status.as_str());
-            let name = sys.store().job(&id).await.ok().flatten().map(|j| j.name).unwrap_or_default();
+            let name = sys
+                .store()
+                .job(&id)
+                .await
+                .ok()
+                .flatten()
+                .map(|j| j.name)
+                .unwrap_or_default();
             let out = out.unwrap_or_else(|| default_out(&name));
             let summary = run_to_end(&sys, &id, &out).await?;
             sys.shutdown().await;
@@ -274,7 +306,8 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
                 Ok(s) => s,
                 Err(code) => return Ok(code),
             };
-            let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+            let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+                .map_err(anyhow::Error::msg)?;
             let p = plan(&spec, &prices);
             let out = serde_json::json!({
                 "name": spec.name,
@@ -330,9 +363,15 @@ fn report(s: &Summary, out: &Path) -> u8 {
         s.upstream_calls,
         s.cache_hits,
         s.cost_usd,
-        s.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
+        s.reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
     );
-    eprintln!("wrote {}/{{items.jsonl,rejections.jsonl,summary.json}}", out.display());
+    eprintln!(
+        "wrote {}/{{items.jsonl,rejections.jsonl,summary.json}}",
+        out.display()
+    );
     match s.status {
         JobStatus::Succeeded => exit::SUCCEEDED,
         JobStatus::Partial => exit::PARTIAL,

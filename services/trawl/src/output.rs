@@ -6,9 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use trawl_core::model::JobId;
 use trawl_core::model::{JobCounts, JobStatus};
 use trawl_core::ports::{FailedSlice, Store};
-use trawl_core::model::JobId;
 
 /// `summary.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -87,7 +87,12 @@ pub const FAILED_LISTED: u32 = 20;
 
 /// Writes the three files; each goes to a temporary name first, then is renamed,
 /// so a reader never sees half a file.
-pub async fn write(dir: &Path, store: &dyn Store, job: &JobId, summary: &Summary) -> anyhow::Result<()> {
+pub async fn write(
+    dir: &Path,
+    store: &dyn Store,
+    job: &JobId,
+    summary: &Summary,
+) -> anyhow::Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("creating output folder {}", dir.display()))?;
     let items = store.items(job).await.context("reading items")?;
     write_lines(&dir.join("items.jsonl"), &items)?;
@@ -110,11 +115,15 @@ fn write_lines<T: Serialize>(path: &Path, rows: &[T]) -> anyhow::Result<()> {
     })
 }
 
-fn write_atomic(path: &Path, fill: impl FnOnce(&mut BufWriter<fs::File>) -> std::io::Result<()>) -> anyhow::Result<()> {
+fn write_atomic(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     let file = fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut w = BufWriter::new(file);
     fill(&mut w).with_context(|| format!("writing {}", tmp.display()))?;
-    w.flush().with_context(|| format!("writing {}", tmp.display()))?;
+    w.flush()
+        .with_context(|| format!("writing {}", tmp.display()))?;
     fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
 }

@@ -8,7 +8,10 @@ use trawl_core::model::JobCounts;
 
 pub enum Progress {
     Bar(ProgressBar),
-    Lines { last: Option<Instant>, every: Duration },
+    Lines {
+        last: Option<Instant>,
+        every: Duration,
+    },
     Quiet,
 }
 
@@ -31,8 +34,10 @@ impl Progress {
     pub fn for_stderr() -> Progress {
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let style = ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
             bar.set_style(style);
             bar.enable_steady_tick(Duration::from_millis(200));
             Progress::Bar(bar)

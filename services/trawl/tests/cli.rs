@@ -20,7 +20,10 @@ fn trawl(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn example() -> String {
-    format!("{}/../../examples/laptop-prices.yaml", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/../../examples/laptop-prices.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    )
 }
 
 fn stderr(o: &Output) -> String {
@@ -36,16 +39,29 @@ fn the_example_runs_offline_and_a_second_run_comes_from_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let o = trawl(dir.path(), &["run", &example(), "--out", "out"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stderr(&o).contains("BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator"));
+    assert!(
+        stderr(&o)
+            .contains("BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator")
+    );
     let s = summary(&dir.path().join("out"));
     assert_eq!(s["status"], "succeeded");
     assert_eq!(s["simulator"], true);
-    for key in ["job_id", "slices", "items", "upstream_calls", "cache_hits", "cost_usd"] {
+    for key in [
+        "job_id",
+        "slices",
+        "items",
+        "upstream_calls",
+        "cache_hits",
+        "cost_usd",
+    ] {
         assert!(s.get(key).is_some(), "summary lacks {key}");
     }
     let total = s["slices"]["total"].as_u64().unwrap();
     assert_eq!(s["upstream_calls"].as_u64(), Some(total));
-    assert!(dir.path().join(".trawl/store.db").exists(), "state in .trawl by default");
+    assert!(
+        dir.path().join(".trawl/store.db").exists(),
+        "state in .trawl by default"
+    );
 
     std::fs::remove_dir_all(dir.path().join("out")).unwrap();
     let o = trawl(dir.path(), &["run", &example(), "--out", "out"]);
@@ -54,7 +70,10 @@ fn the_example_runs_offline_and_a_second_run_comes_from_the_cache() {
     assert_eq!(s["upstream_calls"], 0);
     assert_eq!(s["cache_hits"].as_u64(), Some(total));
     for f in ["items.jsonl", "rejections.jsonl", "summary.json"] {
-        assert!(dir.path().join("out").join(f).exists(), "{f} written on a cached run");
+        assert!(
+            dir.path().join("out").join(f).exists(),
+            "{f} written on a cached run"
+        );
     }
 }
 
@@ -69,10 +88,22 @@ fn a_bad_spec_lists_every_error_and_stores_nothing() {
     let o = trawl(dir.path(), &["run", "bad.yaml"]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    for path in ["searches.geos[0]", "searches.geos[1]", "searches.engine", "cache.max_age", "colour"] {
-        assert!(err.contains(&format!("  {path}: ")), "missing {path} in:\n{err}");
+    for path in [
+        "searches.geos[0]",
+        "searches.geos[1]",
+        "searches.engine",
+        "cache.max_age",
+        "colour",
+    ] {
+        assert!(
+            err.contains(&format!("  {path}: ")),
+            "missing {path} in:\n{err}"
+        );
     }
-    assert!(!dir.path().join(".trawl").exists(), "nothing stored for a rejected spec");
+    assert!(
+        !dir.path().join(".trawl").exists(),
+        "nothing stored for a rejected spec"
+    );
     assert!(!dir.path().join("out").exists());
 }
 
@@ -93,7 +124,10 @@ fn approval_parks_the_job_until_trawl_approve() {
     let id = s["job_id"].as_str().unwrap().to_owned();
     assert!(stderr(&o).contains(&format!("trawl approve {id}")));
 
-    let o = trawl(dir.path(), &["approve", &id, "--out", "done", "--by", "alice"]);
+    let o = trawl(
+        dir.path(),
+        &["approve", &id, "--out", "done", "--by", "alice"],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let s = summary(&dir.path().join("done"));
     assert_eq!(s["status"], "succeeded");
@@ -102,7 +136,11 @@ fn approval_parks_the_job_until_trawl_approve() {
 
     let o = trawl(dir.path(), &["approve", &id]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("not awaiting approval"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not awaiting approval"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -134,7 +172,10 @@ fn failed_slices_make_a_partial_or_failed_exit_code() {
          extract: {fields: {name: {jsonld: name}}}\nretries: {max_attempts: 2}\n",
     )
     .unwrap();
-    let o = trawl(dir.path(), &["run", "job.yaml", "--out", "o", "--sim-faults", "502=1"]);
+    let o = trawl(
+        dir.path(),
+        &["run", "job.yaml", "--out", "o", "--sim-faults", "502=1"],
+    );
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let s = summary(&dir.path().join("o"));
     assert_eq!(s["status"], "failed");

@@ -25,7 +25,9 @@ pub async fn run_slice(job: &JobContext, tools: &ToolLayer, slice: &SliceSpec) -
     };
     let mut out = SliceOutcome::default();
     let result = match &slice.kind {
-        SliceKind::Search { query, geo, engine, .. } => {
+        SliceKind::Search {
+            query, geo, engine, ..
+        } => {
             let args = json!({"query": query, "geo": geo, "engine": engine});
             match tools.call(SEARCH, &args, &opts, &rec).await {
                 Ok(body) => search_items(slice, query, engine.as_str(), &body, &mut out),
@@ -51,14 +53,32 @@ pub async fn run_slice(job: &JobContext, tools: &ToolLayer, slice: &SliceSpec) -
 }
 
 /// One `serp` item per organic row, and page slices for the top results.
-fn search_items(slice: &SliceSpec, query: &str, engine: &str, body: &[u8], out: &mut SliceOutcome) -> Result<(), ToolError> {
-    let page: Value = serde_json::from_slice(body)
-        .map_err(|e| ToolError::permanent("bad_serp_json", format!("cached SERP answer unreadable: {e}")))?;
-    let rows = page.get("organic").and_then(Value::as_array).cloned().unwrap_or_default();
+fn search_items(
+    slice: &SliceSpec,
+    query: &str,
+    engine: &str,
+    body: &[u8],
+    out: &mut SliceOutcome,
+) -> Result<(), ToolError> {
+    let page: Value = serde_json::from_slice(body).map_err(|e| {
+        ToolError::permanent(
+            "bad_serp_json",
+            format!("cached SERP answer unreadable: {e}"),
+        )
+    })?;
+    let rows = page
+        .get("organic")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let geo = slice.kind.geo();
     let mut links = Vec::new();
     for (i, row) in rows.iter().enumerate() {
-        let link = row.get("link").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let link = row
+            .get("link")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         links.push(link.clone());
         out.items.push(Item {
             slice_id: slice.id.clone(),

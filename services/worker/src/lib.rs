@@ -28,7 +28,9 @@ use tracing::Instrument;
 use trawl_core::cost::Micros;
 use trawl_core::extract::Extractor;
 use trawl_core::model::{JobId, JobStatus, SliceOutcome};
-use trawl_core::ports::{Delivery, Events, PortError, SliceFinished, SliceMessage, SliceQueue, Store};
+use trawl_core::ports::{
+    Delivery, Events, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
+};
 use trawl_core::retry::RetryPolicy;
 use trawl_core::spec::JobSpec;
 use trawl_core::validate::ItemValidator;
@@ -110,28 +112,43 @@ type ContextCell = OnceCell<Option<Arc<JobContext>>>;
 impl JobContexts {
     /// The job's context, or `None` when the job is over or unknown (its slices are
     /// skipped).
-    async fn get(&self, store: &dyn Store, id: &JobId, cfg: &WorkerConfig) -> Result<Option<Arc<JobContext>>, PortError> {
+    async fn get(
+        &self,
+        store: &dyn Store,
+        id: &JobId,
+        cfg: &WorkerConfig,
+    ) -> Result<Option<Arc<JobContext>>, PortError> {
         let cell = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(id.clone()).or_default().clone()
         };
-        cell.get_or_try_init(|| load_context(store, id, cfg)).await.cloned()
+        cell.get_or_try_init(|| load_context(store, id, cfg))
+            .await
+            .cloned()
     }
 
     /// Forgets a job, so its next slice reloads it.
     pub fn forget(&self, id: &JobId) {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        self.map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 }
 
-async fn load_context(store: &dyn Store, id: &JobId, cfg: &WorkerConfig) -> Result<Option<Arc<JobContext>>, PortError> {
+async fn load_context(
+    store: &dyn Store,
+    id: &JobId,
+    cfg: &WorkerConfig,
+) -> Result<Option<Arc<JobContext>>, PortError> {
     let Some(job) = store.job(id).await? else {
         return Ok(None);
     };
     if job.status.is_terminal() || job.status == JobStatus::AwaitingApproval {
         return Ok(None);
     }
-    let spec = JobSpec::from_value(job.spec).map_err(|e| PortError::Corrupt(format!("stored spec of {id}: {e}")))?;
+    let spec = JobSpec::from_value(job.spec)
+        .map_err(|e| PortError::Corrupt(format!("stored spec of {id}: {e}")))?;
     let validator = match &spec.schema {
         Some(s) => ItemValidator::new(s).map_err(PortError::Corrupt)?,
         None => ItemValidator::accept_all(),
@@ -141,7 +158,8 @@ async fn load_context(store: &dyn Store, id: &JobId, cfg: &WorkerConfig) -> Resu
         id: id.clone(),
         extractor: spec.extract.as_ref().map(Extractor::new),
         validator,
-        retry: RetryPolicy::new(spec.max_attempts).with_delays(cfg.retry_base_delay, cfg.retry_max_delay),
+        retry: RetryPolicy::new(spec.max_attempts)
+            .with_delays(cfg.retry_base_delay, cfg.retry_max_delay),
         budget: Budget::new(spec.budget.max, spent),
         spec,
     })))
@@ -242,12 +260,24 @@ impl Worker {
     /// Runs one slice and records it. `Err` only when its outcome could not be
     /// written or its children not published.
     async fn process(&self, msg: &SliceMessage) -> Result<(), PortError> {
-        let Some(job) = self.jobs.get(self.store.as_ref(), &msg.job_id, &self.config).await? else {
+        let Some(job) = self
+            .jobs
+            .get(self.store.as_ref(), &msg.job_id, &self.config)
+            .await?
+        else {
             tracing::debug!("job is over or unknown; skipping slice");
             return Ok(());
         };
         let outcome = agent::run_slice(&job, &self.tools, &msg.slice).await;
-        finish_slice(self.store.as_ref(), self.queue.as_ref(), self.events.as_ref(), &msg.job_id, &msg.slice.id, &outcome).await
+        finish_slice(
+            self.store.as_ref(),
+            self.queue.as_ref(),
+            self.events.as_ref(),
+            &msg.job_id,
+            &msg.slice.id,
+            &outcome,
+        )
+        .await
     }
 }
 

@@ -1,9 +1,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use serde_json::json;
 use tempfile::TempDir;
-use trawl_core::model::{Engine, SliceStatus};
+use trawl_core::geo::Geo;
+use trawl_core::model::{
+    CostEntry, Engine, ItemKind, SliceError, SliceKind, SliceStatus, TraceStep, Violation,
+};
 
+use super::rows::{rows_per_statement, values_sql};
 use super::*;
 
 // ---------------------------------------------------------------------------
@@ -13,7 +20,9 @@ use super::*;
 /// runs against both.
 async fn stores() -> (TempDir, Vec<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
-    let file = SqliteStore::open(&dir.path().join("trawl.db")).await.unwrap();
+    let file = SqliteStore::open(&dir.path().join("trawl.db"))
+        .await
+        .unwrap();
     let memory = SqliteStore::memory().await.unwrap();
     (dir, vec![file, memory])
 }
@@ -140,7 +149,7 @@ async fn recount(store: &SqliteStore, job: &JobId) -> JobCounts {
          (SELECT COALESCE(SUM(amount), 0) FROM costs WHERE job_id = ?1) AS cost",
     )
     .bind(job.as_str())
-    .fetch_one(&store.pool)
+    .fetch_one(&mut *store.conn().await.unwrap())
     .await
     .unwrap();
     job_counts(&row).unwrap()
@@ -151,7 +160,7 @@ async fn slice_status(store: &SqliteStore, job: &JobId, slice: &SliceId) -> Slic
         sqlx::query_scalar("SELECT status FROM slices WHERE job_id = ? AND slice_id = ?")
             .bind(job.as_str())
             .bind(slice.as_str())
-            .fetch_one(&store.pool)
+            .fetch_one(&mut *store.conn().await.unwrap())
             .await
             .unwrap();
     SliceStatus::parse(&s).unwrap()
@@ -227,12 +236,19 @@ async fn an_outcome_is_written_once_and_a_redelivery_writes_nothing() {
         let outcome = SliceOutcome {
             items: vec![item(&root, 0), item(&root, 1)],
             rejections: vec![rejection(&root, 2)],
-            trace: vec![step(&root, 0, false), step(&root, 1, false), step(&root, 2, true)],
+            trace: vec![
+                step(&root, 0, false),
+                step(&root, 1, false),
+                step(&root, 2, true),
+            ],
             costs: vec![cost(&root, 0, 1_500), cost(&root, 1, 2_500)],
             children: children.clone(),
             error: None,
         };
-        let rec = store.record_outcome(&job, &root.id, &outcome).await.unwrap();
+        let rec = store
+            .record_outcome(&job, &root.id, &outcome)
+            .await
+            .unwrap();
         assert!(rec.written);
         assert_eq!(rec.new_children, children);
 
@@ -395,7 +411,7 @@ async fn unknown_jobs_and_slices_are_not_found() {
     let (_dir, stores) = stores().await;
     for store in stores {
         let a = search("a");
-        let job = new_job(&store, 1, &[a.clone()]).await;
+        let job = new_job(&store, 1, std::slice::from_ref(&a)).await;
         let stranger = search("never planned");
         assert!(matches!(
             store
@@ -405,7 +421,9 @@ async fn unknown_jobs_and_slices_are_not_found() {
         ));
         let nobody = job_record(9).id;
         assert!(matches!(
-            store.set_job_status(&nobody, JobStatus::Running, None).await,
+            store
+                .set_job_status(&nobody, JobStatus::Running, None)
+                .await,
             Err(PortError::NotFound(_))
         ));
         assert!(matches!(
@@ -420,7 +438,10 @@ async fn unknown_jobs_and_slices_are_not_found() {
                 .await,
             Err(PortError::NotFound(_))
         ));
-        assert_eq!(store.counts(&job).await.unwrap(), recount(&store, &job).await);
+        assert_eq!(
+            store.counts(&job).await.unwrap(),
+            recount(&store, &job).await
+        );
     }
 }
 
@@ -451,7 +472,10 @@ async fn an_approval_is_replaced_while_pending_and_decided_once() {
     let (_dir, stores) = stores().await;
     for store in stores {
         let job = new_job(&store, 1, &[]).await;
-        assert_eq!(store.decide_approval(&job, true, "alice").await.unwrap(), None);
+        assert_eq!(
+            store.decide_approval(&job, true, "alice").await.unwrap(),
+            None
+        );
 
         let ask = |amount: i64, reason: &str| Approval {
             job_id: job.clone(),
@@ -472,16 +496,22 @@ async fn an_approval_is_replaced_while_pending_and_decided_once() {
                 ..ask(7_000, "second")
             })
         );
-        assert_eq!(store.decide_approval(&job, false, "bob").await.unwrap(), None);
+        assert_eq!(
+            store.decide_approval(&job, false, "bob").await.unwrap(),
+            None
+        );
 
         // A new request after a decision is pending again.
         store.request_approval(&ask(9_000, "more")).await.unwrap();
         let decided = store.decide_approval(&job, false, "bob").await.unwrap();
-        assert_eq!(decided.map(|a| (a.amount, a.approved)), Some((Micros(9_000), Some(false))));
+        assert_eq!(
+            decided.map(|a| (a.amount, a.approved)),
+            Some((Micros(9_000), Some(false)))
+        );
 
         let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE job_id = ?")
             .bind(job.as_str())
-            .fetch_one(&store.pool)
+            .fetch_one(&mut *store.conn().await.unwrap())
             .await
             .unwrap();
         assert_eq!(rows, 2, "the replaced request is not kept");
@@ -514,12 +544,12 @@ async fn a_job_survives_reopening_the_file() {
     assert_eq!(store.items(&job).await.unwrap(), outcome.items);
     assert_eq!(store.open_slices(&job).await.unwrap().len(), 1);
     let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-        .fetch_one(&store.pool)
+        .fetch_one(&mut *store.conn().await.unwrap())
         .await
         .unwrap();
     assert_eq!(version, i64::try_from(MIGRATIONS.len()).unwrap());
     let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&store.pool)
+        .fetch_one(&mut *store.conn().await.unwrap())
         .await
         .unwrap();
     assert_eq!(journal, "wal");
@@ -531,7 +561,7 @@ async fn a_database_from_a_newer_build_is_refused() {
     let path = dir.path().join("trawl.db");
     let store = SqliteStore::open(&path).await.unwrap();
     sqlx::query("PRAGMA user_version = 99")
-        .execute(&store.pool)
+        .execute(&mut *store.conn().await.unwrap())
         .await
         .unwrap();
     store.close().await;
@@ -545,8 +575,12 @@ async fn a_database_from_a_newer_build_is_refused() {
 #[tokio::test]
 async fn a_job_of_100_000_slices_is_created() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(&dir.path().join("trawl.db")).await.unwrap();
-    let slices: Vec<SliceSpec> = (0..100_000).map(|i| search(&format!("query {i}"))).collect();
+    let store = SqliteStore::open(&dir.path().join("trawl.db"))
+        .await
+        .unwrap();
+    let slices: Vec<SliceSpec> = (0..100_000)
+        .map(|i| search(&format!("query {i}")))
+        .collect();
     let job = new_job(&store, 1, &slices).await;
     let counts = store.counts(&job).await.unwrap();
     assert_eq!(counts.slices_total, 100_000);
@@ -560,7 +594,206 @@ fn statements_stay_under_the_parameter_limit() {
     assert_eq!(rows_per_statement(100), 327);
     assert!(rows_per_statement(40_000) >= 1);
     assert_eq!(
-        values_sql("INSERT INTO t (a, b)", "(?, ?)", 3, "ON CONFLICT DO NOTHING"),
+        values_sql(
+            "INSERT INTO t (a, b)",
+            "(?, ?)",
+            3,
+            "ON CONFLICT DO NOTHING"
+        ),
         "INSERT INTO t (a, b) VALUES (?, ?), (?, ?), (?, ?) ON CONFLICT DO NOTHING"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Group commit
+
+/// Waits until `n` outcomes are queued behind a held connection.
+async fn queued(store: &SqliteStore, n: usize) {
+    for _ in 0..1_000 {
+        if store.queue.lock().unwrap().len() >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("{n} outcomes were never queued");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_outcomes_are_each_written_once() {
+    let (_dir, stores) = stores().await;
+    for store in stores {
+        let slices: Vec<SliceSpec> = (0..100).map(|i| search(&format!("q{i}"))).collect();
+        let job = new_job(&store, 1, &slices).await;
+        // Every slice is recorded twice at once; neighbours share a child.
+        let mut calls = Vec::new();
+        for (i, s) in slices.iter().enumerate() {
+            let shared = page(&format!("https://shop.example/shared/{}", i / 2), s);
+            let outcome = SliceOutcome {
+                items: vec![item(s, 0)],
+                trace: vec![step(s, 0, false), step(s, 1, true)],
+                costs: vec![cost(s, 0, 1_500)],
+                children: vec![shared],
+                ..SliceOutcome::default()
+            };
+            for _ in 0..2 {
+                let (store, job, id, outcome) =
+                    (store.clone(), job.clone(), s.id.clone(), outcome.clone());
+                calls.push(tokio::spawn(async move {
+                    (
+                        id.clone(),
+                        store.record_outcome(&job, &id, &outcome).await.unwrap(),
+                    )
+                }));
+            }
+        }
+        let mut written = HashSet::new();
+        let mut children = Vec::new();
+        for call in calls {
+            let (id, rec) = call.await.unwrap();
+            if rec.written {
+                assert!(written.insert(id), "a slice was written twice");
+            } else {
+                assert!(rec.new_children.is_empty());
+            }
+            children.extend(rec.new_children.into_iter().map(|c| c.id));
+        }
+        assert_eq!(written.len(), 100);
+        let distinct: HashSet<_> = children.iter().cloned().collect();
+        assert_eq!(children.len(), 50, "each shared child is new exactly once");
+        assert_eq!(distinct.len(), 50);
+
+        let want = JobCounts {
+            slices_total: 150,
+            slices_succeeded: 100,
+            items_valid: 100,
+            upstream_calls: 100,
+            cache_hits: 100,
+            cost: Micros(150_000),
+            ..JobCounts::default()
+        };
+        assert_eq!(store.counts(&job).await.unwrap(), want);
+        assert_eq!(recount(&store, &job).await, want);
+    }
+}
+
+#[tokio::test]
+async fn a_failing_outcome_in_a_batch_fails_alone() {
+    let (_dir, stores) = stores().await;
+    for store in stores {
+        let (a, b, c) = (search("a"), search("b"), search("c"));
+        let job = new_job(&store, 1, &[a.clone(), b.clone(), c.clone()]).await;
+        // A trigger of this connection only, standing in for any SQL error.
+        sqlx::query(
+            "CREATE TEMP TRIGGER poison BEFORE INSERT ON items WHEN NEW.url = 'poison' \
+             BEGIN SELECT RAISE(ABORT, 'poisoned item'); END",
+        )
+        .execute(&mut *store.conn().await.unwrap())
+        .await
+        .unwrap();
+
+        let held = store.conn.lock().await;
+        let mut calls = Vec::new();
+        for s in [&a, &b, &c] {
+            let mut it = item(s, 0);
+            if s.id == b.id {
+                it.url = "poison".into();
+            }
+            let outcome = SliceOutcome {
+                items: vec![it],
+                costs: vec![cost(s, 0, 1_000)],
+                children: vec![page(&format!("https://shop.example/{}", s.id), s)],
+                ..SliceOutcome::default()
+            };
+            let (store, job, id) = (store.clone(), job.clone(), s.id.clone());
+            calls.push(tokio::spawn(async move {
+                store.record_outcome(&job, &id, &outcome).await
+            }));
+        }
+        queued(&store, 3).await;
+        drop(held);
+
+        let mut answers = Vec::new();
+        for call in calls {
+            answers.push(call.await.unwrap());
+        }
+        assert!(answers[0].as_ref().unwrap().written);
+        assert!(
+            matches!(&answers[1], Err(e) if e.to_string().contains("poisoned item")),
+            "{:?}",
+            answers[1]
+        );
+        assert!(answers[2].as_ref().unwrap().written);
+        assert_eq!(answers[2].as_ref().unwrap().new_children.len(), 1);
+        assert_eq!(
+            slice_status(&store, &job, &b.id).await,
+            SliceStatus::Pending
+        );
+        let counts = store.counts(&job).await.unwrap();
+        assert_eq!(
+            (
+                counts.slices_total,
+                counts.slices_succeeded,
+                counts.items_valid
+            ),
+            (5, 2, 2)
+        );
+        assert_eq!(counts.cost, Micros(2_000));
+        assert_eq!(counts, recount(&store, &job).await);
+    }
+}
+
+#[tokio::test]
+async fn a_caller_cancelled_while_queued_writes_nothing() {
+    let (_dir, stores) = stores().await;
+    for store in stores {
+        let (a, b) = (search("a"), search("b"));
+        let job = new_job(&store, 1, &[a.clone(), b.clone()]).await;
+        let outcome_of = |s: &SliceSpec| SliceOutcome {
+            items: vec![item(s, 0)],
+            ..SliceOutcome::default()
+        };
+
+        let held = store.conn.lock().await;
+        let cancelled = {
+            let (store, job, id, outcome) =
+                (store.clone(), job.clone(), a.id.clone(), outcome_of(&a));
+            tokio::spawn(async move { store.record_outcome(&job, &id, &outcome).await })
+        };
+        queued(&store, 1).await;
+        cancelled.abort();
+        assert!(cancelled.await.unwrap_err().is_cancelled());
+        drop(held);
+
+        let rec = store
+            .record_outcome(&job, &b.id, &outcome_of(&b))
+            .await
+            .unwrap();
+        assert!(rec.written);
+        assert_eq!(
+            slice_status(&store, &job, &a.id).await,
+            SliceStatus::Pending
+        );
+        assert_eq!(store.counts(&job).await.unwrap().items_valid, 1);
+        assert!(store.queue.lock().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_closed_store_is_unavailable() {
+    let (_dir, stores) = stores().await;
+    for store in stores {
+        let a = search("a");
+        let job = new_job(&store, 1, std::slice::from_ref(&a)).await;
+        store.close().await;
+        assert!(matches!(
+            store
+                .record_outcome(&job, &a.id, &SliceOutcome::default())
+                .await,
+            Err(PortError::Unavailable(_))
+        ));
+        assert!(matches!(
+            store.counts(&job).await,
+            Err(PortError::Unavailable(_))
+        ));
+    }
 }
