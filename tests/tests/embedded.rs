@@ -418,20 +418,27 @@ async fn a_slice_never_acked_is_failed_at_the_delivery_cap() {
     let dir = tempfile::tempdir().unwrap();
     // Every request hangs past the ack wait and no heartbeat is sent, so the queue
     // redelivers until its cap and hands the slice to the scheduler as a dead letter.
-    let opts = Options::new(dir.path().join("state"), Upstream::Simulator(sim("timeout=1")))
-        .with_call_timeout(Duration::from_secs(1))
-        .with_queue(
-            QueueConfig::default()
-                .with_ack_wait(Duration::from_millis(100))
-                .with_max_deliver(2),
-        )
-        .with_worker(WorkerConfig::default().with_heartbeat(Duration::from_secs(60)));
+    let opts = Options::new(
+        dir.path().join("state"),
+        Upstream::Simulator(sim("timeout=1")),
+    )
+    .with_call_timeout(Duration::from_secs(1))
+    .with_queue(
+        QueueConfig::default()
+            .with_ack_wait(Duration::from_millis(100))
+            .with_max_deliver(2),
+    )
+    .with_worker(WorkerConfig::default().with_heartbeat(Duration::from_secs(60)));
     let sys = Embedded::start(opts).await.unwrap();
     let job = pages_job(2, "us", "retries: {max_attempts: 1}\ncache: {max_age: 0}\n");
     let s = run(&sys, &job, &dir.path().join("out")).await;
     assert_eq!(s.status, JobStatus::Failed);
     assert_eq!(s.slices.failed, 2);
-    assert!(s.failed_slices.iter().all(|f| f.code == "delivery_limit"), "{:?}", s.failed_slices);
+    assert!(
+        s.failed_slices.iter().all(|f| f.code == "delivery_limit"),
+        "{:?}",
+        s.failed_slices
+    );
     assert!(s.failed_slices[0].message.contains("2 deliveries"));
 }
 

@@ -182,3 +182,36 @@ fn failed_slices_make_a_partial_or_failed_exit_code() {
     assert_eq!(s["upstream_calls"], 2);
     assert_eq!(s["failed_slices"][0]["code"], "reject_block");
 }
+
+#[test]
+fn trawl_sim_serves_the_simulator_standalone() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .args(["sim", "--port", "0", "--sim-latency", "1ms"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first.rsplit("http://").next().unwrap().trim().to_owned();
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    let stats = get("/__sim/stats");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        first.starts_with("Bright Data simulator on http://127.0.0.1:"),
+        "{first}"
+    );
+    assert!(stats.starts_with("HTTP/1.1 200"), "{stats}");
+    assert!(stats.contains("\"requests\":0"), "{stats}");
+}
