@@ -35,7 +35,7 @@ impl Progress {
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+                "{spinner} [{elapsed_precise}] {bar:24} {pos}/{len} {wide_msg}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar());
             bar.set_style(style);
@@ -71,11 +71,9 @@ impl Progress {
 
     pub fn finish(&mut self, c: &JobCounts) {
         match self {
-            Progress::Bar(_) => {
-                self.update(c);
-                if let Progress::Bar(bar) = self {
-                    bar.finish();
-                }
+            Progress::Bar(bar) => {
+                bar.finish_and_clear();
+                eprintln!("progress: {}", line(c));
             }
             Progress::Lines { .. } => eprintln!("progress: {}", line(c)),
             Progress::Quiet => {}

@@ -215,3 +215,43 @@ fn trawl_sim_serves_the_simulator_standalone() {
     assert!(stats.starts_with("HTTP/1.1 200"), "{stats}");
     assert!(stats.contains("\"requests\":0"), "{stats}");
 }
+
+#[test]
+fn sigint_cancels_the_run_and_still_writes_the_summary() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: slow\npages: {urls: [\"https://shop.example/p/1\", \"https://shop.example/p/2\"], geos: [us]}\n\
+         extract: {fields: {name: {jsonld: name}}}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .args(["run", "job.yaml", "--out", "o", "--sim-latency", "3s"])
+        .current_dir(dir.path())
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // The first progress line is printed once the slices are on the queue.
+    for line in lines.by_ref() {
+        if line.unwrap().starts_with("progress:") {
+            break;
+        }
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "{rest:?}");
+    let s = summary(&dir.path().join("o"));
+    assert_eq!(s["status"], "cancelled");
+    assert!(
+        s["reason"].as_str().unwrap().starts_with("cancelled with"),
+        "{s}"
+    );
+}
