@@ -86,6 +86,36 @@ impl Options {
     }
 }
 
+/// Records a decision on a job awaiting approval, touching only the store (no
+/// cache, no tools, no simulator).
+pub async fn decide(
+    state_dir: &Path,
+    job: &JobId,
+    approved: bool,
+    by: &str,
+) -> anyhow::Result<JobStatus> {
+    let path = state_dir.join("store.db");
+    if !path.exists() {
+        bail!(
+            "no store at {}: nothing has run with this state folder",
+            path.display()
+        );
+    }
+    let store = SqliteStore::open(&path)
+        .await
+        .context("opening the store")?;
+    let queue = EmbeddedQueue::new(QueueConfig::default());
+    let (events, _rx) = InProcessEvents::channel();
+    let scheduler = Scheduler {
+        store: &store,
+        queue: &queue,
+        events: &events,
+        prices: PriceTable::default(),
+        reconcile_every: Duration::from_secs(1),
+    };
+    Ok(scheduler.decide(job, approved, by).await?)
+}
+
 /// The embedded system: store, cache, tools, and the simulator if used.
 pub struct Embedded {
     store: Arc<SqliteStore>,

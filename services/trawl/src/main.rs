@@ -294,11 +294,8 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
                 Ok(id) => id,
                 Err(code) => return Ok(code),
             };
-            let opts = Options::new(&state, Upstream::Simulator(SimConfig::default()));
-            let sys = Embedded::start(opts).await?;
-            let status = sys.decide(&id, false, &by).await?;
+            let status = trawl::embedded::decide(&state, &id, false, &by).await?;
             eprintln!("job {id} declined by {by}: {}", status.as_str());
-            sys.shutdown().await;
             Ok(exit::SUCCEEDED)
         }
         Command::Plan { job_file } => {

@@ -255,3 +255,39 @@ fn sigint_cancels_the_run_and_still_writes_the_summary() {
         "{s}"
     );
 }
+
+#[test]
+fn reject_declines_a_parked_job_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("job.yaml"),
+        "name: pricey\npages: {urls: [\"https://shop.example/p/1\"], geos: [us]}\n\
+         extract: {fields: {name: {jsonld: name}}}\nbudget: {approve_above_usd: 0}\n",
+    )
+    .unwrap();
+    let o = trawl(dir.path(), &["run", "job.yaml", "--out", "wait"]);
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    let id = summary(&dir.path().join("wait"))["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let o = trawl(dir.path(), &["reject", &id, "--by", "bob"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("declined by bob: cancelled"),
+        "{}",
+        stderr(&o)
+    );
+    let o = trawl(dir.path(), &["approve", &id]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a declined job cannot be approved later"
+    );
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let o = trawl(elsewhere.path(), &["reject", &id]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no store"), "{}", stderr(&o));
+    assert!(!elsewhere.path().join(".trawl").exists());
+}
