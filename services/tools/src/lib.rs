@@ -150,10 +150,6 @@ impl ToolLayer {
         ToolLayer { provider, cache }
     }
 
-    pub fn provider(&self) -> &Arc<dyn ToolProvider> {
-        &self.provider
-    }
-
     /// Calls `tool` with `args`: from the cache when fresh, else upstream with
     /// bounded retries; every attempt and every cache answer is recorded.
     pub async fn call(
