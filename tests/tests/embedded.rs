@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl::output::Summary;
 use trawl::progress::Progress;
-use trawl_core::model::JobStatus;
+use trawl_core::model::{JobId, JobStatus};
 use trawl_core::plan::plan;
 use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
@@ -42,14 +42,14 @@ async fn system(state: &Path, sim: SimConfig) -> Embedded {
 
 async fn run(sys: &Embedded, spec: &JobSpec, out: &Path) -> Summary {
     let submitted = sys.submit(spec, Some("test")).await.unwrap();
-    sys.run(
-        &submitted.job_id,
-        out,
-        &mut Progress::Quiet,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap()
+    drive(sys, &submitted.job_id, out).await
+}
+
+/// Runs a submitted job to its end (or to its approval) without a progress display.
+async fn drive(sys: &Embedded, job: &JobId, out: &Path) -> Summary {
+    sys.run(job, out, &mut Progress::Quiet, &CancellationToken::new())
+        .await
+        .unwrap()
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -281,15 +281,7 @@ async fn a_job_above_its_approval_threshold_waits_until_approved() {
     let submitted = sys.submit(&job, None).await.unwrap();
     assert_eq!(submitted.status, JobStatus::AwaitingApproval);
     // Driving it does nothing while it waits.
-    let s = sys
-        .run(
-            &submitted.job_id,
-            &dir.path().join("wait"),
-            &mut Progress::Quiet,
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let s = drive(&sys, &submitted.job_id, &dir.path().join("wait")).await;
     assert_eq!(s.status, JobStatus::AwaitingApproval);
     assert_eq!(sys.simulator().unwrap().stats().requests, 0);
 
@@ -301,15 +293,7 @@ async fn a_job_above_its_approval_threshold_waits_until_approved() {
         sys.decide(&submitted.job_id, true, "bob").await.is_err(),
         "decided once"
     );
-    let s = sys
-        .run(
-            &submitted.job_id,
-            &dir.path().join("out"),
-            &mut Progress::Quiet,
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let s = drive(&sys, &submitted.job_id, &dir.path().join("out")).await;
     assert_eq!(s.status, JobStatus::Succeeded);
     assert_eq!(sys.simulator().unwrap().stats().requests, 10);
 }
@@ -324,15 +308,7 @@ async fn a_declined_job_is_cancelled_and_never_runs() {
         sys.decide(&submitted.job_id, false, "alice").await.unwrap(),
         JobStatus::Cancelled
     );
-    let s = sys
-        .run(
-            &submitted.job_id,
-            &dir.path().join("out"),
-            &mut Progress::Quiet,
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    let s = drive(&sys, &submitted.job_id, &dir.path().join("out")).await;
     assert_eq!(s.status, JobStatus::Cancelled);
     assert_eq!(sys.simulator().unwrap().stats().requests, 0);
 }

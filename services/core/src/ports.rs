@@ -112,6 +112,30 @@ pub struct SliceFinished {
     pub cost: Micros,
 }
 
+impl SliceFinished {
+    /// The event of a slice whose `outcome` was just written, adding `children`
+    /// new slices to the job.
+    pub fn of(
+        job_id: &JobId,
+        slice_id: &SliceId,
+        outcome: &SliceOutcome,
+        children: u64,
+    ) -> SliceFinished {
+        let upstream = outcome.trace.iter().filter(|s| !s.cache_hit).count() as u64;
+        SliceFinished {
+            job_id: job_id.clone(),
+            slice_id: slice_id.clone(),
+            succeeded: outcome.error.is_none(),
+            children,
+            items_valid: outcome.items.len() as u64,
+            items_rejected: outcome.rejections.len() as u64,
+            upstream_calls: upstream,
+            cache_hits: outcome.trace.len() as u64 - upstream,
+            cost: outcome.costs.iter().map(|c| c.amount).sum(),
+        }
+    }
+}
+
 #[async_trait]
 pub trait Events: Send + Sync {
     async fn slice_finished(&self, ev: SliceFinished) -> Result<(), PortError>;

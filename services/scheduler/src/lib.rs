@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use trawl_core::cost::{Micros, PriceTable};
+use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobCounts, JobId, JobStatus, SliceError, SliceOutcome, now_ms};
 use trawl_core::plan::{Estimate, plan};
 use trawl_core::ports::{
@@ -277,17 +277,7 @@ async fn fail_dead_letter(
     let recorded = s.store.record_outcome(id, slice, outcome).await?;
     if recorded.written {
         s.events
-            .slice_finished(SliceFinished {
-                job_id: id.clone(),
-                slice_id: slice.clone(),
-                succeeded: false,
-                children: 0,
-                items_valid: 0,
-                items_rejected: 0,
-                upstream_calls: 0,
-                cache_hits: 0,
-                cost: Micros::ZERO,
-            })
+            .slice_finished(SliceFinished::of(id, slice, outcome, 0))
             .await?;
     }
     Ok(())

@@ -25,7 +25,6 @@ use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
-use trawl_core::cost::Micros;
 use trawl_core::extract::Extractor;
 use trawl_core::model::{JobId, JobStatus, SliceOutcome};
 use trawl_core::ports::{
@@ -301,19 +300,9 @@ pub async fn finish_slice(
             .await?;
     }
     if recorded.written {
-        let upstream = outcome.trace.iter().filter(|s| !s.cache_hit).count() as u64;
+        let children = recorded.new_children.len() as u64;
         events
-            .slice_finished(SliceFinished {
-                job_id: job_id.clone(),
-                slice_id: slice_id.clone(),
-                succeeded: outcome.error.is_none(),
-                children: recorded.new_children.len() as u64,
-                items_valid: outcome.items.len() as u64,
-                items_rejected: outcome.rejections.len() as u64,
-                upstream_calls: upstream,
-                cache_hits: outcome.trace.len() as u64 - upstream,
-                cost: outcome.costs.iter().map(|c| c.amount).sum::<Micros>(),
-            })
+            .slice_finished(SliceFinished::of(job_id, slice_id, outcome, children))
             .await?;
     }
     Ok(())
