@@ -235,6 +235,8 @@ impl SliceStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
+    /// Stored, not yet planned: the scheduler plans it next.
+    Pending,
     AwaitingApproval,
     Queued,
     Running,
@@ -247,6 +249,7 @@ pub enum JobStatus {
 impl JobStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            JobStatus::Pending => "pending",
             JobStatus::AwaitingApproval => "awaiting_approval",
             JobStatus::Queued => "queued",
             JobStatus::Running => "running",
@@ -259,6 +262,7 @@ impl JobStatus {
 
     pub fn parse(s: &str) -> Option<JobStatus> {
         Some(match s {
+            "pending" => JobStatus::Pending,
             "awaiting_approval" => JobStatus::AwaitingApproval,
             "queued" => JobStatus::Queued,
             "running" => JobStatus::Running,

@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::cost::Micros;
 use crate::model::{
     Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome, SliceSpec,
+    TraceStep,
 };
 use crate::retry::ErrorClass;
 
@@ -29,6 +30,9 @@ pub enum PortError {
     Corrupt(String),
     #[error("not found: {0}")]
     NotFound(String),
+    /// A unique key is already taken (an idempotency key, for one).
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 // ---------------------------------------------------------------------------
@@ -92,6 +96,12 @@ pub trait SliceQueue: Send + Sync {
     async fn pull(&self) -> Result<Delivery, PortError>;
     /// Waits for the next slice that ran out of deliveries.
     async fn dead_letter(&self) -> Result<DeadLetter, PortError>;
+    /// Slices waiting or in flight: what an autoscaler reads as lag.
+    async fn lag(&self) -> Result<u64, PortError>;
+    /// Whether the backend answers, for readiness probes.
+    async fn ping(&self) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -136,9 +146,38 @@ impl SliceFinished {
     }
 }
 
+/// What happened to a job, for the scheduler (and anyone else listening). Events are
+/// hints that make things happen sooner: the store stays the source of truth, so a
+/// lost event delays a job by one reconcile period and loses nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Event {
+    /// A job was stored `pending`; the scheduler plans it.
+    JobCreated { job_id: JobId },
+    SliceFinished(SliceFinished),
+    /// A human decided on an approval of this job.
+    ApprovalDecided { job_id: JobId, approved: bool },
+    /// A job was cancelled; its open slices are skipped.
+    JobCancelled { job_id: JobId },
+}
+
+impl Event {
+    pub fn job_id(&self) -> &JobId {
+        match self {
+            Event::JobCreated { job_id }
+            | Event::ApprovalDecided { job_id, .. }
+            | Event::JobCancelled { job_id } => job_id,
+            Event::SliceFinished(f) => &f.job_id,
+        }
+    }
+}
+
 #[async_trait]
 pub trait Events: Send + Sync {
-    async fn slice_finished(&self, ev: SliceFinished) -> Result<(), PortError>;
+    async fn emit(&self, ev: Event) -> Result<(), PortError>;
+
+    async fn slice_finished(&self, ev: SliceFinished) -> Result<(), PortError> {
+        self.emit(Event::SliceFinished(ev)).await
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -183,6 +222,11 @@ pub trait ContentCache: Send + Sync {
         max_age: Duration,
         load: LoadFuture<'_>,
     ) -> Result<(Vec<u8>, Served), ToolError>;
+    /// Whether the backend answers, for readiness probes. A cache that is down
+    /// degrades calls, it does not fail them; readiness reports it all the same.
+    async fn ping(&self) -> Result<(), PortError> {
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -276,10 +320,36 @@ pub struct JobRecord {
     pub reason: Option<String>,
     pub estimate: Micros,
     pub created_ms: i64,
+    /// The client's `Idempotency-Key` and a digest of its request, when given. The
+    /// store keeps keys unique: a second job with one is refused with `Conflict`.
+    pub idempotency: Option<Idempotency>,
 }
 
-/// An approval asked for or decided.
+/// An `Idempotency-Key` and what it was first used for.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    /// sha256 of the request body, so a reuse with another body can be refused.
+    pub request_digest: String,
+}
+
+/// An approval as stored, with its id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ApprovalRecord {
+    pub id: i64,
+    /// What is asked: `job_budget` for now.
+    pub kind: String,
+    #[serde(flatten)]
+    pub approval: Approval,
+    pub requested_ms: i64,
+    pub decided_ms: Option<i64>,
+}
+
+/// Where a page of rows starts: after this (slice, seq), in slice order.
+pub type RowCursor = (SliceId, u32);
+
+/// An approval asked for or decided.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Approval {
     pub job_id: JobId,
     pub amount: Micros,
@@ -344,4 +414,67 @@ pub trait Store: Send + Sync {
         approved: bool,
         by: &str,
     ) -> Result<Option<Approval>, PortError>;
+
+    // --- the deployed shape: planning by the scheduler, publication, reading pages
+
+    /// Stores the planned slices of a `pending` job and moves it to `status`, in one
+    /// transaction. `false` (and nothing written) when the job is not `pending`.
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError>;
+    /// Open slices of a job to (re)publish: never published, or last published
+    /// before `stale_before_ms`; at most `limit`, in slice order.
+    async fn slices_to_publish(
+        &self,
+        id: &JobId,
+        stale_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError>;
+    /// Notes that these slices were handed to the queue at `at_ms`.
+    async fn mark_published(
+        &self,
+        id: &JobId,
+        slices: &[SliceId],
+        at_ms: i64,
+    ) -> Result<(), PortError>;
+    /// Jobs in any of these statuses, oldest first, at most `limit`.
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError>;
+    /// The job first stored with this idempotency key.
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError>;
+    /// Valid items after `after`, in slice order, at most `limit`.
+    async fn items_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Item>, PortError>;
+    async fn rejections_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Rejection>, PortError>;
+    /// Trace steps after `after`, in slice order, at most `limit`.
+    async fn trace_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<TraceStep>, PortError>;
+    /// Approvals, newest first; only pending ones when `pending_only`.
+    async fn approvals(
+        &self,
+        pending_only: bool,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError>;
+    async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError>;
+    /// Whether the backend answers, for readiness probes.
+    async fn ping(&self) -> Result<(), PortError>;
 }

@@ -3,20 +3,20 @@
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tracing::debug;
-use trawl_core::ports::{Events, PortError, SliceFinished};
+use trawl_core::ports::{Event, Events, PortError};
 
-/// Sends every [`SliceFinished`] into an unbounded channel.
+/// Sends every [`Event`] into an unbounded channel.
 ///
 /// Unbounded is safe here: each event answers one delivered slice, so the number
 /// in the channel is bounded by the slices in flight, not by an outside caller.
 #[derive(Clone, Debug)]
 pub struct InProcessEvents {
-    tx: mpsc::UnboundedSender<SliceFinished>,
+    tx: mpsc::UnboundedSender<Event>,
 }
 
 impl InProcessEvents {
     /// The events port and the receiving end the scheduler reads.
-    pub fn channel() -> (InProcessEvents, mpsc::UnboundedReceiver<SliceFinished>) {
+    pub fn channel() -> (InProcessEvents, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (InProcessEvents { tx }, rx)
     }
@@ -24,11 +24,11 @@ impl InProcessEvents {
 
 #[async_trait]
 impl Events for InProcessEvents {
-    async fn slice_finished(&self, ev: SliceFinished) -> Result<(), PortError> {
+    async fn emit(&self, ev: Event) -> Result<(), PortError> {
         if let Err(mpsc::error::SendError(ev)) = self.tx.send(ev) {
             // The receiver is gone only while the process shuts down; the store
-            // already holds the outcome, so the event is not needed.
-            debug!(job_id = %ev.job_id, slice_id = %ev.slice_id, "no event receiver; event dropped");
+            // already holds what the event tells, so it is not needed.
+            debug!(job_id = %ev.job_id(), "no event receiver; event dropped");
         }
         Ok(())
     }
@@ -39,6 +39,7 @@ impl Events for InProcessEvents {
 mod tests {
     use trawl_core::cost::Micros;
     use trawl_core::model::{JobId, SliceId};
+    use trawl_core::ports::SliceFinished;
 
     use super::*;
 
@@ -61,8 +62,8 @@ mod tests {
         let (events, mut rx) = InProcessEvents::channel();
         events.slice_finished(event(1)).await.unwrap();
         events.slice_finished(event(2)).await.unwrap();
-        assert_eq!(rx.recv().await, Some(event(1)));
-        assert_eq!(rx.recv().await, Some(event(2)));
+        assert_eq!(rx.recv().await, Some(Event::SliceFinished(event(1))));
+        assert_eq!(rx.recv().await, Some(Event::SliceFinished(event(2))));
         assert!(rx.try_recv().is_err());
     }
 

@@ -165,6 +165,10 @@ impl SliceQueue for EmbeddedQueue {
             .await;
         Ok(letter)
     }
+
+    async fn lag(&self) -> Result<u64, PortError> {
+        Ok(self.pending() as u64)
+    }
 }
 
 /// What a consumer decided about one delivery.

@@ -20,7 +20,7 @@ use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobCounts, JobId, JobStatus, SliceError, SliceOutcome, now_ms};
 use trawl_core::plan::{Estimate, plan};
 use trawl_core::ports::{
-    Approval, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
+    Approval, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
 
@@ -90,6 +90,7 @@ impl Scheduler<'_> {
                     reason: None,
                     estimate: p.estimate.cost,
                     created_ms,
+                    idempotency: None,
                 },
                 &p.slices,
             )
@@ -157,7 +158,7 @@ impl Scheduler<'_> {
     pub async fn drive(
         &self,
         id: &JobId,
-        events: &mut UnboundedReceiver<SliceFinished>,
+        events: &mut UnboundedReceiver<Event>,
         cancel: &CancellationToken,
         on_progress: &mut (dyn FnMut(&JobCounts) + Send),
     ) -> Result<Finished, ScheduleError> {
@@ -204,6 +205,7 @@ impl Scheduler<'_> {
                 () = cancel.cancelled() => break true,
                 ev = events.recv() => {
                     let Some(ev) = ev else { break true };
+                    let Event::SliceFinished(ev) = ev else { continue };
                     if &ev.job_id != id { continue; }
                     quiet = false;
                     open = (open + ev.children).saturating_sub(1);
