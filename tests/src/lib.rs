@@ -1,1 +1,541 @@
-//! End-to-end tests live in `tests/`.
+//! The harness of the end-to-end tests (the tests themselves are in `tests/`).
+//!
+//! [`Deployment`] gives a test its own slice of the real services: a fresh
+//! Postgres database, a NATS subject and stream prefix, a Redis key prefix, and a
+//! Bright Data simulator on a loopback port; it starts trawl's roles as separate
+//! processes of the `trawl-e2e` binary (the `trawl` command line, built for these
+//! tests) and stops them by pid. Tests that stop a service start their own
+//! [`NatsServer`] or [`RedisServer`] on a free port and stop only that one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::sync::watch;
+use trawl_sim::{SimConfig, SimHandle};
+
+/// Postgres with trust auth, as on the project's machines.
+pub fn postgres_admin_url() -> String {
+    std::env::var("TRAWL_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+pub fn shared_nats_url() -> String {
+    std::env::var("TRAWL_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+pub fn shared_redis_url() -> String {
+    std::env::var("TRAWL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// A name no other test run uses.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", fastrand::u64(..))
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until something accepts connections on `port`.
+pub async fn wait_for_port(port: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    let mut delay = Duration::from_millis(5);
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing listens on {port} after {within:?}");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(200));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Postgres
+
+/// A fresh database, dropped when this is dropped.
+pub struct Database {
+    pub name: String,
+    pub url: String,
+}
+
+impl Database {
+    pub async fn create() -> Database {
+        let admin = postgres_admin_url();
+        let name = unique("trawl_e2e");
+        let mut conn = PgConnection::connect(&admin).await.expect("Postgres reachable");
+        conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .unwrap();
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+        Database {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        // Drop has no runtime of its own: a short-lived one closes the database.
+        let (admin, name) = (postgres_admin_url(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut c) = PgConnection::connect(&admin).await {
+                    let _ = c
+                        .execute(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                        )))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Servers a test controls
+
+/// A nats-server of the test's own, with JetStream on a file store in a temporary
+/// folder, so it can be stopped and started again without touching the shared one.
+pub struct NatsServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    pub async fn start() -> NatsServer {
+        let mut s = NatsServer {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+        };
+        s.restart().await;
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again) on the same port and store.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "nats-server already running");
+        let child = Command::new(nats_server_bin())
+            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server starts");
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(10)).await;
+    }
+
+    /// Stops it (SIGTERM, as an orderly restart would) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            terminate(&c);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn nats_server_bin() -> PathBuf {
+    let sbin = PathBuf::from("/usr/sbin/nats-server");
+    if sbin.exists() {
+        sbin
+    } else {
+        PathBuf::from("nats-server")
+    }
+}
+
+/// A redis-server of the test's own, in memory only.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        let mut s = RedisServer {
+            port: free_port(),
+            child: None,
+        };
+        s.restart().await;
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "redis-server already running");
+        let child = Command::new("redis-server")
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &self.port.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(10)).await;
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Sends SIGTERM to a child.
+pub fn terminate(c: &Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+}
+
+// ---------------------------------------------------------------------------
+// Roles
+
+/// The `trawl` command line, built for these tests (`src/bin/trawl-e2e.rs`).
+pub fn trawl_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_trawl-e2e"))
+}
+
+/// A running role process; its stderr is kept for the test's failure messages.
+pub struct Role {
+    pub name: String,
+    child: Option<Child>,
+    log: Arc<Mutex<String>>,
+    /// The API's address once it says where it listens.
+    listening: watch::Receiver<Option<String>>,
+}
+
+impl Role {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The base URL the API announced.
+    pub async fn api_url(&mut self) -> String {
+        let r = tokio::time::timeout(
+            Duration::from_secs(30),
+            self.listening.wait_for(Option::is_some),
+        )
+        .await;
+        match r {
+            Ok(Ok(v)) => v.clone().unwrap(),
+            _ => panic!("{} did not start listening:\n{}", self.name, self.log()),
+        }
+    }
+
+    /// SIGKILL: the process gets no chance to clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the exit.
+    pub async fn stop(&mut self, within: Duration) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        terminate(&c);
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!("{} did not stop within {within:?}:\n{}", self.name, self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One test's deployment: its database, prefixes, simulator, settings and roles.
+pub struct Deployment {
+    pub db: Database,
+    pub nats_url: String,
+    pub nats_prefix: String,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    pub sim: SimHandle,
+    pub api_key: String,
+    /// Extra environment for every role (`TRAWL_ACK_WAIT`, ...).
+    pub env: Vec<(String, String)>,
+    pub state: tempfile::TempDir,
+}
+
+impl Deployment {
+    /// A deployment on the shared NATS and Redis, with its own database and
+    /// prefixes, and a simulator configured by `sim`.
+    pub async fn new(sim: SimConfig) -> Deployment {
+        Deployment::on(sim, shared_nats_url(), shared_redis_url()).await
+    }
+
+    pub async fn on(sim: SimConfig, nats_url: String, redis_url: String) -> Deployment {
+        Deployment {
+            db: Database::create().await,
+            nats_url,
+            nats_prefix: unique("e2e"),
+            redis_url,
+            redis_prefix: format!("{}:", unique("e2e")),
+            sim: trawl_sim::spawn(sim).await.unwrap(),
+            api_key: unique("key"),
+            env: Vec::new(),
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn with_env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Starts `trawl <role>` with this deployment's settings.
+    pub fn spawn(&self, role: &str, name: &str) -> Role {
+        let mut cmd = Command::new(trawl_bin());
+        cmd.arg(role)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .env("TRAWL_DATABASE_URL", &self.db.url)
+            .env("TRAWL_DATABASE_POOL", "8")
+            .env("TRAWL_NATS_URL", &self.nats_url)
+            .env("TRAWL_NATS_PREFIX", &self.nats_prefix)
+            .env("TRAWL_REDIS_URL", &self.redis_url)
+            .env("TRAWL_REDIS_PREFIX", &self.redis_prefix)
+            .env("TRAWL_LISTEN", "127.0.0.1:0")
+            .env("TRAWL_API_KEYS", &self.api_key)
+            .env("TRAWL_HOME", self.state.path())
+            .env("TRAWL_RECONCILE_EVERY", "200ms")
+            .env("TRAWL_CALL_TIMEOUT", "2s")
+            .env("TRAWL_WORKER_CONCURRENCY", "8")
+            .env("BRIGHTDATA_API_URL", self.sim.base_url())
+            .env("BRIGHTDATA_API_TOKEN", "e2e-token")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("trawl-e2e starts");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = watch::channel(None);
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(Some(rest.trim().to_owned()));
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        Role {
+            name: name.to_owned(),
+            child: Some(child),
+            log,
+            listening: rx,
+        }
+    }
+
+    pub fn client(&self, api: &str) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: api.to_owned(),
+            key: Some(self.api_key.clone()),
+        }
+    }
+}
+
+/// A small client of the HTTP API for tests.
+#[derive(Clone)]
+pub struct Api {
+    pub http: reqwest::Client,
+    pub base: String,
+    pub key: Option<String>,
+}
+
+impl Api {
+    pub fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, format!("{}{path}", self.base));
+        match &self.key {
+            Some(k) => r.bearer_auth(k),
+            None => r,
+        }
+    }
+
+    /// Submits a YAML spec; returns the job id.
+    pub async fn submit_yaml(&self, yaml: &str) -> String {
+        let resp = self
+            .req(reqwest::Method::POST, "/v1/jobs")
+            .header("content-type", "application/yaml")
+            .body(yaml.to_owned())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, 202, "submit answered {status}: {body}");
+        body["job_id"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn job(&self, id: &str) -> Value {
+        let resp = self
+            .req(reqwest::Method::GET, &format!("/v1/jobs/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.json().await.unwrap()
+    }
+
+    /// Polls the job until `done` says so, or panics after `within` with `why()`.
+    pub async fn wait_job(
+        &self,
+        id: &str,
+        within: Duration,
+        done: impl Fn(&Value) -> bool,
+        why: impl Fn() -> String,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.job(id).await;
+            if done(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} not there after {within:?}: {v}\n{}",
+                why()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Every row of a paginated endpoint, following `next_cursor`.
+    pub async fn all(&self, path: &str, field: &str) -> Vec<Value> {
+        let mut rows = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let url = match &cursor {
+                Some(c) => format!("{path}?limit=500&cursor={c}"),
+                None => format!("{path}?limit=500"),
+            };
+            let v: Value = self
+                .req(reqwest::Method::GET, &url)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            rows.extend(v[field].as_array().unwrap().iter().cloned());
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => return rows,
+            }
+        }
+    }
+}
+
+/// Whether a job view is in a terminal status.
+pub fn is_terminal(v: &Value) -> bool {
+    matches!(
+        v["status"].as_str(),
+        Some("succeeded" | "partial" | "failed" | "cancelled")
+    )
+}
+
+/// Slices done (succeeded or failed) in a job view.
+pub fn slices_done(v: &Value) -> u64 {
+    v["counts"]["slices"]["succeeded"].as_u64().unwrap_or(0)
+        + v["counts"]["slices"]["failed"].as_u64().unwrap_or(0)
+}
+
+/// Items as comparable keys: (url, geo, data) sorted; slice ids and positions are
+/// content-derived too, but the data is what a user compares.
+pub fn item_keys(items: &[Value]) -> Vec<String> {
+    let mut keys: Vec<String> = items
+        .iter()
+        .map(|i| {
+            format!(
+                "{}|{}|{}|{}|{}",
+                i["slice_id"], i["seq"], i["url"], i["geo"], i["data"]
+            )
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Reads a JSON Lines file.
+pub fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}

@@ -10,6 +10,11 @@
 //!   store is the source of truth: the count is checked against it before the job
 //!   ends, and re-read on a timer when events go quiet, so no job hangs on a lost
 //!   event.
+//! - [`Service`] (`service`): the scheduler role of the deployed shape, every job
+//!   of the deployment driven from the store: plans pending jobs, publishes,
+//!   finishes, fails dead letters, reconciles.
+
+mod service;
 
 use std::time::Duration;
 
@@ -23,6 +28,8 @@ use trawl_core::ports::{
     Approval, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
+
+pub use service::{Service, ServiceConfig};
 
 /// Why a scheduler call failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,11 +78,8 @@ impl Scheduler<'_> {
         let p = plan(spec, &self.prices);
         let created_ms = now_ms();
         let job_id = JobId::generate(created_ms, fastrand::u64(..));
-        let needs_approval = spec
-            .budget
-            .approve_above
-            .is_some_and(|limit| p.estimate.cost > limit);
-        let status = if needs_approval && approved_by.is_none() {
+        let approval = approval_for(&job_id, spec, &p.estimate);
+        let status = if approval.is_some() && approved_by.is_none() {
             JobStatus::AwaitingApproval
         } else {
             JobStatus::Queued
@@ -95,20 +99,8 @@ impl Scheduler<'_> {
                 &p.slices,
             )
             .await?;
-        if needs_approval {
-            let limit = spec.budget.approve_above.unwrap_or_default();
-            self.store
-                .request_approval(&Approval {
-                    job_id: job_id.clone(),
-                    amount: p.estimate.cost,
-                    reason: format!(
-                        "estimated cost {} is above approve_above_usd {}",
-                        p.estimate.cost, limit
-                    ),
-                    approved: None,
-                    decided_by: None,
-                })
-                .await?;
+        if let Some(approval) = approval {
+            self.store.request_approval(&approval).await?;
             if let Some(by) = approved_by {
                 self.store.decide_approval(&job_id, true, by).await?;
             }
@@ -283,6 +275,22 @@ async fn fail_dead_letter(
             .await?;
     }
     Ok(())
+}
+
+/// The approval a job needs before it runs: its estimate is above its
+/// `approve_above_usd`.
+pub fn approval_for(job_id: &JobId, spec: &JobSpec, estimate: &Estimate) -> Option<Approval> {
+    let limit = spec.budget.approve_above?;
+    (estimate.cost > limit).then(|| Approval {
+        job_id: job_id.clone(),
+        amount: estimate.cost,
+        reason: format!(
+            "estimated cost {} is above approve_above_usd {}",
+            estimate.cost, limit
+        ),
+        approved: None,
+        decided_by: None,
+    })
 }
 
 fn reason_for(c: &JobCounts, spec: &Option<JobSpec>) -> Option<String> {

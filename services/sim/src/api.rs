@@ -122,6 +122,22 @@ enum TargetKind {
     Product { url: Url, country: String },
 }
 
+/// Hosts under this suffix are down: every request for them fails as an
+/// unreachable target does (502 with `x-brd-error`), however often it is tried.
+/// A simulator convention, for tests of slices that never succeed.
+pub const DOWN_HOST_SUFFIX: &str = ".down.test";
+
+impl Target {
+    fn is_down(&self) -> bool {
+        match &self.kind {
+            TargetKind::Product { url, .. } => url
+                .host_str()
+                .is_some_and(|h| h.ends_with(DOWN_HOST_SUFFIX)),
+            TargetKind::Search(_) => false,
+        }
+    }
+}
+
 /// A request refused before any unlocking.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Rejection {
@@ -167,6 +183,7 @@ async fn request(
     bump(&app.counters.requests);
     let outcome = match app.check(&headers, body) {
         Err(rejection) => Outcome::Rejected(rejection),
+        Ok(target) if target.is_down() => Outcome::Fault(Fault::BadGateway),
         Ok(target) => match app.roll_fault() {
             Some(fault) => Outcome::Fault(fault),
             None => match target.render() {

@@ -33,6 +33,9 @@
 //!   status in `x-brd-status-code`; the simulator sends the real status as the outer
 //!   status (and repeats it in `x-brd-status-code`), which is what a client's retry
 //!   policy needs to see.
+//! - **Down hosts**: a page on a host under [`DOWN_HOST_SUFFIX`] (`.down.test`)
+//!   always gets the 502 `reject_block` answer, so a test can have a slice that
+//!   never succeeds.
 //! - `GET /__sim/stats`: the counters of [`SimStats`].
 //!
 //! Layout:
@@ -55,7 +58,7 @@ mod serp;
 mod server;
 mod stats;
 
-pub use api::BODY_LIMIT;
+pub use api::{BODY_LIMIT, DOWN_HOST_SUFFIX};
 pub use config::{ConfigError, FAULTS_VAR, Faults, LATENCY_VAR, SimConfig, parse_latency};
 pub use server::{SimHandle, serve, spawn};
 pub use stats::SimStats;

@@ -86,6 +86,31 @@ impl Options {
     }
 }
 
+/// The Bright Data client for `upstream`, and the simulator it talks to when that
+/// plays Bright Data (started here, on a loopback port).
+pub async fn provider(
+    upstream: &Upstream,
+    prices: PriceTable,
+    call_timeout: Duration,
+) -> anyhow::Result<(BrightData, Option<SimHandle>)> {
+    let (config, sim) = match upstream {
+        Upstream::BrightData(c) => (c.clone(), None),
+        Upstream::Simulator(sim_config) => {
+            let sim = trawl_sim::spawn(sim_config.clone())
+                .await
+                .context("starting the Bright Data simulator")?;
+            let c = BrightDataConfig::new(sim.base_url(), "simulator").with_zones(
+                sim_config.unlocker_zone.clone(),
+                sim_config.serp_zone.clone(),
+            );
+            (c, Some(sim))
+        }
+    };
+    let config = config.with_prices(prices).with_timeout(call_timeout);
+    let provider = BrightData::new(config).context("building the HTTP client")?;
+    Ok((provider, sim))
+}
+
 /// Records a decision on a job awaiting approval, touching only the store (no
 /// cache, no tools, no simulator).
 pub async fn decide(
@@ -135,23 +160,8 @@ impl Embedded {
         let cache = SqliteCache::open(&options.state_dir.join("cache.db"))
             .await
             .context("opening the cache")?;
-        let (config, sim) = match &options.upstream {
-            Upstream::BrightData(c) => (c.clone(), None),
-            Upstream::Simulator(sim_config) => {
-                let sim = trawl_sim::spawn(sim_config.clone())
-                    .await
-                    .context("starting the Bright Data simulator")?;
-                let c = BrightDataConfig::new(sim.base_url(), "simulator").with_zones(
-                    sim_config.unlocker_zone.clone(),
-                    sim_config.serp_zone.clone(),
-                );
-                (c, Some(sim))
-            }
-        };
-        let config = config
-            .with_prices(options.prices)
-            .with_timeout(options.call_timeout);
-        let provider = BrightData::new(config).context("building the HTTP client")?;
+        let (provider, sim) =
+            provider(&options.upstream, options.prices, options.call_timeout).await?;
         let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
         Ok(Embedded {
             store: Arc::new(store),

@@ -98,10 +98,26 @@ pub async fn write(
     write_lines(&dir.join("items.jsonl"), &items)?;
     let rejections = store.rejections(job).await.context("reading rejections")?;
     write_lines(&dir.join("rejections.jsonl"), &rejections)?;
+    write_summary(dir, summary)
+}
+
+/// Writes `summary.json` into `dir`.
+pub fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(summary).context("encoding summary")?;
     write_atomic(&dir.join("summary.json"), |w| {
         w.write_all(&json)?;
         w.write_all(b"\n")
+    })
+}
+
+/// Writes lines that are already JSON, one per line.
+pub fn write_raw_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
+    write_atomic(path, |w| {
+        for l in lines {
+            w.write_all(l.as_bytes())?;
+            w.write_all(b"\n")?;
+        }
+        Ok(())
     })
 }
 

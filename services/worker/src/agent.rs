@@ -15,8 +15,13 @@ const SEARCH: &str = "brightdata.search";
 const FETCH: &str = "brightdata.fetch";
 
 /// Runs a slice to its outcome. Never fails: a failed tool call becomes the
-/// slice's error, with the trace of every attempt.
-pub async fn run_slice(job: &JobContext, tools: &ToolLayer, slice: &SliceSpec) -> SliceOutcome {
+/// slice's error, with the trace of every attempt. The second value says whether
+/// that error was transient (a later attempt may succeed).
+pub async fn run_slice(
+    job: &JobContext,
+    tools: &ToolLayer,
+    slice: &SliceSpec,
+) -> (SliceOutcome, bool) {
     let rec = Recorder::new(slice.id.clone());
     let opts = CallOptions {
         retry: job.retry,
@@ -45,11 +50,13 @@ pub async fn run_slice(job: &JobContext, tools: &ToolLayer, slice: &SliceSpec) -
             }
         }
     };
+    let mut transient = false;
     if let Err(e) = result {
+        transient = e.is_transient();
         out.error = Some(e.to_slice_error());
     }
     (out.trace, out.costs) = rec.finish();
-    out
+    (out, transient)
 }
 
 /// One `serp` item per organic row, and page slices for the top results.

@@ -18,15 +18,16 @@
 pub mod agent;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use trawl_core::extract::Extractor;
-use trawl_core::model::{JobId, JobStatus, SliceOutcome};
+use trawl_core::model::{JobId, JobStatus, SliceOutcome, now_ms};
 use trawl_core::ports::{
     Delivery, Events, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
@@ -61,6 +62,18 @@ pub struct WorkerConfig {
     /// so a slice that waits out long retries is not redelivered meanwhile. Keep it
     /// well below the queue's ack wait.
     pub heartbeat: Duration,
+    /// How often a job's status is read again, so slices of a job cancelled
+    /// meanwhile are skipped.
+    pub status_recheck: Duration,
+    /// Delays before delivering again a slice whose tool calls failed transiently
+    /// after their retries, by delivery (the last entry repeats). Empty: such a
+    /// slice is recorded failed at once. Otherwise it is recorded failed, with its
+    /// last error, only on its last delivery, so an upstream outage shorter than
+    /// the schedule loses nothing.
+    pub redeliver: Vec<Duration>,
+    /// After a stop is asked for, how long slices in flight may take to finish;
+    /// those still running then are handed back to the queue (nak).
+    pub stop_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -71,6 +84,9 @@ impl Default for WorkerConfig {
             retry_max_delay: Duration::from_secs(30),
             nak_delay: Duration::from_secs(1),
             heartbeat: Duration::from_secs(10),
+            status_recheck: Duration::from_secs(2),
+            redeliver: Vec::new(),
+            stop_grace: Duration::from_secs(30),
         }
     }
 }
@@ -96,17 +112,41 @@ impl WorkerConfig {
         self.nak_delay = d;
         self
     }
+
+    pub fn with_status_recheck(mut self, d: Duration) -> Self {
+        self.status_recheck = d;
+        self
+    }
+
+    pub fn with_redeliver(mut self, delays: Vec<Duration>) -> Self {
+        self.redeliver = delays;
+        self
+    }
+
+    pub fn with_stop_grace(mut self, d: Duration) -> Self {
+        self.stop_grace = d;
+        self
+    }
 }
 
 /// Job contexts by id, loaded from the store on first sight. Concurrent first
-/// sights of one job share one load; a job that is over is remembered as `None`.
+/// sights of one job share one load; a job that is over is remembered as over.
+/// The job's status is read again every `status_recheck`, so a job cancelled while
+/// its slices run has the rest skipped.
 #[derive(Default)]
 pub struct JobContexts {
-    map: Mutex<HashMap<JobId, Arc<ContextCell>>>,
+    map: Mutex<HashMap<JobId, Arc<ContextEntry>>>,
 }
 
-/// One job's context, loaded once; `None` when the job is over.
-type ContextCell = OnceCell<Option<Arc<JobContext>>>;
+#[derive(Default)]
+struct ContextEntry {
+    /// The context, loaded once; `None` when the job was over at load.
+    cell: OnceCell<Option<Arc<JobContext>>>,
+    /// When the status was last read; `None` until the first load.
+    checked: Mutex<Option<Instant>>,
+    /// Seen over (cancelled, finished) at a recheck.
+    over: AtomicBool,
+}
 
 impl JobContexts {
     /// The job's context, or `None` when the job is over or unknown (its slices are
@@ -117,21 +157,42 @@ impl JobContexts {
         id: &JobId,
         cfg: &WorkerConfig,
     ) -> Result<Option<Arc<JobContext>>, PortError> {
-        let cell = {
+        let entry = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
             map.entry(id.clone()).or_default().clone()
         };
-        cell.get_or_try_init(|| load_context(store, id, cfg))
-            .await
-            .cloned()
-    }
-
-    /// Forgets a job, so its next slice reloads it.
-    pub fn forget(&self, id: &JobId) {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        let ctx = entry
+            .cell
+            .get_or_try_init(|| async {
+                let ctx = load_context(store, id, cfg).await?;
+                *entry.checked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                Ok::<_, PortError>(ctx)
+            })
+            .await?
+            .clone();
+        let Some(ctx) = ctx else { return Ok(None) };
+        if entry.over.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let due = {
+            let mut checked = entry.checked.lock().unwrap_or_else(|p| p.into_inner());
+            let due = checked.is_none_or(|at| at.elapsed() >= cfg.status_recheck);
+            if due {
+                *checked = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let live = store
+                .job(id)
+                .await?
+                .is_some_and(|j| !j.status.is_terminal());
+            if !live {
+                entry.over.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+        }
+        Ok(Some(ctx))
     }
 }
 
@@ -192,12 +253,14 @@ impl Worker {
         }
     }
 
-    /// Runs `concurrency` pull loops until `cancel` fires. A slice in flight when
-    /// it fires is finished, not dropped.
+    /// Runs `concurrency` pull loops until `cancel` fires. Then no new slice is
+    /// pulled; slices in flight get `stop_grace` to finish, and those still running
+    /// after it are handed back to the queue, to be delivered again elsewhere.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let tracker = TaskTracker::new();
+        let abort = CancellationToken::new();
         for _ in 0..self.config.concurrency {
-            let (me, cancel) = (self.clone(), cancel.clone());
+            let (me, cancel, abort) = (self.clone(), cancel.clone(), abort.clone());
             tracker.spawn(async move {
                 loop {
                     let delivery = tokio::select! {
@@ -205,7 +268,7 @@ impl Worker {
                         d = me.queue.pull() => d,
                     };
                     match delivery {
-                        Ok(d) => me.handle(d).await,
+                        Ok(d) => me.handle(d, &abort).await,
                         Err(e) => {
                             tracing::warn!(error = %e, "pull failed");
                             tokio::select! {
@@ -218,19 +281,28 @@ impl Worker {
             });
         }
         tracker.close();
-        tracker.wait().await;
+        cancel.cancelled().await;
+        if tokio::time::timeout(self.config.stop_grace, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(grace = ?self.config.stop_grace, "slices still running at the end of the stop grace; handing them back");
+            abort.cancel();
+            tracker.wait().await;
+        }
     }
 
-    async fn handle(&self, d: Delivery) {
+    async fn handle(&self, d: Delivery, abort: &CancellationToken) {
         let msg = d.message.clone();
         let span = tracing::info_span!("slice", job_id = %msg.job_id, slice_id = %msg.slice.id, kind = msg.slice.kind.name(), delivery = d.delivery);
         async {
-            let work = self.process(&msg);
+            let work = self.process(&d);
             tokio::pin!(work);
             let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + self.config.heartbeat, self.config.heartbeat);
             let result = loop {
                 tokio::select! {
-                    r = &mut work => break r,
+                    r = &mut work => break Some(r),
+                    () = abort.cancelled() => break None,
                     _ = beat.tick() => {
                         if let Err(e) = d.acker.in_progress().await {
                             tracing::warn!(error = %e, "in_progress failed");
@@ -238,36 +310,46 @@ impl Worker {
                     }
                 }
             };
-            match result {
-                Ok(()) => {
-                    if let Err(e) = d.acker.ack().await {
-                        tracing::warn!(error = %e, "ack failed");
-                    }
+            let verdict = match result {
+                Some(Ok(Processed::Done)) => d.acker.ack().await,
+                Some(Ok(Processed::Again(delay))) => {
+                    tracing::info!(?delay, "tool calls failed transiently; delivering the slice again later");
+                    d.acker.nak(delay).await
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, last = d.is_last(), "slice not recorded; delivering again later");
-                    if let Err(e) = d.acker.nak(self.config.nak_delay).await {
-                        tracing::warn!(error = %e, "nak failed");
-                    }
+                    d.acker.nak(self.config.nak_delay).await
                 }
+                None => {
+                    tracing::info!("worker stopping; slice handed back to the queue");
+                    d.acker.nak(Duration::ZERO).await
+                }
+            };
+            if let Err(e) = verdict {
+                tracing::warn!(error = %e, "settling the delivery failed; the queue delivers it again after its ack wait");
             }
         }
         .instrument(span)
         .await
     }
 
-    /// Runs one slice and records it. `Err` only when its outcome could not be
-    /// written or its children not published.
-    async fn process(&self, msg: &SliceMessage) -> Result<(), PortError> {
+    /// Runs one slice and records it, or asks for it to be delivered again. `Err`
+    /// only when its outcome could not be written or its children not published.
+    async fn process(&self, d: &Delivery) -> Result<Processed, PortError> {
+        let msg = &d.message;
         let Some(job) = self
             .jobs
             .get(self.store.as_ref(), &msg.job_id, &self.config)
             .await?
         else {
             tracing::debug!("job is over or unknown; skipping slice");
-            return Ok(());
+            return Ok(Processed::Done);
         };
-        let outcome = agent::run_slice(&job, &self.tools, &msg.slice).await;
+        let (outcome, transient) = agent::run_slice(&job, &self.tools, &msg.slice).await;
+        if transient && !d.is_last() && !self.config.redeliver.is_empty() {
+            let i = (d.delivery.max(1) as usize - 1).min(self.config.redeliver.len() - 1);
+            return Ok(Processed::Again(self.config.redeliver[i]));
+        }
         finish_slice(
             self.store.as_ref(),
             self.queue.as_ref(),
@@ -276,8 +358,17 @@ impl Worker {
             &msg.slice.id,
             &outcome,
         )
-        .await
+        .await?;
+        Ok(Processed::Done)
     }
+}
+
+/// What became of a delivery that did not fail.
+enum Processed {
+    /// Recorded (or skipped): ack.
+    Done,
+    /// Failed transiently: deliver again after this delay.
+    Again(Duration),
 }
 
 /// Writes an outcome, publishes the new children and emits `slice.finished`.
@@ -298,6 +389,12 @@ pub async fn finish_slice(
                 slice: child.clone(),
             })
             .await?;
+    }
+    if !recorded.new_children.is_empty() {
+        // Unmarked children (this worker died before here) are published by the
+        // scheduler's reconciliation; the queue drops the duplicate if both did.
+        let ids: Vec<_> = recorded.new_children.iter().map(|c| c.id.clone()).collect();
+        store.mark_published(job_id, &ids, now_ms()).await?;
     }
     if recorded.written {
         let children = recorded.new_children.len() as u64;

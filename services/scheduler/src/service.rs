@@ -1,0 +1,312 @@
+//! The scheduler as a long-running role: every job of the deployment, driven from
+//! the store, with events to react sooner.
+//!
+//! The store is the source of truth; events only say "look at this job now". So
+//! every step is a pass over what the store says, safe to repeat:
+//!
+//! - **plan**: a `pending` job (stored by the API) is planned (pure), its slices
+//!   stored, and it moves to `queued`, or `awaiting_approval` with an approval
+//!   asked for;
+//! - **publish**: open slices of a `queued` or `running` job that were never handed
+//!   to the queue (or handed over so long ago that the message must have been
+//!   lost) are published and marked; the queue drops duplicates by message id, so
+//!   publishing twice is harmless;
+//! - **finish**: a `running` job with no open slice ends `succeeded`, `partial` or
+//!   `failed` with its reason;
+//! - **dead letters**: a slice the queue gave up on is recorded failed
+//!   (`delivery_limit`) through the same path a worker uses.
+//!
+//! Reconciliation runs every `reconcile_every` over every live job: a job created
+//! while the scheduler was down, a slice stored by a worker that died before
+//! publishing it, or an event lost on the way are all picked up there. Events for a
+//! job (`job.created`, `approval.decided`, `slice.finished`) make the same passes
+//! run for that job at once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+use trawl_core::cost::PriceTable;
+use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, now_ms};
+use trawl_core::plan::plan;
+use trawl_core::ports::{
+    DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue,
+    Store,
+};
+use trawl_core::spec::JobSpec;
+
+use crate::{approval_for, reason_for};
+
+/// How many slices one publication pass reads from the store at a time.
+const PUBLISH_BATCH: u32 = 1_000;
+/// Live jobs looked at per reconciliation pass.
+const JOBS_PER_PASS: u32 = 10_000;
+
+/// Settings of the scheduler role.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ServiceConfig {
+    /// How often every live job is looked at, events or not.
+    pub reconcile_every: Duration,
+    /// An open slice published this long ago without an outcome is published
+    /// again: its message must have been lost. Keep it above the queue's longest
+    /// redelivery schedule (ack wait × max deliver + backoff).
+    pub republish_after: Duration,
+    /// How long after a `slice.finished` the job's counts are read, so a burst of
+    /// events costs one read.
+    pub settle: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            reconcile_every: Duration::from_secs(2),
+            republish_after: Duration::from_secs(30 * 60),
+            settle: Duration::from_millis(100),
+        }
+    }
+}
+
+impl ServiceConfig {
+    pub fn with_reconcile_every(mut self, d: Duration) -> Self {
+        self.reconcile_every = d.max(Duration::from_millis(10));
+        self
+    }
+
+    pub fn with_republish_after(mut self, d: Duration) -> Self {
+        self.republish_after = d;
+        self
+    }
+}
+
+/// The scheduler role.
+pub struct Service {
+    pub store: Arc<dyn Store>,
+    pub queue: Arc<dyn SliceQueue>,
+    pub events: Arc<dyn Events>,
+    pub prices: PriceTable,
+    pub config: ServiceConfig,
+}
+
+impl Service {
+    /// Runs until `cancel` fires. `events` carries the deployment's events; when it
+    /// closes the scheduler goes on with reconciliation alone.
+    pub async fn run(self: Arc<Self>, mut events: UnboundedReceiver<Event>, cancel: CancellationToken) {
+        let dead = tokio::spawn(self.clone().dead_letters(cancel.clone()));
+        let mut tick = tokio::time::interval(self.config.reconcile_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut settle = tokio::time::interval(self.config.settle);
+        settle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut dirty: HashSet<JobId> = HashSet::new();
+        let mut events_open = true;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(e) = self.reconcile().await {
+                        warn!(error = %e, "reconciliation failed; trying again next tick");
+                    }
+                }
+                ev = events.recv(), if events_open => match ev {
+                    None => {
+                        warn!("event stream closed; going on with reconciliation alone");
+                        events_open = false;
+                    }
+                    Some(Event::JobCreated { job_id }) | Some(Event::ApprovalDecided { job_id, .. }) => {
+                        if let Err(e) = self.advance_id(&job_id).await {
+                            warn!(%job_id, error = %e, "could not advance job; reconciliation will");
+                        }
+                    }
+                    Some(Event::SliceFinished(f)) => { dirty.insert(f.job_id); }
+                    Some(Event::JobCancelled { .. }) => {}
+                },
+                _ = settle.tick(), if !dirty.is_empty() => {
+                    for job_id in std::mem::take(&mut dirty) {
+                        if let Err(e) = self.advance_id(&job_id).await {
+                            warn!(%job_id, error = %e, "could not advance job; reconciliation will");
+                        }
+                    }
+                }
+            }
+        }
+        dead.abort();
+        let _ = dead.await;
+    }
+
+    /// One pass over every live job.
+    #[instrument(skip_all)]
+    pub async fn reconcile(&self) -> Result<(), PortError> {
+        let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
+        for job in self.store.jobs_with_status(&live, JOBS_PER_PASS).await? {
+            let id = job.id.clone();
+            if let Err(e) = self.advance(job).await {
+                warn!(job_id = %id, error = %e, "could not advance job");
+            }
+        }
+        Ok(())
+    }
+
+    async fn advance_id(&self, id: &JobId) -> Result<(), PortError> {
+        match self.store.job(id).await? {
+            Some(job) => self.advance(job).await,
+            None => {
+                debug!(job_id = %id, "event for an unknown job; ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves a job as far as the store allows: plan, publish, finish.
+    #[instrument(skip_all, fields(job_id = %job.id, status = job.status.as_str()))]
+    async fn advance(&self, job: JobRecord) -> Result<(), PortError> {
+        let mut status = job.status;
+        if status == JobStatus::Pending {
+            status = self.plan_pending(&job).await?;
+        }
+        if matches!(status, JobStatus::Queued | JobStatus::Running) {
+            self.publish_open(&job.id).await?;
+            if status == JobStatus::Queued {
+                self.store
+                    .set_job_status(&job.id, JobStatus::Running, None)
+                    .await?;
+            }
+            self.finish_if_done(&job).await?;
+        }
+        Ok(())
+    }
+
+    /// Plans a job the API stored; returns its new status.
+    async fn plan_pending(&self, job: &JobRecord) -> Result<JobStatus, PortError> {
+        let spec = match JobSpec::from_value(job.spec.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                // The API validated it; a spec that no longer parses (a newer
+                // writer, a manual edit) fails its job rather than blocking the loop.
+                let reason = format!("stored spec no longer valid: {e}");
+                self.store
+                    .set_job_status(&job.id, JobStatus::Failed, Some(&reason))
+                    .await?;
+                return Ok(JobStatus::Failed);
+            }
+        };
+        let p = plan(&spec, &self.prices);
+        let status = match approval_for(&job.id, &spec, &p.estimate) {
+            Some(approval) => {
+                // Asked before the slices are stored: a crash in between leaves the
+                // job pending, and planning it again replaces the pending approval.
+                self.store.request_approval(&approval).await?;
+                JobStatus::AwaitingApproval
+            }
+            None => JobStatus::Queued,
+        };
+        if !self.store.plan_job(&job.id, &p.slices, status).await? {
+            // Another scheduler (or an earlier pass) planned it first.
+            return Ok(self
+                .store
+                .job(&job.id)
+                .await?
+                .map_or(JobStatus::Failed, |j| j.status));
+        }
+        info!(job_id = %job.id, slices = p.slices.len(), status = status.as_str(), "job planned");
+        Ok(status)
+    }
+
+    /// Publishes the job's open slices that the queue has not got.
+    async fn publish_open(&self, id: &JobId) -> Result<(), PortError> {
+        let stale_before = now_ms() - self.config.republish_after.as_millis() as i64;
+        loop {
+            let slices = self
+                .store
+                .slices_to_publish(id, stale_before, PUBLISH_BATCH)
+                .await?;
+            if slices.is_empty() {
+                return Ok(());
+            }
+            let n = slices.len();
+            let mut ids = Vec::with_capacity(n);
+            for slice in slices {
+                ids.push(slice.id.clone());
+                self.queue
+                    .publish(&SliceMessage {
+                        job_id: id.clone(),
+                        slice,
+                    })
+                    .await?;
+            }
+            self.store.mark_published(id, &ids, now_ms()).await?;
+            debug!(job_id = %id, slices = n, "published");
+            if n < PUBLISH_BATCH as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Ends a running job whose slices are all terminal.
+    async fn finish_if_done(&self, job: &JobRecord) -> Result<(), PortError> {
+        let counts = self.store.counts(&job.id).await?;
+        if counts.slices_open() > 0 {
+            return Ok(());
+        }
+        // Read again: a cancel over the API may have ended it meanwhile.
+        let Some(current) = self.store.job(&job.id).await? else {
+            return Ok(());
+        };
+        if current.status.is_terminal() {
+            return Ok(());
+        }
+        let status = JobStatus::from_slices(counts.slices_succeeded, counts.slices_failed);
+        let reason = reason_for(&counts, &JobSpec::from_value(job.spec.clone()).ok());
+        self.store
+            .set_job_status(&job.id, status, reason.as_deref())
+            .await?;
+        info!(job_id = %job.id, status = status.as_str(), items = counts.items_valid, "job finished");
+        Ok(())
+    }
+
+    /// Records every dead letter as a failed slice.
+    async fn dead_letters(self: Arc<Self>, cancel: CancellationToken) {
+        loop {
+            let dead = tokio::select! {
+                () = cancel.cancelled() => return,
+                d = self.queue.dead_letter() => d,
+            };
+            let result = match dead {
+                Ok(dead) => self.fail_dead_letter(&dead).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                warn!(error = %e, "dead letter not recorded; reconciliation republishes its slice later");
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(self.config.reconcile_every) => {}
+                }
+            }
+        }
+    }
+
+    async fn fail_dead_letter(&self, dead: &DeadLetter) -> Result<(), PortError> {
+        let job_id = &dead.message.job_id;
+        let slice_id = &dead.message.slice.id;
+        warn!(%job_id, %slice_id, deliveries = dead.deliveries, "slice ran out of deliveries");
+        let outcome = SliceOutcome {
+            error: Some(SliceError {
+                code: "delivery_limit".into(),
+                message: format!(
+                    "not finished after {} deliveries (worker lost, or its outcome could not be written)",
+                    dead.deliveries
+                ),
+            }),
+            ..SliceOutcome::default()
+        };
+        let recorded = self.store.record_outcome(job_id, slice_id, &outcome).await?;
+        if recorded.written {
+            self.events
+                .slice_finished(SliceFinished::of(job_id, slice_id, &outcome, 0))
+                .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,589 @@
+//! The command line: parses arguments, wires roles, maps outcomes to exit codes.
+//! `main.rs` only calls [`main`], so the end-to-end tests can build the same
+//! program as a binary of their own.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::SecretString;
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use crate::embedded::{Embedded, Options, Upstream};
+use crate::output::Summary;
+use crate::progress::Progress;
+use trawl_brightdata::BrightDataConfig;
+use trawl_core::model::{JobId, JobStatus};
+use trawl_core::plan::plan;
+use trawl_core::ports::Store;
+use trawl_core::spec::JobSpec;
+use trawl_queue::QueueConfig;
+use trawl_sim::{Faults, SimConfig, parse_latency};
+use trawl_worker::WorkerConfig;
+
+/// Exit codes, documented in the README.
+mod exit {
+    pub const SUCCEEDED: u8 = 0;
+    pub const ERROR: u8 = 1;
+    pub const INVALID: u8 = 2;
+    pub const PARTIAL: u8 = 3;
+    pub const FAILED: u8 = 4;
+    pub const CANCELLED: u8 = 5;
+    pub const AWAITING_APPROVAL: u8 = 6;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "trawl",
+    version,
+    about = "Research jobs at scale: searches and pages through Bright Data, cached, retried, validated, costed."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a job file (YAML or JSON) to its end in this process.
+    Run {
+        /// The job spec.
+        job_file: PathBuf,
+        /// Output folder for items.jsonl, rejections.jsonl and summary.json
+        /// [default: out/<job name>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Approve the job's spend without asking.
+        #[arg(long)]
+        yes: bool,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Approve a job awaiting approval, then run it.
+    Approve {
+        job_id: String,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Who approves, for the audit trail.
+        #[arg(long, env = "USER", default_value = "cli")]
+        by: String,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Decline a job awaiting approval; it ends cancelled.
+    Reject {
+        job_id: String,
+        #[arg(long, env = "USER", default_value = "cli")]
+        by: String,
+        #[arg(long, env = "TRAWL_HOME", default_value = ".trawl")]
+        state: PathBuf,
+    },
+    /// Check a job file and show its plan and cost estimate; runs nothing.
+    Plan { job_file: PathBuf },
+    /// Serve the HTTP API (deployed shape: Postgres, NATS JetStream, Redis).
+    Api {
+        #[command(flatten)]
+        deploy: DeployArgs,
+    },
+    /// Run the scheduler: plans, publishes, finishes and reconciles every job.
+    Scheduler {
+        #[command(flatten)]
+        deploy: DeployArgs,
+    },
+    /// Run a stateless worker; start as many as needed.
+    Worker {
+        #[command(flatten)]
+        deploy: DeployArgs,
+    },
+    /// API, scheduler and a worker in one process on the embedded adapters.
+    Dev {
+        #[command(flatten)]
+        deploy: DeployArgs,
+        /// State folder: store and cache.
+        #[arg(long, env = "TRAWL_HOME", default_value = ".trawl")]
+        state: PathBuf,
+    },
+    /// Apply the Postgres migrations and exit.
+    Migrate {
+        #[command(flatten)]
+        deploy: DeployArgs,
+    },
+    /// Submit a job file to a running API; with --wait, follow it to its end.
+    Submit {
+        job_file: PathBuf,
+        /// The API's base URL.
+        #[arg(long, env = "TRAWL_API", default_value = "http://127.0.0.1:8080")]
+        api: String,
+        /// Bearer key for the API.
+        #[arg(long, env = "TRAWL_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Follow the job until it ends.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: write items.jsonl, rejections.jsonl and summary.json here.
+        #[arg(long, requires = "wait")]
+        out: Option<PathBuf>,
+        /// Sent as Idempotency-Key: a retried submit does not create a second job.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Serve the Bright Data simulator.
+    Sim {
+        #[arg(long, default_value_t = 8790)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        #[command(flatten)]
+        sim: SimArgs,
+    },
+}
+
+#[derive(Args, Clone)]
+struct SimArgs {
+    /// Injected fault shares, e.g. 429=0.05,502=0.05,timeout=0.02.
+    #[arg(long, env = "TRAWL_SIM_FAULTS", default_value = "")]
+    sim_faults: String,
+    /// Latency added to every simulated answer, e.g. 20ms.
+    #[arg(long, env = "TRAWL_SIM_LATENCY", default_value = "0s")]
+    sim_latency: String,
+}
+
+impl SimArgs {
+    fn config(&self) -> anyhow::Result<SimConfig> {
+        Ok(SimConfig::default()
+            .with_faults(Faults::parse(&self.sim_faults).context("--sim-faults")?)
+            .with_latency(parse_latency(&self.sim_latency).context("--sim-latency")?))
+    }
+}
+
+/// Settings of the deployed roles; `docs/configuration.md` is the reference.
+#[derive(Args, Clone)]
+struct DeployArgs {
+    /// Postgres: jobs, slices, items, trace, costs, approvals.
+    #[arg(long, env = "TRAWL_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/trawl")]
+    database_url: String,
+    /// Postgres connections per process.
+    #[arg(long, env = "TRAWL_DATABASE_POOL", default_value_t = 16)]
+    database_pool: u32,
+    /// NATS with JetStream: slices and events.
+    #[arg(long, env = "TRAWL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// Prefix of NATS subjects and stream names.
+    #[arg(long, env = "TRAWL_NATS_PREFIX", default_value = "trawl")]
+    nats_prefix: String,
+    /// How long a delivered slice may go without an ack or a heartbeat.
+    #[arg(long, env = "TRAWL_ACK_WAIT", default_value = "30s", value_parser = humantime::parse_duration)]
+    ack_wait: Duration,
+    /// Deliveries of a slice before it is recorded failed.
+    #[arg(long, env = "TRAWL_MAX_DELIVER", default_value_t = 5)]
+    max_deliver: u32,
+    /// Delays before a slice whose upstream failed transiently is delivered again.
+    #[arg(long, env = "TRAWL_REDELIVER", default_value = "2s,10s,30s,60s", value_delimiter = ',', value_parser = humantime::parse_duration)]
+    redeliver: Vec<Duration>,
+    /// Redis: the content cache.
+    #[arg(long, env = "TRAWL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// Prefix of the cache's Redis keys.
+    #[arg(long, env = "TRAWL_REDIS_PREFIX", default_value = "")]
+    redis_prefix: String,
+    /// Address the API listens on.
+    #[arg(long, env = "TRAWL_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Bearer keys the API accepts, comma-separated.
+    #[arg(long, env = "TRAWL_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    api_keys: Vec<String>,
+    /// Slices a worker runs at the same time.
+    #[arg(long, env = "TRAWL_WORKER_CONCURRENCY", default_value_t = 32)]
+    concurrency: usize,
+    /// Timeout of one upstream attempt.
+    #[arg(long, env = "TRAWL_CALL_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    call_timeout: Duration,
+    /// After SIGTERM, how long a worker's slices in flight may take to finish.
+    #[arg(long, env = "TRAWL_STOP_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    stop_grace: Duration,
+    /// How often the scheduler looks at every live job.
+    #[arg(long, env = "TRAWL_RECONCILE_EVERY", default_value = "2s", value_parser = humantime::parse_duration)]
+    reconcile_every: Duration,
+    #[command(flatten)]
+    sim: SimArgs,
+}
+
+impl DeployArgs {
+    fn settings(&self, state_dir: Option<&Path>) -> anyhow::Result<crate::deployed::Settings> {
+        let bd =
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+            .map_err(anyhow::Error::msg)?;
+        let upstream = match bd {
+            Some(c) => Upstream::BrightData(c),
+            None => Upstream::Simulator(self.sim.config()?),
+        };
+        let nats = trawl_queue::nats::NatsConfig::new(&self.nats_url)
+            .with_prefix(&self.nats_prefix)
+            .with_ack_wait(self.ack_wait)
+            .with_max_deliver(self.max_deliver);
+        let redis = trawl_cache::RedisConfig::new(&self.redis_url).with_prefix(&self.redis_prefix);
+        let worker = WorkerConfig::default()
+            .with_concurrency(self.concurrency)
+            .with_redeliver(self.redeliver.clone())
+            .with_stop_grace(self.stop_grace)
+            .with_heartbeat((self.ack_wait / 3).max(Duration::from_millis(100)));
+        Ok(crate::deployed::Settings {
+            database_url: self.database_url.clone(),
+            database_pool: self.database_pool,
+            nats,
+            redis,
+            listen: self.listen,
+            api_keys: self
+                .api_keys
+                .iter()
+                .filter(|k| !k.is_empty())
+                .map(|k| SecretString::from(k.clone()))
+                .collect(),
+            upstream,
+            prices,
+            call_timeout: self.call_timeout,
+            worker,
+            scheduler: trawl_scheduler::ServiceConfig::default()
+                .with_reconcile_every(self.reconcile_every),
+            state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
+        })
+    }
+}
+
+#[derive(Args, Clone)]
+struct RunArgs {
+    /// State folder: store and cache.
+    #[arg(long, env = "TRAWL_HOME", default_value = ".trawl")]
+    state: PathBuf,
+    /// Slices run at the same time.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Timeout of one upstream attempt, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    call_timeout: Duration,
+    #[command(flatten)]
+    sim: SimArgs,
+}
+
+impl RunArgs {
+    fn options(&self) -> anyhow::Result<Options> {
+        let bd =
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+            .map_err(anyhow::Error::msg)?;
+        let upstream = match bd {
+            Some(c) => Upstream::BrightData(c),
+            None => Upstream::Simulator(self.sim.config()?),
+        };
+        Ok(Options::new(&self.state, upstream)
+            .with_prices(prices)
+            .with_call_timeout(self.call_timeout)
+            .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
+            .with_queue(QueueConfig::default()))
+    }
+}
+
+/// The program: parses the arguments, runs the command, returns its exit code.
+pub fn main() -> ExitCode {
+    crate::telemetry::init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(exit::ERROR);
+        }
+    };
+    match rt.block_on(dispatch(cli.command)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::ERROR)
+        }
+    }
+}
+
+/// One root token, fired by SIGINT or SIGTERM.
+fn shutdown_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = ctrl_c => {}
+            () = term => {}
+        }
+        eprintln!("stopping: finishing slices in flight");
+        t.cancel();
+    });
+    token
+}
+
+fn read_spec(path: &Path) -> Result<JobSpec, u8> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", path.display());
+            return Err(exit::INVALID);
+        }
+    };
+    JobSpec::parse(&text).map_err(|errs| {
+        eprint!("error: {}: {errs}", path.display());
+        exit::INVALID
+    })
+}
+
+fn parse_job_id(s: &str) -> Result<JobId, u8> {
+    JobId::parse(s).map_err(|e| {
+        eprintln!("error: {e}");
+        exit::INVALID
+    })
+}
+
+fn default_out(name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    Path::new("out").join(safe)
+}
+
+async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
+    match cmd {
+        Command::Run {
+            job_file,
+            out,
+            yes,
+            run,
+        } => {
+            let spec = match read_spec(&job_file) {
+                Ok(s) => s,
+                Err(code) => return Ok(code),
+            };
+            let out = out.unwrap_or_else(|| default_out(&spec.name));
+            let sys = start(&run).await?;
+            let submitted = sys.submit(&spec, yes.then_some("--yes")).await?;
+            eprintln!(
+                "job {} ({}): {} slices planned, up to {} followed pages, estimate {}",
+                submitted.job_id,
+                spec.name,
+                submitted.estimate.search_slices + submitted.estimate.page_slices,
+                submitted.estimate.followed_pages_max,
+                submitted.estimate.cost
+            );
+            let summary = if submitted.status == JobStatus::AwaitingApproval {
+                let s = sys.write_pending(&submitted.job_id, &out).await?;
+                eprintln!(
+                    "awaiting approval: the estimate {} is above approve_above_usd. Approve with: trawl approve {}",
+                    submitted.estimate.cost, submitted.job_id
+                );
+                s
+            } else {
+                run_to_end(&sys, &submitted.job_id, &out).await?
+            };
+            sys.shutdown().await;
+            Ok(report(&summary, &out))
+        }
+        Command::Approve {
+            job_id,
+            out,
+            by,
+            run,
+        } => {
+            let id = match parse_job_id(&job_id) {
+                Ok(id) => id,
+                Err(code) => return Ok(code),
+            };
+            let sys = start(&run).await?;
+            let status = sys.decide(&id, true, &by).await?;
+            eprintln!("job {id} approved by {by}: {}", status.as_str());
+            let name = sys
+                .store()
+                .job(&id)
+                .await
+                .ok()
+                .flatten()
+                .map(|j| j.name)
+                .unwrap_or_default();
+            let out = out.unwrap_or_else(|| default_out(&name));
+            let summary = run_to_end(&sys, &id, &out).await?;
+            sys.shutdown().await;
+            Ok(report(&summary, &out))
+        }
+        Command::Reject { job_id, by, state } => {
+            let id = match parse_job_id(&job_id) {
+                Ok(id) => id,
+                Err(code) => return Ok(code),
+            };
+            let status = crate::embedded::decide(&state, &id, false, &by).await?;
+            eprintln!("job {id} declined by {by}: {}", status.as_str());
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Plan { job_file } => {
+            let spec = match read_spec(&job_file) {
+                Ok(s) => s,
+                Err(code) => return Ok(code),
+            };
+            let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+                .map_err(anyhow::Error::msg)?;
+            let p = plan(&spec, &prices);
+            let out = serde_json::json!({
+                "name": spec.name,
+                "slices": p.slices.len(),
+                "estimate": p.estimate,
+                "estimate_usd": p.estimate.cost.usd(),
+                "needs_approval": spec.budget.approve_above.is_some_and(|a| p.estimate.cost > a),
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Api { deploy } => {
+            crate::deployed::api(&deploy.settings(None)?, shutdown_token()).await?;
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Scheduler { deploy } => {
+            crate::deployed::scheduler(&deploy.settings(None)?, shutdown_token()).await?;
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Worker { deploy } => {
+            crate::deployed::worker(&deploy.settings(None)?, shutdown_token()).await?;
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Dev { deploy, state } => {
+            crate::deployed::dev(&deploy.settings(Some(&state))?, shutdown_token()).await?;
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Migrate { deploy } => {
+            crate::deployed::migrate(&deploy.settings(None)?).await?;
+            eprintln!("migrations applied");
+            Ok(exit::SUCCEEDED)
+        }
+        Command::Submit {
+            job_file,
+            api,
+            api_key,
+            wait,
+            out,
+            idempotency_key,
+        } => {
+            let client = crate::client::Client::new(&api, api_key)?;
+            let submitted = match client.submit(&job_file, idempotency_key.as_deref()).await? {
+                Ok(s) => s,
+                Err(problem) => {
+                    eprint!("error: {}: {problem}", job_file.display());
+                    return Ok(exit::INVALID);
+                }
+            };
+            println!("{}", submitted.job_id);
+            if !wait {
+                eprintln!("job {} submitted: {}", submitted.job_id, submitted.status);
+                return Ok(exit::SUCCEEDED);
+            }
+            let cancel = shutdown_token();
+            let mut progress = Progress::for_stderr();
+            let Some(summary) = client
+                .wait(&submitted.job_id, &mut progress, &cancel)
+                .await?
+            else {
+                eprintln!("stopped waiting; job {} goes on", submitted.job_id);
+                return Ok(exit::CANCELLED);
+            };
+            match out {
+                Some(out) => {
+                    client.write_output(&submitted.job_id, &out, &summary).await?;
+                    Ok(report(&summary, &out))
+                }
+                None => Ok(report_status(&summary)),
+            }
+        }
+        Command::Sim { port, bind, sim } => {
+            let config = sim.config()?;
+            let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, port))
+                .await
+                .with_context(|| format!("binding {bind}:{port}"))?;
+            eprintln!("Bright Data simulator on http://{}", listener.local_addr()?);
+            let token = shutdown_token();
+            trawl_sim::serve(listener, config, token.cancelled_owned()).await?;
+            Ok(exit::SUCCEEDED)
+        }
+    }
+}
+
+async fn start(run: &RunArgs) -> anyhow::Result<Embedded> {
+    let options = run.options()?;
+    let sys = Embedded::start(options).await?;
+    if let Some(sim) = sys.simulator() {
+        eprintln!(
+            "BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator at {}",
+            sim.base_url()
+        );
+    }
+    Ok(sys)
+}
+
+async fn run_to_end(sys: &Embedded, id: &JobId, out: &Path) -> anyhow::Result<Summary> {
+    let cancel = shutdown_token();
+    let mut progress = Progress::for_stderr();
+    sys.run(id, out, &mut progress, &cancel).await
+}
+
+fn report(s: &Summary, out: &Path) -> u8 {
+    let code = report_status(s);
+    eprintln!(
+        "wrote {}/{{items.jsonl,rejections.jsonl,summary.json}}",
+        out.display()
+    );
+    code
+}
+
+fn report_status(s: &Summary) -> u8 {
+    eprintln!(
+        "job {} {}: {}/{} slices succeeded, {} failed; items {} valid, {} rejected; {} upstream calls, {} cache hits; cost ${:.4}{}",
+        s.job_id,
+        s.status.as_str(),
+        s.slices.succeeded,
+        s.slices.total,
+        s.slices.failed,
+        s.items.valid,
+        s.items.rejected,
+        s.upstream_calls,
+        s.cache_hits,
+        s.cost_usd,
+        s.reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    match s.status {
+        JobStatus::Succeeded => exit::SUCCEEDED,
+        JobStatus::Partial => exit::PARTIAL,
+        JobStatus::Failed => exit::FAILED,
+        JobStatus::Cancelled => exit::CANCELLED,
+        JobStatus::AwaitingApproval => exit::AWAITING_APPROVAL,
+        JobStatus::Pending | JobStatus::Queued | JobStatus::Running => exit::ERROR,
+    }
+}

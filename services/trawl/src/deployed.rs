@@ -1,0 +1,241 @@
+//! The deployed shape: `trawl api`, `trawl scheduler`, `trawl worker` as separate
+//! processes over Postgres, NATS JetStream and Redis, and `trawl dev`, the same
+//! roles in one process on the embedded adapters.
+//!
+//! Every role applies the store's migrations at start (under an advisory lock,
+//! so roles starting together do not race) and stops on the token it is given:
+//! the API drains its connections, the scheduler ends its loops, workers stop
+//! pulling and finish or hand back their slices within `stop_grace`.
+//!
+//! The settings are in [`Settings`]; `docs/configuration.md` is the reference.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
+use trawl_api::{ApiState, Auth};
+use trawl_cache::{RedisCache, RedisConfig, SqliteCache};
+use trawl_core::cost::PriceTable;
+use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
+use trawl_queue::nats::{NatsConfig, NatsQueue};
+use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_scheduler::{Service, ServiceConfig};
+use trawl_sim::SimHandle;
+use trawl_store::{PgStore, SqliteStore};
+use trawl_tools::ToolLayer;
+use trawl_worker::{Worker, WorkerConfig};
+
+use crate::embedded::{Upstream, provider};
+
+/// Everything the roles are configured with (flags and environment, see
+/// `docs/configuration.md`).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Settings {
+    pub database_url: String,
+    /// Connections per process.
+    pub database_pool: u32,
+    pub nats: NatsConfig,
+    pub redis: RedisConfig,
+    /// Where the API listens.
+    pub listen: SocketAddr,
+    /// Bearer keys the API accepts; empty means no authentication.
+    pub api_keys: Vec<SecretString>,
+    pub upstream: Upstream,
+    pub prices: PriceTable,
+    /// Timeout of one upstream attempt.
+    pub call_timeout: Duration,
+    pub worker: WorkerConfig,
+    pub scheduler: ServiceConfig,
+    /// `trawl dev`: the state folder of the embedded store and cache.
+    pub state_dir: PathBuf,
+}
+
+/// The tool layer over Bright Data (or the simulator) and `cache`.
+async fn tools(
+    s: &Settings,
+    cache: Arc<dyn ContentCache>,
+) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
+    let (provider, sim) = provider(&s.upstream, s.prices, s.call_timeout).await?;
+    if let Some(sim) = &sim {
+        eprintln!(
+            "BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator at {}",
+            sim.base_url()
+        );
+    }
+    Ok((Arc::new(ToolLayer::new(Arc::new(provider), cache)), sim))
+}
+
+async fn postgres(s: &Settings) -> anyhow::Result<Arc<PgStore>> {
+    let store = PgStore::connect(&s.database_url, s.database_pool)
+        .await
+        .context("connecting to Postgres (TRAWL_DATABASE_URL)")?;
+    Ok(Arc::new(store))
+}
+
+async fn nats(s: &Settings) -> anyhow::Result<NatsQueue> {
+    NatsQueue::connect(s.nats.clone())
+        .await
+        .context("connecting to NATS JetStream (TRAWL_NATS_URL)")
+}
+
+async fn redis(s: &Settings) -> anyhow::Result<Arc<RedisCache>> {
+    let cache = RedisCache::connect(s.redis.clone())
+        .await
+        .context("connecting to Redis (TRAWL_REDIS_URL)")?;
+    Ok(Arc::new(cache))
+}
+
+/// Binds the API's listener and says where, on stderr (tests read that line).
+async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} (TRAWL_LISTEN)"))?;
+    eprintln!("trawl api listening on http://{}", listener.local_addr()?);
+    Ok(listener)
+}
+
+fn auth(s: &Settings) -> Auth {
+    if s.api_keys.is_empty() {
+        Auth::Open
+    } else {
+        Auth::Keys(s.api_keys.clone())
+    }
+}
+
+/// `trawl migrate`: applies the Postgres migrations and exits.
+pub async fn migrate(s: &Settings) -> anyhow::Result<()> {
+    trawl_store::postgres::migrate(&s.database_url)
+        .await
+        .context("applying migrations")
+}
+
+/// `trawl api`: the HTTP API over Postgres, NATS and Redis.
+pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    if s.api_keys.is_empty() && !s.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to serve the API on {} without TRAWL_API_KEYS: set keys, or listen on a loopback address",
+            s.listen
+        );
+    }
+    let store = postgres(s).await?;
+    let queue = nats(s).await?;
+    let events = queue.events();
+    let cache = redis(s).await?;
+    let state = ApiState::new(
+        store,
+        Arc::new(events),
+        Arc::new(queue),
+        cache,
+        s.prices,
+        auth(s),
+    );
+    let listener = bind(s.listen).await?;
+    trawl_api::serve(listener, trawl_api::router(state), cancel).await?;
+    Ok(())
+}
+
+/// `trawl scheduler`: plans, publishes, finishes and reconciles every job.
+pub async fn scheduler(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    let store = postgres(s).await?;
+    let queue = nats(s).await?;
+    let events = queue.events();
+    let rx = events.subscribe().await.context("subscribing to events")?;
+    let service = Arc::new(Service {
+        store,
+        queue: Arc::new(queue),
+        events: Arc::new(events),
+        prices: s.prices,
+        config: s.scheduler.clone(),
+    });
+    eprintln!("trawl scheduler running");
+    service.run(rx, cancel).await;
+    Ok(())
+}
+
+/// `trawl worker`: pulls slices and runs them until stopped.
+pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    let store = postgres(s).await?;
+    let queue = nats(s).await?;
+    let events = queue.events();
+    let cache = redis(s).await?;
+    let (tools, sim) = tools(s, cache).await?;
+    let worker = Arc::new(Worker::new(
+        Arc::new(queue),
+        store,
+        Arc::new(events),
+        tools,
+        s.worker.clone(),
+    ));
+    eprintln!(
+        "trawl worker running ({} slices at a time)",
+        s.worker.concurrency
+    );
+    worker.run(cancel).await;
+    if let Some(sim) = sim {
+        let _ = sim.shutdown().await;
+    }
+    Ok(())
+}
+
+/// `trawl dev`: API, scheduler and a worker in one process on the embedded
+/// adapters (SQLite store and cache in the state folder, in-process queue).
+pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&s.state_dir)
+        .with_context(|| format!("creating state folder {}", s.state_dir.display()))?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(&s.state_dir.join("store.db"))
+            .await
+            .context("opening the store")?,
+    );
+    let cache: Arc<dyn ContentCache> = Arc::new(
+        SqliteCache::open(&s.state_dir.join("cache.db"))
+            .await
+            .context("opening the cache")?,
+    );
+    let queue: Arc<dyn SliceQueue> = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
+    let (events, rx) = InProcessEvents::channel();
+    let events: Arc<dyn Events> = Arc::new(events);
+    let (tools, sim) = tools(s, cache.clone()).await?;
+    if s.api_keys.is_empty() {
+        eprintln!("trawl dev: no TRAWL_API_KEYS, the API is open (loopback only)");
+    }
+    let state = ApiState::new(
+        store.clone(),
+        events.clone(),
+        queue.clone(),
+        cache,
+        s.prices,
+        auth(s),
+    );
+    let listener = bind(s.listen).await?;
+    let worker = Arc::new(Worker::new(
+        queue.clone(),
+        store.clone(),
+        events.clone(),
+        tools,
+        s.worker.clone(),
+    ));
+    let service = Arc::new(Service {
+        store,
+        queue,
+        events,
+        prices: s.prices,
+        config: s.scheduler.clone(),
+    });
+    let tasks = tokio_util::task::TaskTracker::new();
+    tasks.spawn(service.run(rx, cancel.clone()));
+    tasks.spawn(worker.run(cancel.clone()));
+    let served = trawl_api::serve(listener, trawl_api::router(state), cancel.clone()).await;
+    cancel.cancel();
+    tasks.close();
+    tasks.wait().await;
+    if let Some(sim) = sim {
+        let _ = sim.shutdown().await;
+    }
+    served.context("serving the API")
+}

@@ -1,0 +1,423 @@
+//! End-to-end tests of the deployed shape: `trawl api`, `trawl scheduler` and
+//! `trawl worker` as separate processes over the real Postgres, NATS JetStream
+//! and Redis, with the Bright Data simulator upstream. Each test has its own
+//! database, subject/stream prefix, cache key prefix and simulator; tests that stop
+//! a service run their own server of it and stop only that one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use trawl::embedded::{Embedded, Options, Upstream};
+use trawl::progress::Progress;
+use trawl_core::model::JobStatus;
+use trawl_core::ports::{SliceMessage, SliceQueue, Store};
+use trawl_core::spec::JobSpec;
+use trawl_queue::nats::{NatsConfig, NatsQueue};
+use trawl_sim::SimConfig;
+use trawl_store::PgStore;
+use trawl_tests::{
+    Deployment, NatsServer, RedisServer, Role, is_terminal, item_keys, read_lines, slices_done,
+};
+use trawl_worker::WorkerConfig;
+
+const EXTRACT: &str = r#"
+extract:
+  fields:
+    name:     {jsonld: "name"}
+    price:    {jsonld: "offers.price", type: number}
+    currency: {jsonld: "offers.priceCurrency"}
+    title:    {css: "h1"}
+    sku:      {regex: "SKU: ([A-Z0-9-]+)"}
+schema:
+  type: object
+  required: [name, price, currency]
+  properties:
+    price: {type: number, exclusiveMinimum: 0}
+    currency: {type: string, pattern: "^[A-Z]{3}$"}
+"#;
+
+/// Searches that spawn page slices, plus direct pages: enough slices that some
+/// pages are malformed on purpose (rejections) and a job takes a while.
+fn research_job(name: &str, pages: usize) -> String {
+    let urls: Vec<String> = (0..pages)
+        .map(|i| format!("\"https://shop.example/p/{name}-{i}\""))
+        .collect();
+    format!(
+        "name: {name}\nsearches:\n  queries: [laptop, tablet, monitor]\n  geos: [us, de]\n  follow_top: 3\n\
+         pages:\n  urls: [{}]\n  geos: [us, jp]\n{EXTRACT}retries: {{max_attempts: 3}}\n",
+        urls.join(", ")
+    )
+}
+
+/// The same job run by `trawl run`'s embedded pipeline: what a deployment must match.
+async fn embedded_items(yaml: &str) -> (trawl::output::Summary, Vec<Value>, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = Embedded::start(
+        Options::new(dir.path().join("state"), Upstream::Simulator(SimConfig::default()))
+            .with_worker(WorkerConfig::default().with_concurrency(16)),
+    )
+    .await
+    .unwrap();
+    let spec = JobSpec::parse(yaml).unwrap();
+    let submitted = sys.submit(&spec, Some("test")).await.unwrap();
+    let out = dir.path().join("out");
+    let summary = sys
+        .run(
+            &submitted.job_id,
+            &out,
+            &mut Progress::Quiet,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    sys.shutdown().await;
+    (
+        summary,
+        read_lines(&out.join("items.jsonl")),
+        read_lines(&out.join("rejections.jsonl")),
+    )
+}
+
+fn logs(roles: &[&Role]) -> String {
+    roles
+        .iter()
+        .map(|r| format!("--- {} ---\n{}", r.name, r.log()))
+        .collect()
+}
+
+async fn finished(api: &trawl_tests::Api, id: &str, roles: &[&Role]) -> Value {
+    api.wait_job(id, Duration::from_secs(120), is_terminal, || logs(roles))
+        .await
+}
+
+fn pg_store_url(d: &Deployment) -> String {
+    d.db.url.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_job_runs_through_api_scheduler_and_three_workers_like_the_embedded_run() {
+    let yaml = research_job("three", 24);
+    let (want, want_items, want_rejections) = embedded_items(&yaml).await;
+    assert_eq!(want.status, JobStatus::Succeeded);
+    assert!(want.items.rejected > 0, "the spec should yield rejections: {want:?}");
+
+    let d = Deployment::new(SimConfig::default()).await;
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let workers: Vec<Role> = (0..3).map(|i| d.spawn("worker", &format!("worker-{i}"))).collect();
+    let client = d.client(&api.api_url().await);
+
+    let id = client.submit_yaml(&yaml).await;
+    let mut roles = vec![&api, &scheduler];
+    roles.extend(workers.iter());
+    let job = finished(&client, &id, &roles).await;
+
+    assert_eq!(job["status"], "succeeded", "{job}\n{}", logs(&roles));
+    assert_eq!(job["counts"]["items"]["valid"], want.items.valid);
+    assert_eq!(job["counts"]["items"]["rejected"], want.items.rejected);
+    assert_eq!(job["counts"]["slices"]["total"], want.slices.total);
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    let rejections = client.all(&format!("/v1/jobs/{id}/rejections"), "rejections").await;
+    assert_eq!(item_keys(&items), item_keys(&want_items));
+    assert_eq!(item_keys(&rejections), item_keys(&want_rejections));
+    // Every slice ran on some worker, and the work was shared.
+    let busy = workers
+        .iter()
+        .filter(|w| w.log().contains("slice"))
+        .count();
+    assert!(busy >= 2, "slices ran on {busy} of 3 workers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing() {
+    let yaml = research_job("kill", 40);
+    let (want, want_items, _) = embedded_items(&yaml).await;
+
+    // Slow answers keep slices in flight when the worker dies; a short ack wait
+    // brings its unacked slices back soon.
+    let sim = SimConfig::default().with_latency(Duration::from_millis(40));
+    let d = Deployment::new(sim)
+        .await
+        .with_env("TRAWL_ACK_WAIT", "2s");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let mut victim = d.spawn("worker", "victim");
+    let survivor = d.spawn("worker", "survivor");
+    let client = d.client(&api.api_url().await);
+
+    let id = client.submit_yaml(&yaml).await;
+    client
+        .wait_job(
+            &id,
+            Duration::from_secs(60),
+            |v| slices_done(v) >= 10,
+            || logs(&[&api, &scheduler, &victim, &survivor]),
+        )
+        .await;
+    victim.kill();
+
+    let job = finished(&client, &id, &[&api, &scheduler, &survivor]).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["items"]["valid"], want.items.valid);
+    assert_eq!(job["counts"]["items"]["rejected"], want.items.rejected);
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    assert_eq!(item_keys(&items), item_keys(&want_items));
+    let unique: HashSet<String> = item_keys(&items).into_iter().collect();
+    assert_eq!(unique.len(), items.len(), "duplicate items");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_restarted_and_redis_stopped_mid_job_lose_nothing() {
+    let yaml = research_job("outage", 40);
+    let (want, want_items, _) = embedded_items(&yaml).await;
+
+    let mut nats = NatsServer::start().await;
+    let mut redis = RedisServer::start().await;
+    let sim = SimConfig::default().with_latency(Duration::from_millis(30));
+    let d = Deployment::on(sim, nats.url(), redis.url())
+        .await
+        .with_env("TRAWL_ACK_WAIT", "3s");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let w1 = d.spawn("worker", "worker-1");
+    let w2 = d.spawn("worker", "worker-2");
+    let client = d.client(&api.api_url().await);
+    let roles = || logs(&[&api, &scheduler, &w1, &w2]);
+
+    let id = client.submit_yaml(&yaml).await;
+    client
+        .wait_job(&id, Duration::from_secs(60), |v| slices_done(v) >= 8, roles)
+        .await;
+    nats.stop();
+    redis.stop();
+    nats.restart().await;
+    let job = finished(&client, &id, &[&api, &scheduler, &w1, &w2]).await;
+    // Redis stays down until the job is over: the cache degraded, nothing failed.
+    assert_eq!(job["status"], "succeeded", "{job}\n{}", roles());
+    assert_eq!(job["counts"]["items"]["valid"], want.items.valid);
+    assert_eq!(job["counts"]["items"]["rejected"], want.items.rejected);
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    assert_eq!(item_keys(&items), item_keys(&want_items));
+    assert!(
+        w1.log().contains("cache") || w2.log().contains("cache"),
+        "workers never noticed Redis was gone:\n{}",
+        roles()
+    );
+    redis.restart().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_published_twice_yields_one_set_of_items() {
+    let d = Deployment::new(SimConfig::default()).await;
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let client = d.client(&api.api_url().await);
+    let id = client
+        .submit_yaml(&format!(
+            "name: twice\npages:\n  urls: [\"https://shop.example/p/twice\"]\n  geos: [us, de]\n{EXTRACT}"
+        ))
+        .await;
+    // No worker yet: the scheduler publishes, nothing is consumed.
+    client
+        .wait_job(&id, Duration::from_secs(30), |v| v["status"] == "running", || {
+            logs(&[&api, &scheduler])
+        })
+        .await;
+    let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
+    let job_id = trawl_core::model::JobId::parse(&id).unwrap();
+    let open = store.open_slices(&job_id).await.unwrap();
+    assert_eq!(open.len(), 2);
+    let queue = NatsQueue::connect(NatsConfig::new(&d.nats_url).with_prefix(&d.nats_prefix))
+        .await
+        .unwrap();
+    assert_eq!(queue.lag().await.unwrap(), 2);
+    for slice in &open {
+        queue
+            .publish(&SliceMessage {
+                job_id: job_id.clone(),
+                slice: slice.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(queue.lag().await.unwrap(), 2, "a republish must be a no-op");
+
+    let worker = d.spawn("worker", "worker");
+    let job = finished(&client, &id, &[&api, &scheduler, &worker]).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    let rejections = client.all(&format!("/v1/jobs/{id}/rejections"), "rejections").await;
+    assert_eq!(items.len() + rejections.len(), 2, "{items:?} {rejections:?}");
+
+    // Once done, publishing the slices again changes nothing either.
+    for slice in &open {
+        queue
+            .publish(&SliceMessage {
+                job_id: job_id.clone(),
+                slice: slice.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    let counts = store.counts(&job_id).await.unwrap();
+    assert_eq!(counts.items_valid + counts.items_rejected, 2);
+    assert_eq!(queue.lag().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_whose_upstream_always_fails_is_recorded_failed_and_the_stream_drains() {
+    let d = Deployment::new(SimConfig::default())
+        .await
+        .with_env("TRAWL_MAX_DELIVER", "3")
+        .with_env("TRAWL_REDELIVER", "50ms");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let worker = d.spawn("worker", "worker");
+    let client = d.client(&api.api_url().await);
+    let id = client
+        .submit_yaml(&format!(
+            "name: down\npages:\n  urls: [\"https://shop.example/p/fine\", \"https://shop{}/p/never\"]\n  geos: [us]\n{EXTRACT}retries: {{max_attempts: 2}}\n",
+            trawl_sim::DOWN_HOST_SUFFIX
+        ))
+        .await;
+    let job = finished(&client, &id, &[&api, &scheduler, &worker]).await;
+    assert_eq!(job["status"], "partial", "{job}");
+    assert_eq!(job["counts"]["slices"]["failed"], 1);
+    assert_eq!(job["counts"]["slices"]["succeeded"], 1);
+
+    // Its last error is kept, after every delivery tried it: 3 deliveries of 2
+    // attempts each reached the upstream.
+    let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
+    let job_id = trawl_core::model::JobId::parse(&id).unwrap();
+    let failed = store.failed_slices(&job_id, 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].subject.contains("never"), "{failed:?}");
+    assert_eq!(failed[0].error.code, "reject_block", "{failed:?}");
+    let stats = d.sim.stats();
+    assert_eq!(stats.bad_gateway, 3 * 2, "{stats:?}");
+
+    let queue = NatsQueue::connect(NatsConfig::new(&d.nats_url).with_prefix(&d.nats_prefix))
+        .await
+        .unwrap();
+    assert_eq!(queue.lag().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_problem_details_and_store_nothing() {
+    let d = Deployment::new(SimConfig::default()).await;
+    let mut api = d.spawn("api", "api");
+    let client = d.client(&api.api_url().await);
+    let post = |body: &str, ct: &str| {
+        client
+            .req(Method::POST, "/v1/jobs")
+            .header("content-type", ct)
+            .body(body.to_owned())
+    };
+    async fn problem(r: reqwest::RequestBuilder, want: u16) -> Value {
+        let resp = r.send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), want);
+        let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(ct.starts_with("application/problem+json"), "{ct}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["status"], want, "{v}");
+        v
+    }
+
+    problem(post("{\"name\": ", "application/json"), 400).await;
+    problem(post("name: [unclosed", "application/yaml"), 400).await;
+    let v = problem(
+        post(
+            r#"{"name": "x", "pagez": {}, "pages": {"urls": ["nope"], "geos": ["usa"]}}"#,
+            "application/json",
+        ),
+        422,
+    )
+    .await;
+    let paths: Vec<&str> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.len() >= 3, "every field error listed: {v}");
+    let big = format!(
+        "name: big\npages:\n  urls: [{}]\n  geos: [us]\n",
+        (0..40_000)
+            .map(|i| format!("\"https://shop.example/p/{i}\""))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    problem(post(&big, "application/yaml"), 413).await;
+
+    let ok = "name: once\npages:\n  urls: [\"https://shop.example/p/1\"]\n  geos: [us]\n";
+    let keyed = |body: &str| {
+        post(body, "application/yaml").header("Idempotency-Key", "same-key")
+    };
+    let first = keyed(ok).send().await.unwrap();
+    assert_eq!(first.status(), 202);
+    let first: Value = first.json().await.unwrap();
+    let again: Value = keyed(ok).send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["job_id"], first["job_id"], "same key, same body: same job");
+    problem(keyed(&ok.replace("once", "other")), 422).await;
+
+    problem(client.req(Method::GET, "/v1/jobs/job_0000000000000000000000000000"), 404).await;
+    problem(client.req(Method::GET, "/v1/jobs/not-a-job"), 404).await;
+    let anonymous = trawl_tests::Api {
+        key: None,
+        ..client.clone()
+    };
+    problem(anonymous.req(Method::GET, "/v1/approvals"), 401).await;
+    let wrong = trawl_tests::Api {
+        key: Some("wrong".into()),
+        ..client.clone()
+    };
+    problem(
+        wrong.req(Method::POST, "/v1/jobs").body(ok.to_owned()),
+        401,
+    )
+    .await;
+
+    // Only the one good job was stored.
+    let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
+    let all = [
+        JobStatus::Pending,
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::AwaitingApproval,
+        JobStatus::Succeeded,
+        JobStatus::Partial,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+    let jobs = store.jobs_with_status(&all, 100).await.unwrap();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].id.as_str(), first["job_id"].as_str().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
+    let sim = SimConfig::default().with_latency(Duration::from_millis(50));
+    let d = Deployment::new(sim)
+        .await
+        .with_env("TRAWL_STOP_GRACE", "5s");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let mut first = d.spawn("worker", "first");
+    let client = d.client(&api.api_url().await);
+    let id = client.submit_yaml(&research_job("term", 30)).await;
+    client
+        .wait_job(&id, Duration::from_secs(60), |v| slices_done(v) >= 5, || {
+            logs(&[&api, &scheduler, &first])
+        })
+        .await;
+    let status = first.stop(Duration::from_secs(20)).await;
+    assert!(status.success(), "worker exit: {status}\n{}", first.log());
+    let second = d.spawn("worker", "second");
+    let job = finished(&client, &id, &[&api, &scheduler, &second]).await;
+    assert_eq!(job["status"], "succeeded", "{job}");
+}
