@@ -1,0 +1,326 @@
+//! Every way a request can fail, and the one place that turns it into an RFC 9457
+//! `application/problem+json` answer.
+//!
+//! Handlers return [`ApiError`]; its variants follow what the client does next (fix
+//! the request, authenticate, try again later). Causes that are ours, not the
+//! client's (a store that fails, a task that panics), are logged here with their
+//! whole cause chain, once, and answered without internals.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use trawl_core::ports::PortError;
+use trawl_core::spec::SpecErrors;
+use utoipa::ToSchema;
+
+/// Where problem types live: `type` is this followed by the problem's slug
+/// (`…/invalid-spec`). Clients match on it; it is an identifier, not something
+/// they are meant to fetch (RFC 9457 §3.1.1).
+pub const PROBLEM_BASE: &str = "https://trawl.dev/problems/";
+
+/// The media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request itself is wrong: a bad query parameter, cursor or header.
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// The body is not a JSON or YAML document.
+    #[error("malformed body: {0}")]
+    MalformedBody(String),
+    /// The body is a document but not a valid job spec.
+    #[error("invalid job spec ({} error(s))", .0.0.len())]
+    InvalidSpec(SpecErrors),
+    /// The `Idempotency-Key` was first used with another body.
+    #[error("idempotency key reused with another request body")]
+    IdempotencyKeyReuse,
+    /// The body's media type is not one the route reads.
+    #[error("unsupported media type {0:?}")]
+    UnsupportedMediaType(Option<String>),
+    /// The body is larger than the limit (in bytes).
+    #[error("body larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// No bearer key (`presented: false`) or one that is not accepted.
+    #[error("unauthorized")]
+    Unauthorized { presented: bool },
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The resource is not in a state that allows this (a finished job, a decided
+    /// approval).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A backend is down or busy: the client may try again.
+    #[error("backend unavailable")]
+    Unavailable(#[source] PortError),
+    /// Readiness: the named dependencies do not answer.
+    #[error("not ready: {}", .0.join(", "))]
+    NotReady(Vec<&'static str>, serde_json::Value),
+    /// Our fault: logged with its cause chain, answered 500 without details.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// One bad field of a job spec.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct FieldError {
+    /// Dotted path to the field (`searches.geos[1]`); empty for the whole job.
+    pub path: String,
+    pub message: String,
+}
+
+/// An RFC 9457 problem details object.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// Identifies the kind of problem: `https://trawl.dev/problems/<slug>`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short summary of the kind of problem; the same for every occurrence.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong this time, for a human.
+    pub detail: String,
+    /// Every field error of an invalid job spec (`invalid-spec` only).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub errors: Vec<FieldError>,
+    /// Readiness of each dependency (`not-ready` only): `ok`, `unavailable` or
+    /// `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub checks: Option<serde_json::Value>,
+}
+
+impl From<PortError> for ApiError {
+    fn from(e: PortError) -> ApiError {
+        match e {
+            PortError::Unavailable(_) => ApiError::Unavailable(e),
+            // A handler checks that what it names exists before it acts, so a
+            // `NotFound` from deeper down is a broken invariant, and its text may
+            // be a backend's: logged, not shown.
+            PortError::NotFound(_) | PortError::Corrupt(_) | PortError::Conflict(_) => {
+                ApiError::Internal(anyhow::Error::new(e))
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// The problem a body that could not be read becomes: too large, or broken off.
+    pub fn from_body(rejection: &BytesRejection, limit: usize) -> ApiError {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge(limit)
+        } else {
+            ApiError::BadRequest(format!(
+                "the body could not be read: {}",
+                rejection.body_text()
+            ))
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::MalformedBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unavailable(_) | ApiError::NotReady(..) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The slug of the problem type and its title.
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => ("bad-request", "The request is not valid"),
+            ApiError::MalformedBody(_) => {
+                ("malformed-body", "The body is not a JSON or YAML document")
+            }
+            ApiError::InvalidSpec(_) => ("invalid-spec", "The job spec is not valid"),
+            ApiError::IdempotencyKeyReuse => (
+                "idempotency-key-reuse",
+                "The idempotency key was used for another request",
+            ),
+            ApiError::UnsupportedMediaType(_) => (
+                "unsupported-media-type",
+                "The body's media type is not supported",
+            ),
+            ApiError::PayloadTooLarge(_) => ("payload-too-large", "The body is too large"),
+            ApiError::Unauthorized { .. } => ("unauthorized", "Authentication is required"),
+            ApiError::NotFound(_) => ("not-found", "Not found"),
+            ApiError::MethodNotAllowed => ("method-not-allowed", "Method not allowed"),
+            ApiError::Conflict(_) => (
+                "conflict",
+                "The request conflicts with the resource's state",
+            ),
+            ApiError::Unavailable(_) => ("unavailable", "A backend is unavailable"),
+            ApiError::NotReady(..) => ("not-ready", "The service is not ready"),
+            ApiError::Internal(_) => ("internal", "Internal server error"),
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            ApiError::BadRequest(d) | ApiError::MalformedBody(d) | ApiError::Conflict(d) => {
+                d.clone()
+            }
+            ApiError::NotFound(what) => format!("no {what}"),
+            ApiError::InvalidSpec(errs) => format!(
+                "the job spec has {} error(s); see `errors`; nothing was stored",
+                errs.0.len()
+            ),
+            ApiError::IdempotencyKeyReuse => "this Idempotency-Key was first sent with another \
+                 request body; use a new key for a new request"
+                .to_owned(),
+            ApiError::UnsupportedMediaType(got) => format!(
+                "send the job spec as application/json or application/yaml (got {})",
+                got.as_deref().unwrap_or("no Content-Type")
+            ),
+            ApiError::PayloadTooLarge(limit) => {
+                format!("the body is larger than the limit of {limit} bytes")
+            }
+            ApiError::Unauthorized { presented: false } => {
+                "send an API key as `Authorization: Bearer <key>`".to_owned()
+            }
+            ApiError::Unauthorized { presented: true } => "the API key is not valid".to_owned(),
+            ApiError::MethodNotAllowed => "this route does not take that method".to_owned(),
+            ApiError::Unavailable(_) => {
+                "a backend did not answer; try again in a few seconds".to_owned()
+            }
+            ApiError::NotReady(failed, _) => format!("not answering: {}", failed.join(", ")),
+            ApiError::Internal(_) => {
+                "something went wrong on our side; it has been logged".to_owned()
+            }
+        }
+    }
+
+    /// The problem details of this error.
+    pub fn problem(&self) -> Problem {
+        let (slug, title) = self.kind();
+        let errors = match self {
+            ApiError::InvalidSpec(errs) => errs
+                .0
+                .iter()
+                .map(|e| FieldError {
+                    path: e.path.clone(),
+                    message: e.reason.clone(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let checks = match self {
+            ApiError::NotReady(_, checks) => Some(checks.clone()),
+            _ => None,
+        };
+        Problem {
+            kind: format!("{PROBLEM_BASE}{slug}"),
+            title: title.to_owned(),
+            status: self.status().as_u16(),
+            detail: self.detail(),
+            errors,
+            checks,
+        }
+    }
+}
+
+/// `a: b: c` for an error and its sources.
+pub fn chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let _ = write!(out, ": {s}");
+        cur = s.source();
+    }
+    out
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match &self {
+            ApiError::Internal(e) => tracing::error!(error = %format!("{e:#}"), "request failed"),
+            ApiError::Unavailable(e) => tracing::warn!(error = %chain(e), "backend unavailable"),
+            _ => tracing::debug!(error = %self, "request refused"),
+        }
+        let problem = self.problem();
+        let body = serde_json::to_vec(&problem).unwrap_or_else(|_| b"{}".to_vec());
+        let mut res = (self.status(), body).into_response();
+        let headers = res.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        match self {
+            ApiError::Unauthorized { presented } => {
+                let challenge = if presented {
+                    r#"Bearer realm="trawl", error="invalid_token""#
+                } else {
+                    r#"Bearer realm="trawl""#
+                };
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(challenge),
+                );
+            }
+            ApiError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trawl_core::spec::SpecError;
+
+    #[test]
+    fn internal_errors_keep_their_cause_out_of_the_answer() {
+        let e = ApiError::Internal(anyhow::anyhow!("secret table jobs is locked"));
+        let p = e.problem();
+        assert_eq!(p.status, 500);
+        assert!(!p.detail.contains("secret"), "{}", p.detail);
+    }
+
+    #[test]
+    fn spec_errors_are_all_listed() {
+        let e = ApiError::InvalidSpec(SpecErrors(vec![
+            SpecError {
+                path: "name".into(),
+                reason: "required".into(),
+            },
+            SpecError {
+                path: "pages.geos[0]".into(),
+                reason: "bad".into(),
+            },
+        ]));
+        let p = e.problem();
+        assert_eq!(p.status, 422);
+        assert_eq!(p.kind, "https://trawl.dev/problems/invalid-spec");
+        assert_eq!(p.errors.len(), 2);
+        assert_eq!(p.errors[1].path, "pages.geos[0]");
+    }
+
+    #[test]
+    fn port_errors_map_by_what_the_client_can_do() {
+        assert_eq!(
+            ApiError::from(PortError::Unavailable("down".into())).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            ApiError::from(PortError::Corrupt("bad row".into())).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}

@@ -1,0 +1,563 @@
+//! `POST /v1/jobs`, `GET /v1/jobs/{id}` and `POST /v1/jobs/{id}/cancel`.
+//!
+//! A submitted spec is parsed and planned here only to check it and to answer with
+//! an estimate: the job is stored `pending` with no slices, and the scheduler plans
+//! it (the same pure function, the same slice ids).
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::Extension;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tracing::{instrument, warn};
+use trawl_core::cost::Micros;
+use trawl_core::model::{JobCounts, JobId, JobStatus, now_ms};
+use trawl_core::plan::plan;
+use trawl_core::ports::{Event, Idempotency, JobRecord, PortError};
+use trawl_core::spec::JobSpec;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, Problem};
+use crate::state::{ApiState, Caller};
+
+/// The reason a job cancelled over the API ends with.
+pub const CANCEL_REASON: &str = "cancelled over the API";
+
+/// The header that marks an answer replayed for a repeated `Idempotency-Key`.
+pub const REPLAYED: &str = "idempotent-replayed";
+
+/// What a job is expected to cost, at most.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct EstimateView {
+    /// Slices planned before anything runs: searches plus pages.
+    pub slices: u64,
+    pub search_slices: u64,
+    pub page_slices: u64,
+    /// The most page slices the searches may add (their `follow_top` results).
+    pub followed_pages_max: u64,
+    /// The most the job can cost if no answer comes from the cache; for display.
+    pub cost_usd: f64,
+    /// The same in millionths of a dollar; exact.
+    pub cost_micros: i64,
+}
+
+impl EstimateView {
+    fn new(spec: Option<&JobSpec>, cost: Micros) -> EstimateView {
+        let (search, page) = spec.map_or((0, 0), JobSpec::planned_slices);
+        EstimateView {
+            slices: search + page,
+            search_slices: search,
+            page_slices: page,
+            followed_pages_max: spec.map_or(0, JobSpec::max_followed),
+            cost_usd: cost.usd(),
+            cost_micros: cost.0,
+        }
+    }
+
+    /// The estimate of a stored job, its slice counts taken from its spec. Parsing
+    /// a large spec takes a while, so it runs off the async threads.
+    async fn of(job: &JobRecord) -> EstimateView {
+        let doc = job.spec.clone();
+        let cost = job.estimate;
+        let id = job.id.clone();
+        tokio::task::spawn_blocking(move || match JobSpec::from_value(doc) {
+            Ok(spec) => EstimateView::new(Some(&spec), cost),
+            Err(e) => {
+                // Checked when it was submitted; only a change of the rules since
+                // can make it fail now. The cost still stands.
+                warn!(job_id = %id, error = %e, "stored spec no longer parses");
+                EstimateView::new(None, cost)
+            }
+        })
+        .await
+        .unwrap_or_else(|_| EstimateView::new(None, cost))
+    }
+}
+
+/// Where a job's resources are.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct JobLinks {
+    #[serde(rename = "self")]
+    pub self_: String,
+    pub items: String,
+    pub rejections: String,
+    pub trace: String,
+    pub cancel: String,
+}
+
+impl JobLinks {
+    pub fn of(id: &JobId) -> JobLinks {
+        let base = format!("/v1/jobs/{id}");
+        JobLinks {
+            items: format!("{base}/items"),
+            rejections: format!("{base}/rejections"),
+            trace: format!("{base}/trace"),
+            cancel: format!("{base}/cancel"),
+            self_: base,
+        }
+    }
+}
+
+/// The answer to a submitted job.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct JobAccepted {
+    #[schema(value_type = String, example = "job_0193b4c1a2f04e9d2c7a1b3e5f60")]
+    pub job_id: JobId,
+    /// `pending` when just stored; the current status when replayed.
+    #[schema(value_type = String, example = "pending")]
+    pub status: JobStatus,
+    pub estimate: EstimateView,
+    pub links: JobLinks,
+}
+
+/// Slices of a job by state.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct SliceCounts {
+    pub total: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Not yet terminal.
+    pub open: u64,
+}
+
+/// Items of a job by outcome.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ItemCounts {
+    pub valid: u64,
+    pub rejected: u64,
+}
+
+/// What a job has done so far.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct CountsView {
+    pub slices: SliceCounts,
+    pub items: ItemCounts,
+    /// Tool calls that went upstream (and may have cost money).
+    pub upstream_calls: u64,
+    /// Tool calls answered by the content cache.
+    pub cache_hits: u64,
+    /// Money spent so far; for display.
+    pub cost_usd: f64,
+    /// The same in millionths of a dollar; exact.
+    pub cost_micros: i64,
+}
+
+impl From<JobCounts> for CountsView {
+    fn from(c: JobCounts) -> CountsView {
+        CountsView {
+            slices: SliceCounts {
+                total: c.slices_total,
+                succeeded: c.slices_succeeded,
+                failed: c.slices_failed,
+                open: c.slices_open(),
+            },
+            items: ItemCounts {
+                valid: c.items_valid,
+                rejected: c.items_rejected,
+            },
+            upstream_calls: c.upstream_calls,
+            cache_hits: c.cache_hits,
+            cost_usd: c.cost.usd(),
+            cost_micros: c.cost.0,
+        }
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct JobView {
+    #[schema(value_type = String, example = "job_0193b4c1a2f04e9d2c7a1b3e5f60")]
+    pub job_id: JobId,
+    pub name: String,
+    /// `pending`, `awaiting_approval`, `queued`, `running`, `succeeded`, `partial`,
+    /// `failed` or `cancelled`.
+    #[schema(value_type = String, example = "running")]
+    pub status: JobStatus,
+    /// Why the job is where it is, when that needs saying.
+    pub reason: Option<String>,
+    /// When the job was submitted (RFC 3339, UTC).
+    pub created: String,
+    /// The same in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    pub estimate: EstimateView,
+    pub counts: CountsView,
+    pub links: JobLinks,
+}
+
+impl JobView {
+    pub(crate) async fn of(state: &ApiState, job: JobRecord) -> Result<JobView, ApiError> {
+        let counts = state.store.counts(&job.id).await?;
+        let estimate = EstimateView::of(&job).await;
+        Ok(JobView {
+            links: JobLinks::of(&job.id),
+            created: rfc3339(job.created_ms),
+            created_ms: job.created_ms,
+            job_id: job.id,
+            name: job.name,
+            status: job.status,
+            reason: job.reason,
+            estimate,
+            counts: counts.into(),
+        })
+    }
+}
+
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// The job a path names, or 404: a malformed id names no job.
+pub(crate) async fn load_job(state: &ApiState, raw: &str) -> Result<JobRecord, ApiError> {
+    let not_found = || ApiError::NotFound(format!("job {raw}"));
+    let id = JobId::parse(raw).map_err(|_| not_found())?;
+    state.store.job(&id).await?.ok_or_else(not_found)
+}
+
+/// Emits an event; a failure is logged, not fatal: the store already holds the
+/// change and the scheduler's reconciler finds it.
+pub(crate) async fn emit(state: &ApiState, ev: Event) {
+    let job_id = ev.job_id().clone();
+    if let Err(e) = state.events.emit(ev).await {
+        warn!(job_id = %job_id, error = %e, "event not emitted; the reconciler will pick the change up");
+    }
+}
+
+/// The formats a job spec may come in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SpecFormat {
+    Json,
+    Yaml,
+}
+
+impl SpecFormat {
+    fn of(headers: &HeaderMap) -> Result<SpecFormat, ApiError> {
+        let raw = headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let essence = raw
+            .as_deref()
+            .and_then(|ct| ct.split(';').next())
+            .map(|e| e.trim().to_ascii_lowercase());
+        match essence.as_deref() {
+            Some("application/json") => Ok(SpecFormat::Json),
+            Some(e) if e.starts_with("application/") && e.ends_with("+json") => {
+                Ok(SpecFormat::Json)
+            }
+            Some("application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml") => {
+                Ok(SpecFormat::Yaml)
+            }
+            _ => Err(ApiError::UnsupportedMediaType(raw)),
+        }
+    }
+
+    /// The document in a body, then the spec in the document.
+    fn read(self, body: &[u8]) -> Result<JobSpec, ApiError> {
+        let doc: Value = match self {
+            SpecFormat::Json => serde_json::from_slice(body)
+                .map_err(|e| ApiError::MalformedBody(format!("not a JSON document: {e}")))?,
+            SpecFormat::Yaml => serde_yaml_ng::from_slice(body)
+                .map_err(|e| ApiError::MalformedBody(format!("not a YAML document: {e}")))?,
+        };
+        JobSpec::from_value(doc).map_err(ApiError::InvalidSpec)
+    }
+}
+
+/// The longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The request's `Idempotency-Key`, scoped to its caller. The draft makes the value
+/// a Structured Fields string (`"…"`); a bare value is taken as it is.
+fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "Idempotency-Key must be one string of 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+        ))
+    };
+    if values.next().is_some() {
+        return Err(bad());
+    }
+    let raw = value.to_str().map_err(|_| bad())?.trim();
+    let key = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .unwrap_or(raw);
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY
+        || !key.bytes().all(|b| (0x20..0x7f).contains(&b))
+    {
+        return Err(bad());
+    }
+    Ok(Some(format!("{}/{key}", caller.label)))
+}
+
+fn accepted(job: &JobRecord, estimate: EstimateView, replayed: bool) -> Response {
+    let links = JobLinks::of(&job.id);
+    let location = HeaderValue::from_str(&links.self_).ok();
+    let body = JobAccepted {
+        job_id: job.id.clone(),
+        status: job.status,
+        estimate,
+        links,
+    };
+    let mut res = (StatusCode::ACCEPTED, Json(body)).into_response();
+    if let Some(location) = location {
+        res.headers_mut().insert(header::LOCATION, location);
+    }
+    if replayed {
+        res.headers_mut()
+            .insert(REPLAYED, HeaderValue::from_static("true"));
+    }
+    res
+}
+
+/// The answer to a request whose idempotency key is already taken by `job`: the
+/// first answer again if the body is the same, 422 otherwise.
+async fn replay(job: &JobRecord, digest: &str) -> Result<Response, ApiError> {
+    match &job.idempotency {
+        Some(i) if i.request_digest == digest => {
+            Ok(accepted(job, EstimateView::of(job).await, true))
+        }
+        _ => Err(ApiError::IdempotencyKeyReuse),
+    }
+}
+
+/// Submit a job.
+///
+/// The spec is checked and priced, the job is stored `pending`, and the scheduler
+/// plans and runs it. Nothing is stored when the request is refused.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    tag = "jobs",
+    request_body(
+        description = "A job spec, as JSON or YAML (the same document `trawl run` reads).",
+        content(
+            (Object = "application/json"),
+            (String = "application/yaml"),
+            (String = "application/x-yaml"),
+            (String = "text/yaml"),
+        ),
+    ),
+    params(
+        ("Idempotency-Key" = Option<String>, Header,
+            description = "Makes retries safe: the same key with the same body answers with the first job; with another body, 422."),
+    ),
+    responses(
+        (status = 202, description = "Stored; the scheduler plans it next.", body = JobAccepted,
+            headers(("Location" = String, description = "The job's URL."))),
+        (status = 400, description = "The body is not JSON or YAML, or a header is malformed.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit.", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Neither JSON nor YAML.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The spec is invalid (every error listed), or the idempotency key was used with another body.", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(caller = %caller.label))]
+pub(crate) async fn submit_job(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let format = SpecFormat::of(&headers)?;
+    let body = body.map_err(|r| ApiError::from_body(&r, state.body_limit))?;
+    let key = idempotency_key(&headers, &caller)?;
+    let digest = hex::encode(Sha256::digest(&body));
+    if let Some(key) = &key
+        && let Some(job) = state.store.job_by_idempotency_key(key).await?
+    {
+        return replay(&job, &digest).await;
+    }
+
+    // Parsing and planning a large spec is CPU work: keep it off the async threads.
+    let prices = state.prices;
+    let (spec, estimate) = tokio::task::spawn_blocking(move || {
+        let spec = format.read(&body)?;
+        let estimate = plan(&spec, &prices).estimate;
+        Ok::<_, ApiError>((spec, estimate))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("checking a job spec")))??;
+
+    let created_ms = now_ms();
+    let job = JobRecord {
+        id: JobId::generate(created_ms, fastrand::u64(..)),
+        name: spec.name.clone(),
+        spec: spec.document.clone(),
+        status: JobStatus::Pending,
+        reason: None,
+        estimate: estimate.cost,
+        created_ms,
+        idempotency: key.clone().map(|key| Idempotency {
+            key,
+            request_digest: digest.clone(),
+        }),
+    };
+    match state.store.create_job(&job, &[]).await {
+        Ok(()) => {}
+        // Another request with the same key won the race: answer as if this one
+        // had come second.
+        Err(PortError::Conflict(_)) if key.is_some() => {
+            let key = key.as_deref().unwrap_or_default();
+            let first = state
+                .store
+                .job_by_idempotency_key(key)
+                .await?
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the store refused idempotency key {key:?} but has no job with it"
+                    )
+                })?;
+            return replay(&first, &digest).await;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(job_id = %job.id, name = %job.name, estimate = %job.estimate, "job submitted");
+    emit(
+        &state,
+        Event::JobCreated {
+            job_id: job.id.clone(),
+        },
+    )
+    .await;
+    Ok(accepted(
+        &job,
+        EstimateView::new(Some(&spec), estimate.cost),
+        false,
+    ))
+}
+
+/// A job: status, estimate and counts so far.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    tag = "jobs",
+    params(("id" = String, Path, description = "The job id.")),
+    responses(
+        (status = 200, description = "The job.", body = JobView),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn get_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = load_job(&state, &id).await?;
+    Ok(Json(JobView::of(&state, job).await?))
+}
+
+/// Cancel a job that has not ended.
+///
+/// Its open slices are skipped; what it found so far stays readable.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/cancel",
+    tag = "jobs",
+    params(("id" = String, Path, description = "The job id.")),
+    responses(
+        (status = 200, description = "Cancelled.", body = JobView),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The job has already ended.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn cancel_job(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = load_job(&state, &id).await?;
+    if job.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "job {} has already ended: it is {}",
+            job.id,
+            job.status.as_str()
+        )));
+    }
+    state
+        .store
+        .set_job_status(&job.id, JobStatus::Cancelled, Some(CANCEL_REASON))
+        .await?;
+    tracing::info!(job_id = %job.id, "job cancelled over the API");
+    emit(
+        &state,
+        Event::JobCancelled {
+            job_id: job.id.clone(),
+        },
+    )
+    .await;
+    let job = load_job(&state, job.id.as_str()).await?;
+    Ok(Json(JobView::of(&state, job).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(name: &'static str, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn media_types_are_read_by_their_essence() {
+        let ct = |v| SpecFormat::of(&with("content-type", v));
+        assert_eq!(ct("application/json").unwrap(), SpecFormat::Json);
+        assert_eq!(
+            ct("Application/JSON; charset=utf-8").unwrap(),
+            SpecFormat::Json
+        );
+        assert_eq!(ct("application/vnd.trawl+json").unwrap(), SpecFormat::Json);
+        assert_eq!(ct("application/yaml").unwrap(), SpecFormat::Yaml);
+        assert_eq!(ct("application/x-yaml").unwrap(), SpecFormat::Yaml);
+        assert_eq!(ct("text/yaml").unwrap(), SpecFormat::Yaml);
+        assert!(matches!(
+            ct("text/plain"),
+            Err(ApiError::UnsupportedMediaType(Some(_)))
+        ));
+        assert!(matches!(
+            SpecFormat::of(&HeaderMap::new()),
+            Err(ApiError::UnsupportedMediaType(None))
+        ));
+    }
+
+    #[test]
+    fn idempotency_keys_are_scoped_to_the_caller_and_checked() {
+        let caller = Caller {
+            label: "key-0123abcd".into(),
+        };
+        let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
+        assert_eq!(
+            key("\"8e03978e-40d5\"").unwrap().as_deref(),
+            Some("key-0123abcd/8e03978e-40d5")
+        );
+        assert_eq!(key("abc").unwrap().as_deref(), Some("key-0123abcd/abc"));
+        assert!(key("\"\"").is_err());
+        assert!(key(&"x".repeat(256)).is_err());
+        assert_eq!(idempotency_key(&HeaderMap::new(), &caller).unwrap(), None);
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+}

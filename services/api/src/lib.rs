@@ -1,0 +1,41 @@
+//! The REST API of trawl: submit jobs, read what they found, cancel them, decide
+//! approvals. Served by `trawl api` and `trawl dev`.
+//!
+//! Layout:
+//!
+//! - [`state`]: [`ApiState`] (the ports, prices, keys, body limit) and the bearer
+//!   key check, in constant time.
+//! - [`error`]: [`ApiError`], the one place errors become RFC 9457 problem+json.
+//! - `jobs`: `POST /v1/jobs` (JSON or YAML, idempotency keys), `GET /v1/jobs/{id}`,
+//!   `POST /v1/jobs/{id}/cancel`.
+//! - `rows`: `GET /v1/jobs/{id}/items|rejections|trace`, cursor pages as JSON or
+//!   NDJSON.
+//! - `approvals`: `GET /v1/approvals`, `POST /v1/approvals/{id}/approve|reject`.
+//! - `health`: `GET /healthz`, `GET /readyz`.
+//! - [`openapi`]: `GET /openapi.json`, generated from the handlers.
+//! - [`server`]: [`router`] and [`serve`] (graceful shutdown with a deadline).
+//!
+//! The API only stores and reads: a submitted job is stored `pending` and the
+//! scheduler plans it; every change is followed by an event, and a lost event only
+//! delays the scheduler until its next reconcile.
+
+mod approvals;
+pub mod error;
+mod health;
+mod jobs;
+pub mod openapi;
+mod rows;
+pub mod server;
+pub mod state;
+
+pub use approvals::{ApprovalLinks, ApprovalView, ApprovalsList, Decision};
+pub use error::{ApiError, FieldError, PROBLEM_BASE, PROBLEM_JSON, Problem};
+pub use health::{Health, PING_TIMEOUT, Ready};
+pub use jobs::{
+    CANCEL_REASON, CountsView, EstimateView, ItemCounts, JobAccepted, JobLinks, JobView,
+    SliceCounts,
+};
+pub use openapi::ApiDoc;
+pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
+pub use server::{DRAIN_DEADLINE, router, serve};
+pub use state::{ApiState, Auth};

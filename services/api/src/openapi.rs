@@ -1,0 +1,72 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 description, generated from the handlers'
+//! `#[utoipa::path]` attributes and the response types, so it cannot drift from
+//! the code.
+
+use axum::Json;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::{approvals, health, jobs, rows};
+
+/// The API's description.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "trawl",
+        description = "Research jobs split into slices, run by workers. Errors are RFC 9457 \
+            `application/problem+json`. The `/v1` routes need `Authorization: Bearer <key>` \
+            unless the server runs open.",
+    ),
+    paths(
+        jobs::submit_job,
+        jobs::get_job,
+        jobs::cancel_job,
+        rows::items,
+        rows::rejections,
+        rows::trace,
+        approvals::list,
+        approvals::approve,
+        approvals::reject,
+        health::healthz,
+        health::readyz,
+        openapi_json,
+    ),
+    components(schemas(crate::error::FieldError)),
+    modifiers(&BearerAuth),
+    tags(
+        (name = "jobs", description = "Submit, read and cancel jobs."),
+        (name = "rows", description = "What a job found, rejected and did, a page at a time."),
+        (name = "approvals", description = "Decide on jobs that wait for a human."),
+        (name = "health", description = "Liveness and readiness probes."),
+    ),
+)]
+pub struct ApiDoc;
+
+/// Adds the `bearer` security scheme the `/v1` routes name.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key of the deployment."))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// This description.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "health",
+    responses((status = 200, description = "The OpenAPI description of this API.", body = Object)),
+)]
+pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

@@ -1,0 +1,379 @@
+//! `GET /v1/jobs/{id}/items`, `/rejections` and `/trace`: a job's rows, a page at a
+//! time.
+//!
+//! Pages follow the store's order (slice, then position in the slice) and resume
+//! after an opaque cursor: the base64url of `<slice id>:<seq>` of the last row
+//! given. A page is asked for one row longer than it is, so the last page says so
+//! (`next_cursor: null`, no `Link`) instead of sending the client for an empty one.
+//! Asked for `application/x-ndjson` (or `application/jsonl`), a page is one JSON
+//! object per line and the next cursor travels in `Link: <…>; rel="next"`.
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use tracing::instrument;
+use trawl_core::model::{Item, Rejection, SliceId, TraceStep};
+use trawl_core::ports::RowCursor;
+use utoipa::{IntoParams, ToSchema};
+
+use crate::error::{ApiError, Problem};
+use crate::jobs::load_job;
+use crate::state::ApiState;
+
+/// Rows per page when the client does not say.
+pub const DEFAULT_LIMIT: u32 = 100;
+/// The most rows a page holds; a larger `limit` is lowered to this.
+pub const MAX_LIMIT: u32 = 1000;
+
+/// Which page to read.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Rows per page: 1 to 1000, default 100 (more is read as 1000).
+    pub limit: Option<u32>,
+    /// Where to resume: the `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl PageQuery {
+    fn limit(&self) -> Result<u32, ApiError> {
+        match self.limit {
+            None => Ok(DEFAULT_LIMIT),
+            Some(0) => Err(ApiError::BadRequest(format!(
+                "limit must be from 1 to {MAX_LIMIT}"
+            ))),
+            Some(n) => Ok(n.min(MAX_LIMIT)),
+        }
+    }
+}
+
+/// A cursor as the client sees it.
+pub fn encode_cursor(c: &RowCursor) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{}:{}", c.0, c.1))
+}
+
+/// A cursor the client sent back; `None` if it is not one we made.
+pub fn decode_cursor(s: &str) -> Option<RowCursor> {
+    let bytes = URL_SAFE_NO_PAD.decode(s).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let (slice, seq) = text.rsplit_once(':')?;
+    if slice.is_empty() || !slice.bytes().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    Some((SliceId::from_stored(slice.to_owned()), seq.parse().ok()?))
+}
+
+/// A page of valid items.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ItemsPage {
+    /// Each: `slice_id`, `seq`, `kind` (`page` or `serp`), `url`, `geo`, `data`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Item>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A page of rejected items.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RejectionsPage {
+    /// Each: `slice_id`, `seq`, `url`, `geo`, `data` and `errors` (`path`, `message`).
+    #[schema(value_type = Vec<Object>)]
+    pub rejections: Vec<Rejection>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A page of trace steps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TracePage {
+    /// Each: `slice_id`, `seq`, `tool`, `args_digest`, `cache_hit`, `attempt`,
+    /// `status`, `error`, `latency_us`, `cost`, `at_ms`.
+    #[schema(value_type = Vec<Object>)]
+    pub steps: Vec<TraceStep>,
+    /// Where the next page starts; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A row of a page: where it is, for the cursor.
+trait Row: Serialize {
+    fn cursor(&self) -> RowCursor;
+}
+
+impl Row for Item {
+    fn cursor(&self) -> RowCursor {
+        (self.slice_id.clone(), self.seq)
+    }
+}
+
+impl Row for Rejection {
+    fn cursor(&self) -> RowCursor {
+        (self.slice_id.clone(), self.seq)
+    }
+}
+
+impl Row for TraceStep {
+    fn cursor(&self) -> RowCursor {
+        (self.slice_id.clone(), self.seq)
+    }
+}
+
+/// The NDJSON media type the client asked for, if it asked for one.
+fn wants_ndjson(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    accept.split(',').find_map(|range| {
+        let essence = range.split(';').next().unwrap_or_default().trim();
+        if essence.eq_ignore_ascii_case("application/x-ndjson") {
+            Some("application/x-ndjson")
+        } else if essence.eq_ignore_ascii_case("application/jsonl") {
+            Some("application/jsonl")
+        } else {
+            None
+        }
+    })
+}
+
+/// What a page request asked for, checked.
+struct PageRequest {
+    after: Option<RowCursor>,
+    limit: u32,
+    ndjson: Option<&'static str>,
+}
+
+impl PageRequest {
+    fn new(
+        query: Result<Query<PageQuery>, QueryRejection>,
+        headers: &HeaderMap,
+    ) -> Result<PageRequest, ApiError> {
+        let Query(query) = query.map_err(|r| ApiError::BadRequest(r.body_text()))?;
+        let after = match query.cursor.as_deref() {
+            None => None,
+            Some(c) => Some(decode_cursor(c).ok_or_else(|| {
+                ApiError::BadRequest(
+                    "cursor is not one this API gave out: pass next_cursor as it is".to_owned(),
+                )
+            })?),
+        };
+        Ok(PageRequest {
+            after,
+            limit: query.limit()?,
+            ndjson: wants_ndjson(headers),
+        })
+    }
+
+    /// One more row than the page holds, so the last page knows it is the last.
+    fn fetch_limit(&self) -> u32 {
+        self.limit + 1
+    }
+
+    /// The answer: the rows and where the next page starts, as JSON built by
+    /// `page`, or as NDJSON.
+    fn respond<T: Row, P: Serialize>(
+        &self,
+        mut rows: Vec<T>,
+        path: &str,
+        page: impl FnOnce(Vec<T>, Option<String>) -> P,
+    ) -> Result<Response, ApiError> {
+        let next = if rows.len() > self.limit as usize {
+            rows.truncate(self.limit as usize);
+            rows.last().map(|r| encode_cursor(&r.cursor()))
+        } else {
+            None
+        };
+        let Some(media) = self.ndjson else {
+            return Ok(Json(page(rows, next)).into_response());
+        };
+        let mut body = Vec::new();
+        for row in &rows {
+            serde_json::to_writer(&mut body, row)
+                .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("writing NDJSON")))?;
+            body.push(b'\n');
+        }
+        let mut res = body.into_response();
+        let headers = res.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media));
+        if let Some(next) = next {
+            let link = format!("<{path}?limit={}&cursor={next}>; rel=\"next\"", self.limit);
+            if let Ok(v) = HeaderValue::from_str(&link) {
+                headers.insert(header::LINK, v);
+            }
+        }
+        Ok(res)
+    }
+}
+
+/// A job's valid items, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/items",
+    tag = "rows",
+    params(("id" = String, Path, description = "The job id."), PageQuery),
+    responses(
+        (status = 200, description = "A page of items; as NDJSON (one item a line, next page in `Link`) when `Accept: application/x-ndjson`.",
+            content(
+                (ItemsPage = "application/json"),
+                (String = "application/x-ndjson"),
+            ),
+            headers(("Link" = String, description = "NDJSON only: `<…>; rel=\"next\"` unless this is the last page."))),
+        (status = 400, description = "Bad cursor or limit.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn items(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let req = PageRequest::new(query, &headers)?;
+    let job = load_job(&state, &id).await?;
+    let rows = state
+        .store
+        .items_page(&job.id, req.after.as_ref(), req.fetch_limit())
+        .await?;
+    req.respond(
+        rows,
+        &format!("/v1/jobs/{}/items", job.id),
+        |items, next_cursor| ItemsPage { items, next_cursor },
+    )
+}
+
+/// A job's rejected items (failed its schema), a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/rejections",
+    tag = "rows",
+    params(("id" = String, Path, description = "The job id."), PageQuery),
+    responses(
+        (status = 200, description = "A page of rejections; as NDJSON when `Accept: application/x-ndjson`.",
+            content(
+                (RejectionsPage = "application/json"),
+                (String = "application/x-ndjson"),
+            ),
+            headers(("Link" = String, description = "NDJSON only: `<…>; rel=\"next\"` unless this is the last page."))),
+        (status = 400, description = "Bad cursor or limit.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn rejections(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let req = PageRequest::new(query, &headers)?;
+    let job = load_job(&state, &id).await?;
+    let rows = state
+        .store
+        .rejections_page(&job.id, req.after.as_ref(), req.fetch_limit())
+        .await?;
+    req.respond(
+        rows,
+        &format!("/v1/jobs/{}/rejections", job.id),
+        |rejections, next_cursor| RejectionsPage {
+            rejections,
+            next_cursor,
+        },
+    )
+}
+
+/// A job's trace: every tool call attempt and cache answer, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/trace",
+    tag = "rows",
+    params(("id" = String, Path, description = "The job id."), PageQuery),
+    responses(
+        (status = 200, description = "A page of trace steps; as NDJSON when `Accept: application/x-ndjson`.",
+            content(
+                (TracePage = "application/json"),
+                (String = "application/x-ndjson"),
+            ),
+            headers(("Link" = String, description = "NDJSON only: `<…>; rel=\"next\"` unless this is the last page."))),
+        (status = 400, description = "Bad cursor or limit.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn trace(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let req = PageRequest::new(query, &headers)?;
+    let job = load_job(&state, &id).await?;
+    let rows = state
+        .store
+        .trace_page(&job.id, req.after.as_ref(), req.fetch_limit())
+        .await?;
+    req.respond(
+        rows,
+        &format!("/v1/jobs/{}/trace", job.id),
+        |steps, next_cursor| TracePage { steps, next_cursor },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let c = (SliceId::from_stored("s_0123456789abcdef0123".into()), 42);
+        let s = encode_cursor(&c);
+        assert!(
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        assert_eq!(decode_cursor(&s), Some(c));
+        for bad in [
+            "",
+            "!!!",
+            "czpfMA",
+            &URL_SAFE_NO_PAD.encode("s_1:x"),
+            &URL_SAFE_NO_PAD.encode(":1"),
+        ] {
+            assert_eq!(decode_cursor(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ndjson_is_chosen_by_accept() {
+        let accept = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+            wants_ndjson(&h)
+        };
+        assert_eq!(accept("application/x-ndjson"), Some("application/x-ndjson"));
+        assert_eq!(
+            accept("application/json;q=0.5, application/jsonl"),
+            Some("application/jsonl")
+        );
+        assert_eq!(accept("application/json"), None);
+        assert_eq!(accept("*/*"), None);
+    }
+
+    #[test]
+    fn limits_default_cap_and_refuse_zero() {
+        let q = |limit| PageQuery {
+            limit,
+            cursor: None,
+        };
+        assert_eq!(q(None).limit().unwrap(), DEFAULT_LIMIT);
+        assert_eq!(q(Some(5000)).limit().unwrap(), MAX_LIMIT);
+        assert!(q(Some(0)).limit().is_err());
+    }
+}

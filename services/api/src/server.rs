@@ -1,0 +1,99 @@
+//! The router and the server loop.
+
+use std::future::IntoFuture;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::error::ApiError;
+use crate::state::{ApiState, require_key};
+use crate::{approvals, health, jobs, openapi, rows};
+
+/// How long [`serve`] lets requests in flight finish after shutdown is asked for.
+pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Every route of the API over `state`.
+///
+/// `/healthz`, `/readyz` and `/openapi.json` are open; the `/v1` routes go through
+/// the key check first. Bodies are capped at the state's limit. Unknown routes and
+/// methods answer problem+json like every other error.
+pub fn router(state: ApiState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/jobs", post(jobs::submit_job))
+        .route("/v1/jobs/{id}", get(jobs::get_job))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel_job))
+        .route("/v1/jobs/{id}/items", get(rows::items))
+        .route("/v1/jobs/{id}/rejections", get(rows::rejections))
+        .route("/v1/jobs/{id}/trace", get(rows::trace))
+        .route("/v1/approvals", get(approvals::list))
+        .route("/v1/approvals/{id}/approve", post(approvals::approve))
+        .route("/v1/approvals/{id}/reject", post(approvals::reject))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .merge(v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.body_limit))
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("such route".to_owned())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// One span per request, and one line when it is answered.
+async fn log_request(req: Request, next: Next) -> Response {
+    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+    async move {
+        let started = Instant::now();
+        let res = next.run(req).await;
+        tracing::debug!(status = res.status().as_u16(), elapsed = ?started.elapsed(), "answered");
+        res
+    }
+    .instrument(span)
+    .await
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled.
+///
+/// Shutdown, step by step: the listener stops accepting; idle connections are
+/// closed; requests in flight are given [`DRAIN_DEADLINE`] to finish; whatever is
+/// still running then is dropped, and `serve` returns.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "API listening");
+    }
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
+        .into_future();
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(DRAIN_DEADLINE).await;
+    };
+    tokio::select! {
+        res = server => res,
+        () = deadline => {
+            tracing::warn!(deadline = ?DRAIN_DEADLINE, "requests still in flight at the drain deadline; dropped");
+            Ok(())
+        }
+    }
+}

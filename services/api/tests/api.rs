@@ -1,0 +1,1195 @@
+//! The REST API over the embedded adapters: each test gets its own in-memory store,
+//! queue, event channel and cache file, so tests run in parallel without seeing
+//! each other.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use trawl_api::{ApiState, Auth, router, serve};
+use trawl_cache::SqliteCache;
+use trawl_core::cost::{Micros, PriceTable};
+use trawl_core::geo::Geo;
+use trawl_core::model::{
+    Item, ItemKind, JobId, JobStatus, Rejection, SliceKind, SliceOutcome, SliceSpec, TraceStep,
+    Violation,
+};
+use trawl_core::ports::{
+    CacheKey, ContentCache, Event, Events, JobRecord, LoadFuture, PortError, Served, Store,
+    ToolError,
+};
+use trawl_core::spec::JobSpec;
+use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_scheduler::Scheduler;
+use trawl_store::SqliteStore;
+
+// ---------------------------------------------------------------------------
+// Harness
+
+const ALL_STATUSES: [JobStatus; 8] = [
+    JobStatus::Pending,
+    JobStatus::AwaitingApproval,
+    JobStatus::Queued,
+    JobStatus::Running,
+    JobStatus::Succeeded,
+    JobStatus::Partial,
+    JobStatus::Failed,
+    JobStatus::Cancelled,
+];
+
+const KEY: &str = "test-key-0123456789";
+
+const SPEC_JSON: &str = r#"{"name": "prices", "pages": {"urls": ["https://shop.example/p/1", "https://shop.example/p/2"], "geos": ["us", "de"]}, "extract": {"fields": {"title": {"css": "h1"}}}}"#;
+
+const SPEC_YAML: &str = "name: serps\nsearches: {queries: [laptops, phones], geos: [us], follow_top: 2}\nextract: {fields: {title: {css: h1}}}\n";
+
+struct App {
+    router: Router,
+    store: Arc<SqliteStore>,
+    queue: Arc<EmbeddedQueue>,
+    events: UnboundedReceiver<Event>,
+    event_port: Arc<InProcessEvents>,
+    _dir: TempDir,
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// Asserts an RFC 9457 problem with this status and type slug; returns it.
+    fn problem(&self, status: u16, slug: &str) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json")
+        );
+        let p = self.json();
+        assert_eq!(
+            p["type"],
+            format!("https://trawl.dev/problems/{slug}"),
+            "{p}"
+        );
+        assert_eq!(p["status"], status, "{p}");
+        assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()), "{p}");
+        assert!(p["detail"].as_str().is_some_and(|t| !t.is_empty()), "{p}");
+        p
+    }
+}
+
+async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::memory().await.unwrap());
+    let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
+    let (event_port, events) = InProcessEvents::channel();
+    let event_port = Arc::new(event_port);
+    let cache = match cache {
+        Some(c) => c,
+        None => Arc::new(
+            SqliteCache::open(&dir.path().join("cache.db"))
+                .await
+                .unwrap(),
+        ),
+    };
+    let state = ApiState::new(
+        store.clone(),
+        event_port.clone(),
+        queue.clone(),
+        cache,
+        PriceTable::default(),
+        auth,
+    );
+    App {
+        router: router(state),
+        store,
+        queue,
+        events,
+        event_port,
+        _dir: dir,
+    }
+}
+
+/// An API that wants [`KEY`].
+async fn spawn_app() -> App {
+    spawn_app_with(Auth::Keys(vec![SecretString::from(KEY)]), None).await
+}
+
+fn request(method: Method, uri: &str) -> axum::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {KEY}"))
+}
+
+impl App {
+    async fn send(&self, req: Request<Body>) -> Answer {
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Answer {
+        self.send(request(Method::GET, uri).body(Body::empty()).unwrap())
+            .await
+    }
+
+    async fn get_accept(&self, uri: &str, accept: &str) -> Answer {
+        self.send(
+            request(Method::GET, uri)
+                .header(header::ACCEPT, accept)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn post(&self, uri: &str) -> Answer {
+        self.send(request(Method::POST, uri).body(Body::empty()).unwrap())
+            .await
+    }
+
+    async fn submit(&self, content_type: &str, body: impl Into<Body>) -> Answer {
+        self.send(
+            request(Method::POST, "/v1/jobs")
+                .header(header::CONTENT_TYPE, content_type)
+                .body(body.into())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn submit_with_key(&self, key: &str, body: &'static str) -> Answer {
+        self.send(
+            request(Method::POST, "/v1/jobs")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("idempotency-key", key)
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn all_jobs(&self) -> Vec<JobRecord> {
+        self.store
+            .jobs_with_status(&ALL_STATUSES, 1000)
+            .await
+            .unwrap()
+    }
+
+    fn scheduler(&self) -> Scheduler<'_> {
+        Scheduler {
+            store: self.store.as_ref(),
+            queue: self.queue.as_ref(),
+            events: self.event_port.as_ref(),
+            prices: PriceTable::default(),
+            reconcile_every: Duration::from_secs(1),
+        }
+    }
+
+    /// The job id of a 202 answer, checked.
+    fn accepted(&self, a: &Answer) -> JobId {
+        assert_eq!(
+            a.status,
+            StatusCode::ACCEPTED,
+            "{}",
+            String::from_utf8_lossy(&a.body)
+        );
+        let body = a.json();
+        let id = JobId::parse(body["job_id"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            a.header("location"),
+            Some(format!("/v1/jobs/{id}").as_str())
+        );
+        id
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Submitting
+
+#[tokio::test]
+async fn a_json_spec_is_stored_pending_without_slices_and_announced() {
+    let mut app = spawn_app().await;
+    let a = app.submit("application/json", SPEC_JSON).await;
+    let id = app.accepted(&a);
+    let body = a.json();
+    assert_eq!(body["status"], "pending");
+    assert_eq!(body["estimate"]["slices"], 4);
+    assert_eq!(body["estimate"]["page_slices"], 4);
+    assert_eq!(body["estimate"]["cost_micros"], 4 * 1_500);
+    assert_eq!(body["estimate"]["cost_usd"], 0.006);
+    assert_eq!(body["links"]["self"], format!("/v1/jobs/{id}"));
+    assert_eq!(body["links"]["items"], format!("/v1/jobs/{id}/items"));
+    assert_eq!(body["links"]["cancel"], format!("/v1/jobs/{id}/cancel"));
+
+    let job = app.store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Pending);
+    assert_eq!(job.name, "prices");
+    assert_eq!(job.estimate, Micros(6_000));
+    assert!(job.idempotency.is_none());
+    assert!(JobSpec::from_value(job.spec).is_ok());
+    assert!(app.store.open_slices(&id).await.unwrap().is_empty());
+    assert_eq!(app.store.counts(&id).await.unwrap().slices_total, 0);
+
+    assert_eq!(
+        app.events.try_recv().unwrap(),
+        Event::JobCreated { job_id: id }
+    );
+    assert!(app.events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn a_yaml_spec_is_accepted_under_each_yaml_media_type() {
+    let mut app = spawn_app().await;
+    for ct in [
+        "application/yaml",
+        "application/x-yaml",
+        "text/yaml; charset=utf-8",
+    ] {
+        let a = app.submit(ct, SPEC_YAML).await;
+        let id = app.accepted(&a);
+        let body = a.json();
+        assert_eq!(body["estimate"]["search_slices"], 2, "{ct}");
+        assert_eq!(body["estimate"]["followed_pages_max"], 4, "{ct}");
+        let job = app.store.job(&id).await.unwrap().unwrap();
+        assert_eq!(job.status, JobStatus::Pending);
+        assert_eq!(job.name, "serps");
+        assert_eq!(
+            app.events.try_recv().unwrap(),
+            Event::JobCreated { job_id: id }
+        );
+    }
+    assert_eq!(app.all_jobs().await.len(), 3);
+}
+
+#[tokio::test]
+async fn the_job_view_shows_status_estimate_and_counts() {
+    let app = spawn_app().await;
+    let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    let a = app.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    let v = a.json();
+    assert_eq!(v["job_id"], id.as_str());
+    assert_eq!(v["name"], "prices");
+    assert_eq!(v["status"], "pending");
+    assert_eq!(v["reason"], Value::Null);
+    assert!(v["created"].as_str().unwrap().ends_with('Z'));
+    assert!(v["created_ms"].as_i64().unwrap() > 0);
+    assert_eq!(v["estimate"]["slices"], 4);
+    assert_eq!(v["estimate"]["cost_micros"], 6_000);
+    assert_eq!(
+        v["counts"],
+        json!({
+            "slices": {"total": 0, "succeeded": 0, "failed": 0, "open": 0},
+            "items": {"valid": 0, "rejected": 0},
+            "upstream_calls": 0, "cache_hits": 0, "cost_usd": 0.0, "cost_micros": 0
+        })
+    );
+    assert_eq!(v["links"]["trace"], format!("/v1/jobs/{id}/trace"));
+}
+
+#[tokio::test]
+async fn an_event_port_that_fails_does_not_fail_the_submission() {
+    struct Down;
+    #[async_trait]
+    impl Events for Down {
+        async fn emit(&self, _: Event) -> Result<(), PortError> {
+            Err(PortError::Unavailable("nats is down".into()))
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::memory().await.unwrap());
+    let state = ApiState::new(
+        store.clone(),
+        Arc::new(Down),
+        Arc::new(EmbeddedQueue::new(QueueConfig::default())),
+        Arc::new(SqliteCache::open(&dir.path().join("c.db")).await.unwrap()),
+        PriceTable::default(),
+        Auth::Open,
+    );
+    let res = router(state)
+        .oneshot(
+            Request::post("/v1/jobs")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::ACCEPTED);
+    let jobs = store
+        .jobs_with_status(&[JobStatus::Pending], 10)
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Idempotency keys
+
+#[tokio::test]
+async fn the_same_key_and_body_answer_with_the_first_job() {
+    let mut app = spawn_app().await;
+    let first = app.submit_with_key("\"order-42\"", SPEC_JSON).await;
+    let id = app.accepted(&first);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let again = app.submit_with_key("\"order-42\"", SPEC_JSON).await;
+    assert_eq!(app.accepted(&again), id);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.json()["estimate"], first.json()["estimate"]);
+
+    let jobs = app.all_jobs().await;
+    assert_eq!(jobs.len(), 1);
+    let stored = jobs[0].idempotency.clone().unwrap();
+    assert!(stored.key.ends_with("/order-42"), "{}", stored.key);
+    assert_eq!(stored.request_digest.len(), 64);
+    // One job, one event.
+    assert!(app.events.try_recv().is_ok());
+    assert!(app.events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_body_is_refused() {
+    let app = spawn_app().await;
+    app.accepted(&app.submit_with_key("k-1", SPEC_JSON).await);
+    let other = r#"{"name": "other", "pages": {"urls": ["https://shop.example/p/9"], "geos": ["us"]}, "extract": {"fields": {"t": {"css": "h1"}}}}"#;
+    app.submit_with_key("k-1", other)
+        .await
+        .problem(422, "idempotency-key-reuse");
+    assert_eq!(app.all_jobs().await.len(), 1);
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_key_make_one_job() {
+    let app = spawn_app().await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let router = app.router.clone();
+        tasks.spawn(async move {
+            router
+                .oneshot(
+                    request(Method::POST, "/v1/jobs")
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .header("idempotency-key", "race")
+                        .body(Body::from(SPEC_JSON))
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(res) = tasks.join_next().await {
+        let res = res.unwrap();
+        assert_eq!(res.status(), StatusCode::ACCEPTED);
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        ids.push(v["job_id"].as_str().unwrap().to_owned());
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!(app.all_jobs().await.len(), 1);
+}
+
+#[tokio::test]
+async fn idempotency_keys_of_two_callers_do_not_meet() {
+    let app = spawn_app_with(
+        Auth::Keys(vec![
+            SecretString::from(KEY),
+            SecretString::from("other-key"),
+        ]),
+        None,
+    )
+    .await;
+    let a = app.accepted(&app.submit_with_key("shared", SPEC_JSON).await);
+    let b = app
+        .send(
+            Request::post("/v1/jobs")
+                .header(header::AUTHORIZATION, "Bearer other-key")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("idempotency-key", "shared")
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await;
+    assert_ne!(app.accepted(&b), a);
+    assert_eq!(app.all_jobs().await.len(), 2);
+}
+
+// ---------------------------------------------------------------------------
+// Refusals: problem+json, and nothing stored
+
+#[tokio::test]
+async fn every_bad_request_answers_a_problem_and_stores_nothing() {
+    let mut app = spawn_app().await;
+
+    // Malformed JSON.
+    let p = app
+        .submit("application/json", r#"{"name": "x", "pages": "#)
+        .await
+        .problem(400, "malformed-body");
+    assert!(p["detail"].as_str().unwrap().contains("JSON"), "{p}");
+
+    // Malformed YAML.
+    app.submit("application/yaml", "name: [unclosed\n  - : :")
+        .await
+        .problem(400, "malformed-body");
+
+    // Valid JSON, invalid spec: every error, with its path.
+    let bad = json!({
+        "name": "x",
+        "colour": "red",
+        "pages": {"urls": ["ftp://a/b"], "geos": ["US", "xx"], "depth": 2},
+        "extract": {"fields": {"t": {"css": "h1", "xpath": "//h1"}}},
+        "retries": {"max_attempts": 99}
+    });
+    let p = app
+        .submit("application/json", bad.to_string())
+        .await
+        .problem(422, "invalid-spec");
+    let mut paths: Vec<&str> = p["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
+            e["path"].as_str().unwrap()
+        })
+        .collect();
+    paths.sort_unstable();
+    assert_eq!(
+        paths,
+        [
+            "colour",
+            "extract.fields.t.xpath",
+            "pages.depth",
+            "pages.geos[0]",
+            "pages.geos[1]",
+            "pages.urls[0]",
+            "retries.max_attempts",
+        ]
+    );
+
+    // The same through YAML.
+    let p = app
+        .submit("application/yaml", "name: x\ncolour: red\n")
+        .await
+        .problem(422, "invalid-spec");
+    assert!(p["errors"].as_array().unwrap().len() >= 2, "{p}");
+
+    // Unsupported media type, and none at all.
+    app.submit("text/plain", SPEC_JSON)
+        .await
+        .problem(415, "unsupported-media-type");
+    app.send(
+        request(Method::POST, "/v1/jobs")
+            .body(Body::from(SPEC_JSON))
+            .unwrap(),
+    )
+    .await
+    .problem(415, "unsupported-media-type");
+
+    // Over the default 1 MiB.
+    let huge = format!(
+        r#"{{"name": "x", "pad": "{}"}}"#,
+        "a".repeat(ApiState::DEFAULT_BODY_LIMIT)
+    );
+    app.submit("application/json", huge)
+        .await
+        .problem(413, "payload-too-large");
+
+    // A malformed Idempotency-Key.
+    app.submit_with_key("\"\"", SPEC_JSON)
+        .await
+        .problem(400, "bad-request");
+
+    // Unknown and malformed job ids.
+    let unknown = JobId::generate(1_700_000_000_000, 1);
+    app.get(&format!("/v1/jobs/{unknown}"))
+        .await
+        .problem(404, "not-found");
+    app.get("/v1/jobs/not-a-job")
+        .await
+        .problem(404, "not-found");
+    app.post(&format!("/v1/jobs/{unknown}/cancel"))
+        .await
+        .problem(404, "not-found");
+    app.get(&format!("/v1/jobs/{unknown}/items"))
+        .await
+        .problem(404, "not-found");
+
+    // Bad cursors and limits.
+    app.get(&format!("/v1/jobs/{unknown}/items?cursor=%%%"))
+        .await
+        .problem(400, "bad-request");
+    app.get(&format!("/v1/jobs/{unknown}/trace?cursor=bm9wZQ"))
+        .await
+        .problem(400, "bad-request");
+    app.get(&format!("/v1/jobs/{unknown}/rejections?limit=0"))
+        .await
+        .problem(400, "bad-request");
+    app.get(&format!("/v1/jobs/{unknown}/items?limit=many"))
+        .await
+        .problem(400, "bad-request");
+
+    // Missing and wrong keys.
+    let a = app
+        .send(
+            Request::post("/v1/jobs")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await;
+    a.problem(401, "unauthorized");
+    assert_eq!(
+        a.header("www-authenticate"),
+        Some(r#"Bearer realm="trawl""#)
+    );
+    let a = app
+        .send(
+            Request::post("/v1/jobs")
+                .header(header::AUTHORIZATION, "Bearer not-the-key")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await;
+    a.problem(401, "unauthorized");
+    assert!(a.header("www-authenticate").unwrap().starts_with("Bearer"));
+    let a = app
+        .send(
+            Request::get(format!("/v1/jobs/{unknown}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    a.problem(401, "unauthorized");
+
+    // Unknown routes and methods.
+    app.get("/v2/nothing").await.problem(404, "not-found");
+    app.send(
+        request(Method::DELETE, "/v1/jobs")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .problem(405, "method-not-allowed");
+
+    assert!(app.all_jobs().await.is_empty());
+    assert!(app.events.try_recv().is_err(), "no event for a refusal");
+}
+
+#[tokio::test]
+async fn a_smaller_body_limit_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::memory().await.unwrap());
+    let (events, _rx) = InProcessEvents::channel();
+    let state = ApiState::new(
+        store.clone(),
+        Arc::new(events),
+        Arc::new(EmbeddedQueue::new(QueueConfig::default())),
+        Arc::new(SqliteCache::open(&dir.path().join("c.db")).await.unwrap()),
+        PriceTable::default(),
+        Auth::Open,
+    )
+    .with_body_limit(64);
+    let res = router(state)
+        .oneshot(
+            Request::post("/v1/jobs")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        res.headers()[header::CONTENT_TYPE],
+        "application/problem+json"
+    );
+    assert!(
+        store
+            .jobs_with_status(&ALL_STATUSES, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Pages
+
+fn geo(s: &str) -> Geo {
+    Geo::parse(s).unwrap()
+}
+
+/// A job with `slices` page slices whose outcomes were recorded through the store:
+/// slice `i` has `i % 4` items, `i % 3` rejections and `i % 5 + 1` trace steps.
+async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize) {
+    let specs: Vec<SliceSpec> = (0..slices)
+        .map(|i| {
+            SliceSpec::new(
+                SliceKind::Page {
+                    url: format!("https://shop.example/p/{i}"),
+                    geo: geo("us"),
+                },
+                None,
+            )
+        })
+        .collect();
+    let id = JobId::generate(1_700_000_000_000, 99);
+    app.store
+        .create_job(
+            &JobRecord {
+                id: id.clone(),
+                name: "rows".into(),
+                spec: json!({"name": "rows"}),
+                status: JobStatus::Running,
+                reason: None,
+                estimate: Micros(1_500),
+                created_ms: 1_700_000_000_000,
+                idempotency: None,
+            },
+            &specs,
+        )
+        .await
+        .unwrap();
+    let (mut items, mut rejections, mut steps) = (0, 0, 0);
+    for (i, s) in specs.iter().enumerate() {
+        let outcome = SliceOutcome {
+            items: (0..i % 4)
+                .map(|seq| Item {
+                    slice_id: s.id.clone(),
+                    seq: seq as u32,
+                    kind: ItemKind::Page,
+                    url: format!("https://shop.example/p/{i}"),
+                    geo: geo("us"),
+                    data: json!({"title": format!("item {i}.{seq}")}),
+                })
+                .collect(),
+            rejections: (0..i % 3)
+                .map(|seq| Rejection {
+                    slice_id: s.id.clone(),
+                    seq: (10 + seq) as u32,
+                    url: format!("https://shop.example/p/{i}"),
+                    geo: geo("us"),
+                    data: json!({"title": null}),
+                    errors: vec![Violation {
+                        path: "/title".into(),
+                        message: "null is not a string".into(),
+                    }],
+                })
+                .collect(),
+            trace: (0..i % 5 + 1)
+                .map(|seq| TraceStep {
+                    slice_id: s.id.clone(),
+                    seq: seq as u32,
+                    tool: "brightdata.fetch".into(),
+                    args_digest: "ab".repeat(32),
+                    cache_hit: seq % 2 == 1,
+                    attempt: 1,
+                    status: "ok".into(),
+                    error: None,
+                    latency_us: 1_000,
+                    cost: Micros(0),
+                    at_ms: 1_700_000_000_000,
+                })
+                .collect(),
+            ..SliceOutcome::default()
+        };
+        items += outcome.items.len();
+        rejections += outcome.rejections.len();
+        steps += outcome.trace.len();
+        app.store
+            .record_outcome(&id, &s.id, &outcome)
+            .await
+            .unwrap();
+    }
+    (id, items, rejections, steps)
+}
+
+/// Walks a listing with JSON pages; returns (slice_id, seq) of every row.
+async fn walk_json(app: &App, path: &str, key: &str, limit: u32) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let uri = match &cursor {
+            None => format!("{path}?limit={limit}"),
+            Some(c) => format!("{path}?limit={limit}&cursor={c}"),
+        };
+        let a = app.get(&uri).await;
+        assert_eq!(
+            a.status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&a.body)
+        );
+        assert_eq!(a.header("content-type"), Some("application/json"));
+        let page = a.json();
+        let rows = page[key].as_array().unwrap();
+        assert!(rows.len() <= limit as usize);
+        for r in rows {
+            out.push((
+                r["slice_id"].as_str().unwrap().to_owned(),
+                r["seq"].as_u64().unwrap(),
+            ));
+        }
+        pages += 1;
+        assert!(pages < 1000, "the walk does not end");
+        match page["next_cursor"].as_str() {
+            Some(c) => {
+                assert_eq!(rows.len(), limit as usize, "only the last page is short");
+                cursor = Some(c.to_owned());
+            }
+            None => {
+                assert!(page["next_cursor"].is_null());
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Walks a listing as NDJSON, following `Link: rel="next"`.
+async fn walk_ndjson(app: &App, path: &str, limit: u32, accept: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut uri = format!("{path}?limit={limit}");
+    loop {
+        let a = app.get_accept(&uri, accept).await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.header("content-type"), Some(accept));
+        let text = std::str::from_utf8(&a.body).unwrap();
+        assert!(text.is_empty() || text.ends_with('\n'));
+        for line in text.lines() {
+            let r: Value = serde_json::from_str(line).unwrap();
+            out.push((
+                r["slice_id"].as_str().unwrap().to_owned(),
+                r["seq"].as_u64().unwrap(),
+            ));
+        }
+        let Some(link) = a.header("link") else { break };
+        let target = link
+            .strip_prefix('<')
+            .and_then(|l| l.split_once(">; rel=\"next\""))
+            .map(|(t, _)| t.to_owned())
+            .unwrap_or_else(|| panic!("bad Link: {link}"));
+        assert!(target.starts_with(path), "{target}");
+        uri = target;
+    }
+    out
+}
+
+fn assert_each_once(rows: &[(String, u64)], want: usize) {
+    assert_eq!(rows.len(), want);
+    let mut sorted = rows.to_vec();
+    sorted.sort();
+    assert_eq!(sorted, rows, "rows come in (slice, seq) order");
+    sorted.dedup();
+    assert_eq!(sorted.len(), want, "no row twice");
+}
+
+#[tokio::test]
+async fn pages_walk_every_row_exactly_once_as_json_and_ndjson() {
+    let app = spawn_app().await;
+    let (id, items, rejections, steps) = job_with_rows(&app, 23).await;
+    assert!(items > 20 && rejections > 10 && steps > 40);
+    let base = format!("/v1/jobs/{id}");
+
+    for limit in [1, 7, 1000] {
+        let got = walk_json(&app, &format!("{base}/items"), "items", limit).await;
+        assert_each_once(&got, items);
+        let got = walk_json(&app, &format!("{base}/rejections"), "rejections", limit).await;
+        assert_each_once(&got, rejections);
+        let got = walk_json(&app, &format!("{base}/trace"), "steps", limit).await;
+        assert_each_once(&got, steps);
+
+        for accept in ["application/x-ndjson", "application/jsonl"] {
+            let got = walk_ndjson(&app, &format!("{base}/items"), limit, accept).await;
+            assert_each_once(&got, items);
+            let got = walk_ndjson(&app, &format!("{base}/rejections"), limit, accept).await;
+            assert_each_once(&got, rejections);
+            let got = walk_ndjson(&app, &format!("{base}/trace"), limit, accept).await;
+            assert_each_once(&got, steps);
+        }
+    }
+
+    // A whole page of exactly `limit` rows at the end still says it is the last.
+    let a = app.get(&format!("{base}/items?limit={items}")).await;
+    assert_eq!(a.json()["next_cursor"], Value::Null);
+
+    // Without a limit, a page is up to 100 rows; the job view counts what the
+    // store holds.
+    let a = app.get(&format!("{base}/trace")).await.json();
+    assert_eq!(a["steps"].as_array().unwrap().len(), steps.min(100));
+    let v = app.get(&base).await.json();
+    assert_eq!(v["counts"]["items"]["valid"], items);
+    assert_eq!(v["counts"]["items"]["rejected"], rejections);
+    assert_eq!(v["counts"]["slices"]["succeeded"], 23);
+}
+
+#[tokio::test]
+async fn a_job_without_rows_has_one_empty_last_page() {
+    let app = spawn_app().await;
+    let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    let a = app.get(&format!("/v1/jobs/{id}/items")).await;
+    assert_eq!(a.json(), json!({"items": [], "next_cursor": null}));
+    let a = app
+        .get_accept(&format!("/v1/jobs/{id}/rejections"), "application/x-ndjson")
+        .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.body.is_empty());
+    assert_eq!(a.header("link"), None);
+}
+
+// ---------------------------------------------------------------------------
+// Cancelling
+
+#[tokio::test]
+async fn a_running_job_is_cancelled_once() {
+    let mut app = spawn_app().await;
+    let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    let _ = app.events.try_recv();
+
+    let a = app.post(&format!("/v1/jobs/{id}/cancel")).await;
+    assert_eq!(
+        a.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&a.body)
+    );
+    let v = a.json();
+    assert_eq!(v["status"], "cancelled");
+    assert_eq!(v["reason"], "cancelled over the API");
+    let job = app.store.job(&id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert_eq!(job.reason.as_deref(), Some("cancelled over the API"));
+    assert_eq!(
+        app.events.try_recv().unwrap(),
+        Event::JobCancelled { job_id: id.clone() }
+    );
+
+    app.post(&format!("/v1/jobs/{id}/cancel"))
+        .await
+        .problem(409, "conflict");
+    assert!(app.events.try_recv().is_err());
+}
+
+// ---------------------------------------------------------------------------
+// Approvals
+
+/// A job parked in `awaiting_approval` by the scheduler, the way `trawl run` does.
+async fn parked_job(app: &App, name: &str) -> JobId {
+    let spec = JobSpec::parse(&format!(
+        "name: {name}\npages: {{urls: [\"https://shop.example/{name}\"], geos: [us, de]}}\nextract: {{fields: {{t: {{css: h1}}}}}}\nbudget: {{approve_above_usd: 0.001}}\n"
+    ))
+    .unwrap();
+    let s = app.scheduler().submit(&spec, None).await.unwrap();
+    assert_eq!(s.status, JobStatus::AwaitingApproval);
+    s.job_id
+}
+
+#[tokio::test]
+async fn approvals_are_listed_approved_rejected_and_decided_once() {
+    let mut app = spawn_app().await;
+    let a_job = parked_job(&app, "a").await;
+    let b_job = parked_job(&app, "b").await;
+
+    let list = app.get("/v1/approvals").await;
+    assert_eq!(list.status, StatusCode::OK);
+    let approvals = list.json()["approvals"].as_array().unwrap().clone();
+    assert_eq!(approvals.len(), 2);
+    let find = |job: &JobId| {
+        approvals
+            .iter()
+            .find(|a| a["job_id"] == job.as_str())
+            .unwrap()
+            .clone()
+    };
+    let a = find(&a_job);
+    assert_eq!(a["status"], "pending");
+    assert_eq!(a["kind"], "job_budget");
+    assert_eq!(a["amount_micros"], 3_000);
+    assert_eq!(a["decided_by"], Value::Null);
+    let a_id = a["id"].as_i64().unwrap();
+    let b_id = find(&b_job)["id"].as_i64().unwrap();
+    assert_eq!(
+        a["links"]["approve"],
+        format!("/v1/approvals/{a_id}/approve")
+    );
+
+    // Approve one: the job is queued, the decider recorded, the scheduler told.
+    let d = app.post(&format!("/v1/approvals/{a_id}/approve")).await;
+    assert_eq!(
+        d.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&d.body)
+    );
+    let d = d.json();
+    assert_eq!(d["job_status"], "queued");
+    assert_eq!(d["approval"]["status"], "approved");
+    let by = d["approval"]["decided_by"].as_str().unwrap();
+    assert!(by.starts_with("key-") && by.len() == 12, "{by}");
+    assert_eq!(
+        app.store.job(&a_job).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    assert_eq!(
+        app.events.try_recv().unwrap(),
+        Event::ApprovalDecided {
+            job_id: a_job.clone(),
+            approved: true
+        }
+    );
+
+    // Reject the other: the job is cancelled.
+    let d = app
+        .post(&format!("/v1/approvals/{b_id}/reject"))
+        .await
+        .json();
+    assert_eq!(d["job_status"], "cancelled");
+    assert_eq!(d["approval"]["status"], "rejected");
+    let b = app.store.job(&b_job).await.unwrap().unwrap();
+    assert_eq!(b.status, JobStatus::Cancelled);
+    assert_eq!(
+        app.events.try_recv().unwrap(),
+        Event::ApprovalDecided {
+            job_id: b_job.clone(),
+            approved: false
+        }
+    );
+
+    // Deciding again, either way, is a conflict and changes nothing.
+    app.post(&format!("/v1/approvals/{a_id}/reject"))
+        .await
+        .problem(409, "conflict");
+    app.post(&format!("/v1/approvals/{b_id}/approve"))
+        .await
+        .problem(409, "conflict");
+    assert_eq!(
+        app.store.job(&a_job).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    assert!(app.events.try_recv().is_err());
+
+    // Lists: none pending, both in `all`.
+    let pending = app.get("/v1/approvals?status=pending").await.json();
+    assert_eq!(pending["approvals"], json!([]));
+    let all = app.get("/v1/approvals?status=all").await.json();
+    assert_eq!(all["approvals"].as_array().unwrap().len(), 2);
+    app.get("/v1/approvals?status=maybe")
+        .await
+        .problem(400, "bad-request");
+
+    // Unknown approvals.
+    app.post("/v1/approvals/999/approve")
+        .await
+        .problem(404, "not-found");
+    app.post("/v1/approvals/abc/reject")
+        .await
+        .problem(404, "not-found");
+}
+
+#[tokio::test]
+async fn an_open_api_records_decisions_as_api() {
+    let app = spawn_app_with(Auth::Open, None).await;
+    parked_job(&app, "c").await;
+    let list = app
+        .send(Request::get("/v1/approvals").body(Body::empty()).unwrap())
+        .await
+        .json();
+    let id = list["approvals"][0]["id"].as_i64().unwrap();
+    let d = app
+        .send(
+            Request::post(format!("/v1/approvals/{id}/approve"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .json();
+    assert_eq!(d["approval"]["decided_by"], "api");
+}
+
+// ---------------------------------------------------------------------------
+// Probes and the description
+
+#[tokio::test]
+async fn health_and_readiness_answer_without_a_key() {
+    let app = spawn_app().await;
+    let h = app
+        .send(Request::get("/healthz").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(h.status, StatusCode::OK);
+    assert_eq!(h.json(), json!({"status": "ok"}));
+    let r = app
+        .send(Request::get("/readyz").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(
+        r.json(),
+        json!({"status": "ok", "checks": {"store": "ok", "queue": "ok", "cache": "ok"}})
+    );
+}
+
+/// A cache whose backend is down, or never answers.
+struct BrokenCache {
+    hangs: bool,
+}
+
+#[async_trait]
+impl ContentCache for BrokenCache {
+    async fn get_or_load(
+        &self,
+        _key: &CacheKey,
+        _max_age: Duration,
+        load: LoadFuture<'_>,
+    ) -> Result<(Vec<u8>, Served), ToolError> {
+        load.await.map(|v| (v, Served::Loaded))
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        if self.hangs {
+            std::future::pending::<()>().await;
+        }
+        Err(PortError::Unavailable("connection refused".into()))
+    }
+}
+
+#[tokio::test]
+async fn readiness_names_the_backend_that_does_not_answer() {
+    for (hangs, want) in [(false, "unavailable"), (true, "timeout")] {
+        let app = spawn_app_with(Auth::Open, Some(Arc::new(BrokenCache { hangs }))).await;
+        let r = app
+            .send(Request::get("/readyz").body(Body::empty()).unwrap())
+            .await;
+        let p = r.problem(503, "not-ready");
+        assert_eq!(
+            p["checks"],
+            json!({"store": "ok", "queue": "ok", "cache": want})
+        );
+        assert!(p["detail"].as_str().unwrap().contains("cache"));
+        assert!(!r.body.windows(7).any(|w| w == b"refused"), "no internals");
+    }
+}
+
+#[tokio::test]
+async fn the_openapi_description_lists_every_route() {
+    let app = spawn_app().await;
+    let a = app
+        .send(Request::get("/openapi.json").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(a.status, StatusCode::OK);
+    let doc = a.json();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, method) in [
+        ("/v1/jobs", "post"),
+        ("/v1/jobs/{id}", "get"),
+        ("/v1/jobs/{id}/cancel", "post"),
+        ("/v1/jobs/{id}/items", "get"),
+        ("/v1/jobs/{id}/rejections", "get"),
+        ("/v1/jobs/{id}/trace", "get"),
+        ("/v1/approvals", "get"),
+        ("/v1/approvals/{id}/approve", "post"),
+        ("/v1/approvals/{id}/reject", "post"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/openapi.json", "get"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} missing"
+        );
+    }
+    assert_eq!(paths.len(), 12, "{:?}", paths.keys().collect::<Vec<_>>());
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for s in [
+        "Problem",
+        "FieldError",
+        "JobAccepted",
+        "JobView",
+        "ItemsPage",
+    ] {
+        assert!(schemas.contains_key(s), "schema {s} missing");
+    }
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let submit = &paths["/v1/jobs"]["post"];
+    let types = submit["requestBody"]["content"].as_object().unwrap();
+    assert!(types.contains_key("application/json") && types.contains_key("application/yaml"));
+}
+
+// ---------------------------------------------------------------------------
+// The server loop
+
+#[tokio::test]
+async fn serve_answers_on_a_bound_port_and_stops_on_cancel() {
+    let app = spawn_app().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(listener, app.router.clone(), shutdown.clone()));
+
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).await.unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200 OK"), "{raw}");
+    assert!(raw.ends_with(r#"{"status":"ok"}"#), "{raw}");
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("serve returns after cancel")
+        .unwrap()
+        .unwrap();
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
