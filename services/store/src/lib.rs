@@ -6,23 +6,38 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql`, applied once at open and versioned with `PRAGMA user_version`.
-//!   Everything goes through a single connection: SQLite has one writer, and queueing
-//!   in the process is cheaper than contending through busy handlers. Concurrent
-//!   `record_outcome` calls are group-committed (`sqlite/outcomes.rs`).
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v2.sql` (version 2), applied at
+//!   open and versioned with `PRAGMA user_version`. Everything goes through a single
+//!   connection: SQLite has one writer, and queueing in the process is cheaper than
+//!   contending through busy handlers. Concurrent `record_outcome` calls are
+//!   group-committed (`sqlite/outcomes.rs`).
+//! - [`postgres`]: the distributed adapter, a sqlx pool shared by every process of
+//!   a deployment. Its schema is the top-level `migrations/` folder, applied at
+//!   connect (or by `trawl migrate`, through [`postgres::migrate`]) under an advisory
+//!   lock. Each outcome is one statement that claims its slice and inserts its rows
+//!   from arrays.
 //! - `error` (private): how a sqlx error becomes a [`trawl_core::ports::PortError`],
-//!   by what the caller can do next; shared with the adapters to come (a `postgres`
-//!   module can join `sqlite`).
+//!   by what the caller can do next; shared by both adapters.
+//! - `conformance` (tests only): the behaviour every adapter must have, one suite
+//!   run against each.
 //!
 //! # Invariants
 //!
 //! - An outcome is written in one transaction, and only while its slice is pending:
 //!   a redelivered slice writes nothing and reports no new children.
+//! - The rows of a slice are keyed by (job, slice, seq); the first record of a seq
+//!   is the one kept.
 //! - Money is integer micro-dollars; times are milliseconds since the epoch.
-//! - Per-job counters are kept by the database itself (triggers), so `counts` reads
-//!   one row and always equals what is stored.
+//! - `counts` always equals what is stored: SQLite keeps per-job counters with
+//!   triggers, Postgres adds up per-slice tallies written with each outcome (a
+//!   per-job row would make concurrent writers of one job wait for each other).
+//! - An idempotency key names at most one job; a second is `PortError::Conflict`.
 
+#[cfg(test)]
+mod conformance;
 mod error;
+pub mod postgres;
 pub mod sqlite;
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

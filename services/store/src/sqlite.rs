@@ -20,20 +20,52 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
-    Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec, now_ms,
+    Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec, TraceStep,
+    now_ms,
 };
-use trawl_core::ports::{Approval, FailedSlice, JobRecord, PortError, Recorded, Store};
+use trawl_core::ports::{
+    Approval, ApprovalRecord, FailedSlice, JobRecord, PortError, Recorded, RowCursor, Store,
+};
 
 use crate::error::ResultExt;
 use rows::{
-    failed_slice, get, get_json, insert_slices, item, job_counts, job_record, rejection, to_json,
+    approval_record, failed_slice, get, get_json, insert_slices, item, job_counts, job_record,
+    rejection, to_json, trace_step,
 };
 
 mod outcomes;
 mod rows;
 
 /// The schema, one script per version; `PRAGMA user_version` says how many are applied.
-const MIGRATIONS: &[&str] = &[include_str!("sqlite.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("sqlite.sql"), include_str!("sqlite_v2.sql")];
+
+/// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
+macro_rules! select_jobs {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, name, spec, status, reason, estimate, created_ms, idempotency_key, \
+             request_digest FROM jobs ",
+            $tail
+        )
+    };
+}
+
+/// `SELECT <the columns of an ApprovalRecord> FROM approvals <tail>`.
+macro_rules! select_approvals {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, kind, job_id, amount, reason, approved, decided_by, requested_ms, \
+             decided_ms FROM approvals ",
+            $tail
+        )
+    };
+}
+
+/// The bounds of a page after `after`: every row when `None` (slice ids are never
+/// empty, seqs never negative).
+fn cursor(after: Option<&RowCursor>) -> (&str, i64) {
+    after.map_or(("", -1), |(slice, seq)| (slice.as_str(), i64::from(*seq)))
+}
 
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -95,11 +127,11 @@ impl SqliteStore {
     /// Waits for the calls in progress, then closes the connection (checkpointing
     /// the WAL). Later calls, on this store or its clones, fail as unavailable.
     pub async fn close(&self) {
-        let conn = self.conn.lock().await.take();
-        if let Some(conn) = conn {
-            if let Err(e) = conn.close().await {
-                tracing::warn!(error = %e, "closing the store");
-            }
+        let Some(conn) = self.conn.lock().await.take() else {
+            return;
+        };
+        if let Err(e) = conn.close().await {
+            tracing::warn!(error = %e, "closing the store");
         }
     }
 
@@ -155,8 +187,8 @@ impl Store for SqliteStore {
         let mut conn = self.conn().await?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
         sqlx::query(
-            "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
+             idempotency_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.as_str())
         .bind(job.name.as_str())
@@ -166,6 +198,8 @@ impl Store for SqliteStore {
         .bind(job.estimate.0)
         .bind(job.created_ms)
         .bind(now)
+        .bind(job.idempotency.as_ref().map(|i| i.key.as_str()))
+        .bind(job.idempotency.as_ref().map(|i| i.request_digest.as_str()))
         .execute(&mut *tx)
         .await
         .port()?;
@@ -176,13 +210,11 @@ impl Store for SqliteStore {
     }
 
     async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError> {
-        let row = sqlx::query(
-            "SELECT id, name, spec, status, reason, estimate, created_ms FROM jobs WHERE id = ?",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&mut *self.conn().await?)
-        .await
-        .port()?;
+        let row = sqlx::query(select_jobs!("WHERE id = ?"))
+            .bind(id.as_str())
+            .fetch_optional(&mut *self.conn().await?)
+            .await
+            .port()?;
         row.as_ref().map(job_record).transpose()
     }
 
@@ -336,6 +368,235 @@ impl Store for SqliteStore {
             })
         })
         .transpose()
+    }
+
+    /// An unknown job is [`PortError::NotFound`], not `false`.
+    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError> {
+        let now = now_ms();
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+        let moved = sqlx::query(
+            "UPDATE jobs SET status = ?, updated_ms = ? \
+             WHERE id = ? AND status = 'pending'",
+        )
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .port()?
+        .rows_affected();
+        if moved == 0 {
+            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = ?")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .port()?;
+            return match exists {
+                Some(_) => Ok(false),
+                None => Err(no_job(id)),
+            };
+        }
+        let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
+        insert_slices(&mut tx, &rows).await?;
+        tx.commit().await.port()?;
+        Ok(true)
+    }
+
+    async fn slices_to_publish(
+        &self,
+        id: &JobId,
+        stale_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        // The first `limit` never published (in slice order, from their index) and
+        // the first `limit` published before the bound (from theirs, sorted), merged.
+        // The indexes are named: without statistics the planner prefers walking every
+        // pending slice in slice order, published or not.
+        let rows = sqlx::query(
+            "SELECT spec FROM slices WHERE job_id = ?1 AND slice_id IN ( \
+                 SELECT slice_id FROM ( \
+                     SELECT slice_id FROM ( \
+                         SELECT slice_id FROM slices INDEXED BY slices_unpublished \
+                         WHERE job_id = ?1 AND status = 'pending' AND published_ms IS NULL \
+                         ORDER BY slice_id LIMIT ?3) \
+                     UNION ALL \
+                     SELECT slice_id FROM ( \
+                         SELECT slice_id FROM slices INDEXED BY slices_published \
+                         WHERE job_id = ?1 AND status = 'pending' \
+                         AND published_ms IS NOT NULL AND published_ms < ?2 \
+                         ORDER BY slice_id LIMIT ?3) \
+                 ) ORDER BY slice_id LIMIT ?3 \
+             ) ORDER BY slice_id",
+        )
+        .bind(id.as_str())
+        .bind(stale_before_ms)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(|row| get_json(row, "spec")).collect()
+    }
+
+    /// Marks only slices still pending: a terminal one is never published again.
+    #[instrument(level = "debug", skip_all, fields(job_id = %id, slices = slices.len()))]
+    async fn mark_published(
+        &self,
+        id: &JobId,
+        slices: &[SliceId],
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        if slices.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = slices.iter().map(SliceId::as_str).collect();
+        sqlx::query(
+            "UPDATE slices SET published_ms = ? \
+             WHERE job_id = ? AND status = 'pending' \
+             AND slice_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(at_ms)
+        .bind(id.as_str())
+        .bind(to_json(&ids)?)
+        .execute(&mut *self.conn().await?)
+        .await
+        .port()?;
+        Ok(())
+    }
+
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let rows = sqlx::query(select_jobs!(
+            "WHERE status IN (SELECT value FROM json_each(?)) ORDER BY created_ms, id LIMIT ?"
+        ))
+        .bind(to_json(&names)?)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(job_record).collect()
+    }
+
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
+        let row = sqlx::query(select_jobs!("WHERE idempotency_key = ?"))
+            .bind(key)
+            .fetch_optional(&mut *self.conn().await?)
+            .await
+            .port()?;
+        row.as_ref().map(job_record).transpose()
+    }
+
+    async fn items_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Item>, PortError> {
+        let (slice, seq) = cursor(after);
+        let rows = sqlx::query(
+            "SELECT slice_id, seq, kind, url, geo, data FROM items \
+             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
+        )
+        .bind(id.as_str())
+        .bind(slice)
+        .bind(seq)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(item).collect()
+    }
+
+    async fn rejections_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Rejection>, PortError> {
+        let (slice, seq) = cursor(after);
+        let rows = sqlx::query(
+            "SELECT slice_id, seq, url, geo, data, errors FROM rejections \
+             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
+        )
+        .bind(id.as_str())
+        .bind(slice)
+        .bind(seq)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(rejection).collect()
+    }
+
+    async fn trace_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<TraceStep>, PortError> {
+        let (slice, seq) = cursor(after);
+        let rows = sqlx::query(
+            "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
+             latency_us, cost, at_ms FROM trace_steps \
+             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
+        )
+        .bind(id.as_str())
+        .bind(slice)
+        .bind(seq)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(trace_step).collect()
+    }
+
+    /// Newest first by the time they were (last) requested, then by id.
+    async fn approvals(
+        &self,
+        pending_only: bool,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        let sql = if pending_only {
+            select_approvals!("WHERE approved IS NULL ORDER BY requested_ms DESC, id DESC LIMIT ?")
+        } else {
+            select_approvals!("ORDER BY requested_ms DESC, id DESC LIMIT ?")
+        };
+        let rows = sqlx::query(sql)
+            .bind(limit)
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .port()?;
+        rows.iter().map(approval_record).collect()
+    }
+
+    async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
+        let row = sqlx::query(select_approvals!("WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&mut *self.conn().await?)
+            .await
+            .port()?;
+        row.as_ref().map(approval_record).transpose()
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.conn().await?)
+            .await
+            .port()?;
+        Ok(())
     }
 }
 

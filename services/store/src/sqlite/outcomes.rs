@@ -224,19 +224,17 @@ async fn write_batch(
     // A new child belongs to the first outcome in the batch that lists it, as if the
     // outcomes had been written one after another.
     for (p, answer) in batch.iter().zip(answers.iter_mut()) {
-        if let Ok(recorded) = answer {
-            if recorded.written {
-                recorded.new_children = p
-                    .outcome
-                    .children
-                    .iter()
-                    .filter(|c| {
-                        inserted.remove(&(p.job.as_str().to_owned(), c.id.as_str().to_owned()))
-                    })
-                    .cloned()
-                    .collect();
-            }
+        let Ok(recorded) = answer else { continue };
+        if !recorded.written {
+            continue;
         }
+        recorded.new_children = p
+            .outcome
+            .children
+            .iter()
+            .filter(|c| inserted.remove(&(p.job.as_str().to_owned(), c.id.as_str().to_owned())))
+            .cloned()
+            .collect();
     }
     Ok(answers)
 }

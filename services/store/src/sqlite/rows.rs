@@ -13,7 +13,7 @@ use trawl_core::model::{
     CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
     SliceKind, SliceSpec, TraceStep, Violation,
 };
-use trawl_core::ports::{FailedSlice, JobRecord, PortError};
+use trawl_core::ports::{Approval, ApprovalRecord, FailedSlice, Idempotency, JobRecord, PortError};
 
 use crate::error::ResultExt;
 
@@ -297,6 +297,13 @@ pub(super) fn job_record(row: &SqliteRow) -> Result<JobRecord, PortError> {
         reason: get(row, "reason")?,
         estimate: Micros(get(row, "estimate")?),
         created_ms: get(row, "created_ms")?,
+        idempotency: match get::<Option<String>>(row, "idempotency_key")? {
+            Some(key) => Some(Idempotency {
+                key,
+                request_digest: get::<Option<String>>(row, "request_digest")?.unwrap_or_default(),
+            }),
+            None => None,
+        },
     })
 }
 
@@ -321,6 +328,39 @@ pub(super) fn rejection(row: &SqliteRow) -> Result<Rejection, PortError> {
         geo: get_geo(row)?,
         data: get_json(row, "data")?,
         errors: get_json::<Vec<Violation>>(row, "errors")?,
+    })
+}
+
+pub(super) fn trace_step(row: &SqliteRow) -> Result<TraceStep, PortError> {
+    Ok(TraceStep {
+        slice_id: SliceId::from_stored(get(row, "slice_id")?),
+        seq: get_u32(row, "seq")?,
+        tool: get(row, "tool")?,
+        args_digest: get(row, "args_digest")?,
+        cache_hit: get(row, "cache_hit")?,
+        attempt: get_u32(row, "attempt")?,
+        status: get(row, "status")?,
+        error: get(row, "error")?,
+        latency_us: get_u64(row, "latency_us")?,
+        cost: Micros(get(row, "cost")?),
+        at_ms: get(row, "at_ms")?,
+    })
+}
+
+pub(super) fn approval_record(row: &SqliteRow) -> Result<ApprovalRecord, PortError> {
+    let job_id: String = get(row, "job_id")?;
+    Ok(ApprovalRecord {
+        id: get(row, "id")?,
+        kind: get(row, "kind")?,
+        approval: Approval {
+            job_id: JobId::parse(&job_id).map_err(|e| corrupt("job id", e))?,
+            amount: Micros(get(row, "amount")?),
+            reason: get(row, "reason")?,
+            approved: get(row, "approved")?,
+            decided_by: get(row, "decided_by")?,
+        },
+        requested_ms: get(row, "requested_ms")?,
+        decided_ms: get(row, "decided_ms")?,
     })
 }
 

@@ -1,0 +1,1139 @@
+//! What every adapter of [`Store`] must do, as one suite of async tests over a
+//! [`Fixture`]. `sqlite::tests` and `postgres::tests` each run the whole suite
+//! against their store with [`suite!`], which names every test once, so a test
+//! added here runs against every adapter.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use trawl_core::cost::Micros;
+use trawl_core::geo::Geo;
+use trawl_core::model::{
+    CostEntry, Engine, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
+    SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
+};
+use trawl_core::ports::{Approval, Idempotency, JobRecord, PortError, RowCursor, Store};
+
+/// A store under test, and ways to look at what it stored without its own methods.
+#[async_trait]
+pub(crate) trait Fixture: Send + Sync {
+    fn store(&self) -> Arc<dyn Store>;
+    /// The counts of a job computed from its stored rows themselves (slices, items,
+    /// rejections, trace steps, costs), not from what the adapter keeps for
+    /// `counts`.
+    async fn recount(&self, job: &JobId) -> JobCounts;
+    async fn slice_status(&self, job: &JobId, slice: &SliceId) -> SliceStatus;
+}
+
+/// Defines one `#[tokio::test]` per test of this suite, running it against every
+/// fixture that `$fixtures().await` returns.
+macro_rules! suite {
+    ($fixtures:path) => {
+        $crate::conformance::suite!(@tests $fixtures;
+            a_created_job_reads_back_with_its_slices_pending,
+            a_job_id_cannot_be_created_twice,
+            an_outcome_is_written_once_and_a_redelivery_writes_nothing,
+            one_slice_recorded_by_two_tasks_at_once_is_written_once,
+            concurrent_outcomes_are_each_written_once,
+            records_repeating_a_seq_are_stored_once,
+            children_already_in_the_job_are_not_new,
+            items_and_rejections_round_trip_in_slice_order,
+            failed_slices_are_counted_and_listed,
+            unknown_jobs_and_slices_are_not_found,
+            job_status_and_reason_are_set,
+            an_approval_is_replaced_while_pending_and_decided_once,
+            approvals_are_listed_newest_first_and_read_by_id,
+            a_job_of_100_000_slices_is_created,
+            a_pending_job_is_planned_once,
+            two_planners_of_one_job_plan_it_once,
+            slices_to_publish_are_those_the_queue_has_not_got,
+            jobs_with_status_are_listed_oldest_first,
+            an_idempotency_key_names_one_job,
+            pages_start_strictly_after_their_cursor,
+            the_store_answers_a_ping,
+        );
+    };
+    (@tests $fixtures:path; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                for fixture in $fixtures().await {
+                    $crate::conformance::$name(&fixture).await;
+                }
+            }
+        )*
+    };
+}
+pub(crate) use suite;
+
+// ---------------------------------------------------------------------------
+// Records
+
+pub(crate) fn geo(s: &str) -> Geo {
+    Geo::parse(s).unwrap()
+}
+
+pub(crate) fn search(query: &str) -> SliceSpec {
+    SliceSpec::new(
+        SliceKind::Search {
+            query: query.into(),
+            geo: geo("us"),
+            engine: Engine::Google,
+            follow_top: 2,
+        },
+        None,
+    )
+}
+
+pub(crate) fn page(url: &str, parent: &SliceSpec) -> SliceSpec {
+    SliceSpec::new(
+        SliceKind::Page {
+            url: url.into(),
+            geo: geo("de"),
+        },
+        Some(parent.id.clone()),
+    )
+}
+
+pub(crate) fn job_record(n: u64) -> JobRecord {
+    JobRecord {
+        id: JobId::generate(1_700_000_000_000, 0xfeed_0000 + n),
+        name: format!("job {n}"),
+        spec: json!({"name": format!("job {n}"), "queries": ["a", "b"]}),
+        status: JobStatus::Queued,
+        reason: None,
+        estimate: Micros(4_500),
+        created_ms: 1_700_000_000_000,
+        idempotency: None,
+    }
+}
+
+pub(crate) async fn new_job(store: &dyn Store, n: u64, slices: &[SliceSpec]) -> JobId {
+    let job = job_record(n);
+    store.create_job(&job, slices).await.unwrap();
+    job.id
+}
+
+pub(crate) fn item(slice: &SliceSpec, seq: u32) -> Item {
+    Item {
+        slice_id: slice.id.clone(),
+        seq,
+        kind: ItemKind::Page,
+        url: format!("https://shop.example/p/{seq}"),
+        geo: geo("de"),
+        data: json!({"title": format!("thing {seq}"), "price": {"amount": 9.99, "currency": "EUR"}}),
+    }
+}
+
+pub(crate) fn rejection(slice: &SliceSpec, seq: u32) -> Rejection {
+    Rejection {
+        slice_id: slice.id.clone(),
+        seq,
+        url: format!("https://shop.example/bad/{seq}"),
+        geo: geo("de"),
+        data: json!({"title": null}),
+        errors: vec![Violation {
+            path: "/title".into(),
+            message: "null is not of type \"string\"".into(),
+        }],
+    }
+}
+
+pub(crate) fn step(slice: &SliceSpec, seq: u32, cache_hit: bool) -> TraceStep {
+    TraceStep {
+        slice_id: slice.id.clone(),
+        seq,
+        tool: "brightdata.fetch".into(),
+        args_digest: format!("{seq:064x}"),
+        cache_hit,
+        attempt: u32::from(!cache_hit),
+        status: "ok".into(),
+        error: None,
+        latency_us: 12_345,
+        cost: Micros(if cache_hit { 0 } else { 1_500 }),
+        at_ms: 1_700_000_000_123,
+    }
+}
+
+pub(crate) fn cost(slice: &SliceSpec, seq: u32, amount: i64) -> CostEntry {
+    CostEntry {
+        slice_id: slice.id.clone(),
+        seq,
+        product: "unlocker".into(),
+        amount: Micros(amount),
+    }
+}
+
+pub(crate) fn failure(code: &str) -> SliceOutcome {
+    SliceOutcome {
+        error: Some(SliceError {
+            code: code.into(),
+            message: format!("{code} happened"),
+        }),
+        ..SliceOutcome::default()
+    }
+}
+
+fn sorted(mut slices: Vec<SliceSpec>) -> Vec<SliceSpec> {
+    slices.sort_by(|a, b| a.id.cmp(&b.id));
+    slices
+}
+
+fn ids(slices: &[SliceSpec]) -> Vec<SliceId> {
+    slices.iter().map(|s| s.id.clone()).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Jobs and outcomes
+
+pub(crate) async fn a_created_job_reads_back_with_its_slices_pending(f: &dyn Fixture) {
+    let store = f.store();
+    let slices = vec![search("laptop"), search("phone"), search("tablet")];
+    let job = job_record(1);
+    store.create_job(&job, &slices).await.unwrap();
+
+    let back = store.job(&job.id).await.unwrap().unwrap();
+    assert_eq!(back.id, job.id);
+    assert_eq!(back.name, job.name);
+    assert_eq!(back.spec, job.spec);
+    assert_eq!(back.status, JobStatus::Queued);
+    assert_eq!(back.reason, None);
+    assert_eq!(back.estimate, Micros(4_500));
+    assert_eq!(back.created_ms, job.created_ms);
+    assert_eq!(back.idempotency, None);
+
+    let counts = store.counts(&job.id).await.unwrap();
+    assert_eq!(
+        counts,
+        JobCounts {
+            slices_total: 3,
+            ..JobCounts::default()
+        }
+    );
+    assert_eq!(counts, f.recount(&job.id).await);
+    assert_eq!(store.spent(&job.id).await.unwrap(), Micros::ZERO);
+    assert_eq!(store.open_slices(&job.id).await.unwrap(), sorted(slices));
+
+    let other = job_record(2).id;
+    assert!(store.job(&other).await.unwrap().is_none());
+    assert!(matches!(
+        store.counts(&other).await,
+        Err(PortError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.spent(&other).await,
+        Err(PortError::NotFound(_))
+    ));
+}
+
+pub(crate) async fn a_job_id_cannot_be_created_twice(f: &dyn Fixture) {
+    let store = f.store();
+    let id = new_job(&*store, 1, &[search("a")]).await;
+    let again = store.create_job(&job_record(1), &[search("b")]).await;
+    assert!(matches!(again, Err(PortError::Conflict(_))), "{again:?}");
+    // All or nothing: the second call's slice is not there.
+    assert_eq!(store.counts(&id).await.unwrap().slices_total, 1);
+}
+
+pub(crate) async fn an_outcome_is_written_once_and_a_redelivery_writes_nothing(f: &dyn Fixture) {
+    let store = f.store();
+    let root = search("laptop");
+    let other = search("phone");
+    let job = new_job(&*store, 1, &[root.clone(), other.clone()]).await;
+
+    let children = vec![
+        page("https://shop.example/p/0", &root),
+        page("https://shop.example/p/1", &root),
+    ];
+    let outcome = SliceOutcome {
+        items: vec![item(&root, 0), item(&root, 1)],
+        rejections: vec![rejection(&root, 2)],
+        trace: vec![
+            step(&root, 0, false),
+            step(&root, 1, false),
+            step(&root, 2, true),
+        ],
+        costs: vec![cost(&root, 0, 1_500), cost(&root, 1, 2_500)],
+        children: children.clone(),
+        error: None,
+    };
+    let rec = store
+        .record_outcome(&job, &root.id, &outcome)
+        .await
+        .unwrap();
+    assert!(rec.written);
+    assert_eq!(rec.new_children, children);
+
+    let want = JobCounts {
+        slices_total: 4,
+        slices_succeeded: 1,
+        slices_failed: 0,
+        items_valid: 2,
+        items_rejected: 1,
+        upstream_calls: 2,
+        cache_hits: 1,
+        cost: Micros(4_000),
+        budget_stops: 0,
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    assert_eq!(f.recount(&job).await, want);
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(4_000));
+    assert_eq!(f.slice_status(&job, &root.id).await, SliceStatus::Succeeded);
+    let open = ids(&store.open_slices(&job).await.unwrap());
+    assert_eq!(open.len(), 3);
+    assert!(!open.contains(&root.id));
+
+    // A redelivery with a different (failed, bigger) outcome changes nothing.
+    let mut again = failure("timeout");
+    again.items = vec![item(&root, 5)];
+    again.costs = vec![cost(&root, 7, 99_000)];
+    again.children = vec![page("https://shop.example/p/9", &root)];
+    let rec = store.record_outcome(&job, &root.id, &again).await.unwrap();
+    assert!(!rec.written);
+    assert!(rec.new_children.is_empty());
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    assert_eq!(store.items(&job).await.unwrap(), outcome.items);
+    assert_eq!(f.slice_status(&job, &root.id).await, SliceStatus::Succeeded);
+}
+
+pub(crate) async fn one_slice_recorded_by_two_tasks_at_once_is_written_once(f: &dyn Fixture) {
+    let store = f.store();
+    let slices: Vec<SliceSpec> = (0..20).map(|i| search(&format!("race {i}"))).collect();
+    let job = new_job(&*store, 1, &slices).await;
+    for s in &slices {
+        let a = SliceOutcome {
+            items: vec![item(s, 0), item(s, 1)],
+            trace: vec![step(s, 0, false)],
+            costs: vec![cost(s, 0, 1_500)],
+            children: vec![page(&format!("https://shop.example/{}", s.id), s)],
+            ..SliceOutcome::default()
+        };
+        // The other task's outcome differs, to see whose was kept.
+        let b = SliceOutcome {
+            items: vec![item(s, 7)],
+            ..failure("timeout")
+        };
+        let calls: Vec<_> = [a.clone(), b.clone()]
+            .into_iter()
+            .map(|outcome| {
+                let (store, job, id) = (store.clone(), job.clone(), s.id.clone());
+                tokio::spawn(async move { store.record_outcome(&job, &id, &outcome).await })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for call in calls {
+            answers.push(call.await.unwrap().unwrap());
+        }
+        let written: Vec<usize> = (0..2).filter(|&i| answers[i].written).collect();
+        assert_eq!(written.len(), 1, "exactly one of two writes: {answers:?}");
+        let winner = if written[0] == 0 { &a } else { &b };
+        assert_eq!(answers[written[0]].new_children, winner.children);
+        assert!(answers[1 - written[0]].new_children.is_empty());
+        let stored: Vec<Item> = store
+            .items(&job)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|i| i.slice_id == s.id)
+            .collect();
+        assert_eq!(stored, winner.items);
+        assert_eq!(f.slice_status(&job, &s.id).await, winner.status());
+    }
+    let counts = store.counts(&job).await.unwrap();
+    assert_eq!(counts.slices_open(), counts.slices_total - 20);
+    assert_eq!(counts, f.recount(&job).await);
+}
+
+pub(crate) async fn concurrent_outcomes_are_each_written_once(f: &dyn Fixture) {
+    let store = f.store();
+    let slices: Vec<SliceSpec> = (0..100).map(|i| search(&format!("q{i}"))).collect();
+    let job = new_job(&*store, 1, &slices).await;
+    // Every slice is recorded twice at once; neighbours share a child.
+    let mut calls = Vec::new();
+    for (i, s) in slices.iter().enumerate() {
+        let shared = page(&format!("https://shop.example/shared/{}", i / 2), s);
+        let outcome = SliceOutcome {
+            items: vec![item(s, 0)],
+            trace: vec![step(s, 0, false), step(s, 1, true)],
+            costs: vec![cost(s, 0, 1_500)],
+            children: vec![shared],
+            ..SliceOutcome::default()
+        };
+        for _ in 0..2 {
+            let (store, job, id, outcome) =
+                (store.clone(), job.clone(), s.id.clone(), outcome.clone());
+            calls.push(tokio::spawn(async move {
+                (
+                    id.clone(),
+                    store.record_outcome(&job, &id, &outcome).await.unwrap(),
+                )
+            }));
+        }
+    }
+    let mut written = HashSet::new();
+    let mut children = Vec::new();
+    for call in calls {
+        let (id, rec) = call.await.unwrap();
+        if rec.written {
+            assert!(written.insert(id), "a slice was written twice");
+        } else {
+            assert!(rec.new_children.is_empty());
+        }
+        children.extend(rec.new_children.into_iter().map(|c| c.id));
+    }
+    assert_eq!(written.len(), 100);
+    let distinct: HashSet<_> = children.iter().cloned().collect();
+    assert_eq!(children.len(), 50, "each shared child is new exactly once");
+    assert_eq!(distinct.len(), 50);
+
+    let want = JobCounts {
+        slices_total: 150,
+        slices_succeeded: 100,
+        items_valid: 100,
+        upstream_calls: 100,
+        cache_hits: 100,
+        cost: Micros(150_000),
+        ..JobCounts::default()
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    assert_eq!(f.recount(&job).await, want);
+}
+
+pub(crate) async fn records_repeating_a_seq_are_stored_once(f: &dyn Fixture) {
+    let store = f.store();
+    let s = search("repeats");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+    let mut second = item(&s, 0);
+    second.url = "https://shop.example/second".into();
+    let child = page("https://shop.example/child", &s);
+    let outcome = SliceOutcome {
+        items: vec![item(&s, 0), second, item(&s, 1)],
+        rejections: vec![rejection(&s, 0), rejection(&s, 0)],
+        trace: vec![step(&s, 0, false), step(&s, 0, true), step(&s, 1, true)],
+        costs: vec![cost(&s, 0, 1_500), cost(&s, 0, 99_999)],
+        children: vec![child.clone(), child.clone()],
+        error: None,
+    };
+    let rec = store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    assert_eq!(rec.new_children, vec![child]);
+    // The first record of each seq is kept.
+    assert_eq!(
+        store.items(&job).await.unwrap(),
+        vec![item(&s, 0), item(&s, 1)]
+    );
+    let want = JobCounts {
+        slices_total: 2,
+        slices_succeeded: 1,
+        items_valid: 2,
+        items_rejected: 1,
+        upstream_calls: 1,
+        cache_hits: 1,
+        cost: Micros(1_500),
+        ..JobCounts::default()
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    assert_eq!(f.recount(&job).await, want);
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(1_500));
+}
+
+pub(crate) async fn children_already_in_the_job_are_not_new(f: &dyn Fixture) {
+    let store = f.store();
+    let a = search("a");
+    let b = search("b");
+    let job = new_job(&*store, 1, &[a.clone(), b.clone()]).await;
+    let c = page("https://shop.example/c", &a);
+    let outcome = SliceOutcome {
+        // b is planned already; c is listed twice.
+        children: vec![b.clone(), c.clone(), c.clone()],
+        ..SliceOutcome::default()
+    };
+    let rec = store.record_outcome(&job, &a.id, &outcome).await.unwrap();
+    assert_eq!(rec.new_children, vec![c.clone()]);
+    assert_eq!(store.counts(&job).await.unwrap().slices_total, 3);
+
+    // A child that another slice added earlier is not new either.
+    let d = page("https://shop.example/d", &b);
+    let outcome = SliceOutcome {
+        children: vec![c.clone(), d.clone()],
+        ..SliceOutcome::default()
+    };
+    let rec = store.record_outcome(&job, &b.id, &outcome).await.unwrap();
+    assert_eq!(rec.new_children, vec![d]);
+    let counts = store.counts(&job).await.unwrap();
+    assert_eq!(counts.slices_total, 4);
+    assert_eq!(counts, f.recount(&job).await);
+}
+
+pub(crate) async fn items_and_rejections_round_trip_in_slice_order(f: &dyn Fixture) {
+    let store = f.store();
+    let slices = vec![search("one"), search("two"), search("three")];
+    let job = new_job(&*store, 1, &slices).await;
+    // Written in reverse slice order, seqs out of order within a slice.
+    for s in slices.iter().rev() {
+        let outcome = SliceOutcome {
+            items: vec![item(s, 2), item(s, 0), item(s, 1)],
+            rejections: vec![rejection(s, 4), rejection(s, 3)],
+            ..SliceOutcome::default()
+        };
+        store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    }
+    let slices = sorted(slices);
+    let want_items: Vec<Item> = slices
+        .iter()
+        .flat_map(|s| (0..3).map(|i| item(s, i)))
+        .collect();
+    let want_rejections: Vec<Rejection> = slices
+        .iter()
+        .flat_map(|s| (3..5).map(|i| rejection(s, i)))
+        .collect();
+    assert_eq!(store.items(&job).await.unwrap(), want_items);
+    assert_eq!(store.rejections(&job).await.unwrap(), want_rejections);
+}
+
+pub(crate) async fn failed_slices_are_counted_and_listed(f: &dyn Fixture) {
+    let store = f.store();
+    let a = search("budget");
+    let root = search("root");
+    let b = page("https://shop.example/x", &root);
+    let ok = search("fine");
+    let job = new_job(&*store, 1, &[a.clone(), b.clone(), ok.clone()]).await;
+
+    store
+        .record_outcome(&job, &a.id, &failure("budget_exhausted"))
+        .await
+        .unwrap();
+    store
+        .record_outcome(&job, &b.id, &failure("http_429"))
+        .await
+        .unwrap();
+    store
+        .record_outcome(&job, &ok.id, &SliceOutcome::default())
+        .await
+        .unwrap();
+
+    let counts = store.counts(&job).await.unwrap();
+    assert_eq!(counts.slices_failed, 2);
+    assert_eq!(counts.slices_succeeded, 1);
+    assert_eq!(counts.budget_stops, 1);
+    assert_eq!(counts.slices_open(), 0);
+    assert_eq!(counts, f.recount(&job).await);
+
+    let failed = store.failed_slices(&job, 10).await.unwrap();
+    assert_eq!(failed.len(), 2);
+    let fa = failed.iter().find(|f| f.slice_id == a.id).unwrap();
+    assert_eq!(
+        (fa.kind.as_str(), fa.subject.as_str(), fa.geo.as_str()),
+        ("search", "budget", "us")
+    );
+    assert_eq!(fa.error.code, "budget_exhausted");
+    assert_eq!(fa.error.message, "budget_exhausted happened");
+    let fb = failed.iter().find(|f| f.slice_id == b.id).unwrap();
+    assert_eq!(
+        (fb.kind.as_str(), fb.subject.as_str(), fb.geo.as_str()),
+        ("page", "https://shop.example/x", "de")
+    );
+    assert_eq!(fb.error.code, "http_429");
+    assert_eq!(store.failed_slices(&job, 1).await.unwrap().len(), 1);
+}
+
+pub(crate) async fn unknown_jobs_and_slices_are_not_found(f: &dyn Fixture) {
+    let store = f.store();
+    let a = search("a");
+    let job = new_job(&*store, 1, std::slice::from_ref(&a)).await;
+    let stranger = search("never planned");
+    assert!(matches!(
+        store
+            .record_outcome(&job, &stranger.id, &SliceOutcome::default())
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    let nobody = job_record(9).id;
+    assert!(matches!(
+        store
+            .record_outcome(&nobody, &a.id, &SliceOutcome::default())
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .set_job_status(&nobody, JobStatus::Running, None)
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .request_approval(&Approval {
+                job_id: nobody.clone(),
+                amount: Micros(1),
+                reason: "x".into(),
+                approved: None,
+                decided_by: None,
+            })
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    assert!(matches!(
+        store
+            .plan_job(&nobody, &[search("b")], JobStatus::Queued)
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    assert_eq!(store.counts(&job).await.unwrap(), f.recount(&job).await);
+    assert_eq!(store.counts(&job).await.unwrap().slices_total, 1);
+}
+
+pub(crate) async fn job_status_and_reason_are_set(f: &dyn Fixture) {
+    let store = f.store();
+    let job = new_job(&*store, 1, &[]).await;
+    store
+        .set_job_status(&job, JobStatus::Cancelled, Some("asked to"))
+        .await
+        .unwrap();
+    let back = store.job(&job).await.unwrap().unwrap();
+    assert_eq!(back.status, JobStatus::Cancelled);
+    assert_eq!(back.reason.as_deref(), Some("asked to"));
+    store
+        .set_job_status(&job, JobStatus::Running, None)
+        .await
+        .unwrap();
+    let back = store.job(&job).await.unwrap().unwrap();
+    assert_eq!(back.status, JobStatus::Running);
+    assert_eq!(back.reason, None);
+}
+
+pub(crate) async fn a_job_of_100_000_slices_is_created(f: &dyn Fixture) {
+    let store = f.store();
+    let slices: Vec<SliceSpec> = (0..100_000)
+        .map(|i| search(&format!("query {i}")))
+        .collect();
+    let job = new_job(&*store, 1, &slices).await;
+    let counts = store.counts(&job).await.unwrap();
+    assert_eq!(counts.slices_total, 100_000);
+    assert_eq!(counts, f.recount(&job).await);
+    assert_eq!(store.open_slices(&job).await.unwrap().len(), 100_000);
+    let first = store.slices_to_publish(&job, 0, 1_000).await.unwrap();
+    assert_eq!(first.len(), 1_000);
+    assert!(first.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+// ---------------------------------------------------------------------------
+// Approvals
+
+fn ask(job: &JobId, amount: i64, reason: &str) -> Approval {
+    Approval {
+        job_id: job.clone(),
+        amount: Micros(amount),
+        reason: reason.into(),
+        approved: None,
+        decided_by: None,
+    }
+}
+
+pub(crate) async fn an_approval_is_replaced_while_pending_and_decided_once(f: &dyn Fixture) {
+    let store = f.store();
+    let job = new_job(&*store, 1, &[]).await;
+    assert_eq!(
+        store.decide_approval(&job, true, "alice").await.unwrap(),
+        None
+    );
+
+    store
+        .request_approval(&ask(&job, 5_000, "first"))
+        .await
+        .unwrap();
+    store
+        .request_approval(&ask(&job, 7_000, "second"))
+        .await
+        .unwrap();
+
+    let decided = store.decide_approval(&job, true, "alice").await.unwrap();
+    assert_eq!(
+        decided,
+        Some(Approval {
+            approved: Some(true),
+            decided_by: Some("alice".into()),
+            ..ask(&job, 7_000, "second")
+        })
+    );
+    assert_eq!(
+        store.decide_approval(&job, false, "bob").await.unwrap(),
+        None
+    );
+
+    // A new request after a decision is pending again.
+    store
+        .request_approval(&ask(&job, 9_000, "more"))
+        .await
+        .unwrap();
+    let decided = store.decide_approval(&job, false, "bob").await.unwrap();
+    assert_eq!(
+        decided.map(|a| (a.amount, a.approved)),
+        Some((Micros(9_000), Some(false)))
+    );
+
+    let all = store.approvals(false, 100).await.unwrap();
+    assert_eq!(all.len(), 2, "the replaced request is not kept: {all:?}");
+}
+
+pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fixture) {
+    let store = f.store();
+    let (a, b, c) = (
+        new_job(&*store, 1, &[]).await,
+        new_job(&*store, 2, &[]).await,
+        new_job(&*store, 3, &[]).await,
+    );
+    assert!(store.approvals(false, 10).await.unwrap().is_empty());
+    // Requests a few milliseconds apart, so their times differ.
+    let before = trawl_core::model::now_ms();
+    for (job, amount) in [(&a, 1_000), (&b, 2_000), (&c, 3_000)] {
+        store
+            .request_approval(&ask(job, amount, "over budget"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    store.decide_approval(&b, true, "alice").await.unwrap();
+
+    let all = store.approvals(false, 10).await.unwrap();
+    let jobs: Vec<&JobId> = all.iter().map(|r| &r.approval.job_id).collect();
+    assert_eq!(jobs, vec![&c, &b, &a]);
+    let pending = store.approvals(true, 10).await.unwrap();
+    let jobs: Vec<&JobId> = pending.iter().map(|r| &r.approval.job_id).collect();
+    assert_eq!(jobs, vec![&c, &a]);
+    assert_eq!(store.approvals(false, 1).await.unwrap().len(), 1);
+    assert!(store.approvals(false, 0).await.unwrap().is_empty());
+
+    let rb = all.iter().find(|r| r.approval.job_id == b).unwrap();
+    assert_eq!(rb.kind, "job_budget");
+    assert_eq!(rb.approval.amount, Micros(2_000));
+    assert_eq!(rb.approval.reason, "over budget");
+    assert_eq!(rb.approval.approved, Some(true));
+    assert_eq!(rb.approval.decided_by.as_deref(), Some("alice"));
+    assert!(rb.requested_ms >= before);
+    assert!(rb.decided_ms.is_some_and(|d| d >= rb.requested_ms));
+    assert_eq!(store.approval(rb.id).await.unwrap().as_ref(), Some(rb));
+
+    let ra = store.approval(all[2].id).await.unwrap().unwrap();
+    assert_eq!(ra.approval.job_id, a);
+    assert_eq!(ra.approval.approved, None);
+    assert_eq!(ra.approval.decided_by, None);
+    assert_eq!(ra.decided_ms, None);
+    let ids: HashSet<i64> = all.iter().map(|r| r.id).collect();
+    assert_eq!(ids.len(), 3);
+    let unknown = ids.iter().max().unwrap() + 1_000;
+    assert_eq!(store.approval(unknown).await.unwrap(), None);
+
+    // A pending request asked again is newest again.
+    store
+        .request_approval(&ask(&a, 1_500, "asked again"))
+        .await
+        .unwrap();
+    let newest = &store.approvals(true, 1).await.unwrap()[0];
+    assert_eq!(
+        (&newest.approval.job_id, newest.id, newest.approval.amount),
+        (&a, ra.id, Micros(1_500))
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Planning, publication, listing
+
+pub(crate) async fn a_pending_job_is_planned_once(f: &dyn Fixture) {
+    let store = f.store();
+    let job = JobRecord {
+        status: JobStatus::Pending,
+        ..job_record(1)
+    };
+    store.create_job(&job, &[]).await.unwrap();
+    assert_eq!(store.counts(&job.id).await.unwrap().slices_total, 0);
+    assert!(store.open_slices(&job.id).await.unwrap().is_empty());
+
+    let slices = vec![search("a"), search("b")];
+    assert!(
+        store
+            .plan_job(&job.id, &slices, JobStatus::AwaitingApproval)
+            .await
+            .unwrap()
+    );
+    let back = store.job(&job.id).await.unwrap().unwrap();
+    assert_eq!(back.status, JobStatus::AwaitingApproval);
+    assert_eq!(store.open_slices(&job.id).await.unwrap(), sorted(slices));
+    let counts = store.counts(&job.id).await.unwrap();
+    assert_eq!(counts.slices_total, 2);
+    assert_eq!(counts, f.recount(&job.id).await);
+
+    // No longer pending: planning again writes nothing.
+    assert!(
+        !store
+            .plan_job(&job.id, &[search("c")], JobStatus::Queued)
+            .await
+            .unwrap()
+    );
+    let back = store.job(&job.id).await.unwrap().unwrap();
+    assert_eq!(back.status, JobStatus::AwaitingApproval);
+    assert_eq!(store.counts(&job.id).await.unwrap().slices_total, 2);
+
+    // A job stored planned (`trawl run`) is not pending either.
+    let queued = new_job(&*store, 2, &[search("x")]).await;
+    assert!(
+        !store
+            .plan_job(&queued, &[search("y")], JobStatus::Running)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.job(&queued).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    assert_eq!(store.counts(&queued).await.unwrap().slices_total, 1);
+}
+
+pub(crate) async fn two_planners_of_one_job_plan_it_once(f: &dyn Fixture) {
+    let store = f.store();
+    for n in 0..5 {
+        let job = JobRecord {
+            status: JobStatus::Pending,
+            ..job_record(n)
+        };
+        store.create_job(&job, &[]).await.unwrap();
+        let plans = [
+            vec![search("one")],
+            vec![search("one"), search("two"), search("three")],
+        ];
+        let calls: Vec<_> = plans
+            .iter()
+            .map(|slices| {
+                let (store, id, slices) = (store.clone(), job.id.clone(), slices.clone());
+                tokio::spawn(async move { store.plan_job(&id, &slices, JobStatus::Queued).await })
+            })
+            .collect();
+        let mut planned = Vec::new();
+        for call in calls {
+            planned.push(call.await.unwrap().unwrap());
+        }
+        let winners: Vec<usize> = (0..2).filter(|&i| planned[i]).collect();
+        assert_eq!(winners.len(), 1, "{planned:?}");
+        assert_eq!(
+            store.open_slices(&job.id).await.unwrap(),
+            sorted(plans[winners[0]].clone())
+        );
+    }
+}
+
+pub(crate) async fn slices_to_publish_are_those_the_queue_has_not_got(f: &dyn Fixture) {
+    let store = f.store();
+    let slices = sorted((0..5).map(|i| search(&format!("q{i}"))).collect());
+    let job = new_job(&*store, 1, &slices).await;
+    let other_slice = search("another job's");
+    let other = new_job(&*store, 2, std::slice::from_ref(&other_slice)).await;
+    let to_publish = |stale_before: i64, limit: u32| {
+        let (store, job) = (store.clone(), job.clone());
+        async move {
+            store
+                .slices_to_publish(&job, stale_before, limit)
+                .await
+                .unwrap()
+        }
+    };
+
+    // Never published: every open slice, in slice order, at most `limit`.
+    assert_eq!(to_publish(0, 10).await, slices);
+    assert_eq!(to_publish(0, 2).await, slices[..2]);
+    assert!(to_publish(0, 0).await.is_empty());
+
+    // Published at 1,000: not again, unless published before `stale_before`.
+    store
+        .mark_published(&job, &ids(&slices[..3]), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(to_publish(1_000, 10).await, slices[3..]);
+    assert_eq!(to_publish(1_001, 10).await, slices, "stale and new, merged");
+    assert_eq!(to_publish(1_001, 4).await, slices[..4]);
+    store
+        .mark_published(&job, &ids(&slices[..3]), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(to_publish(1_001, 10).await, slices[3..]);
+
+    // Children of an outcome start unpublished; a terminal slice is never published.
+    let children = vec![
+        page("https://shop.example/c/1", &slices[0]),
+        page("https://shop.example/c/2", &slices[0]),
+    ];
+    let outcome = SliceOutcome {
+        children: children.clone(),
+        ..SliceOutcome::default()
+    };
+    store
+        .record_outcome(&job, &slices[0].id, &outcome)
+        .await
+        .unwrap();
+    let mut want: Vec<SliceSpec> = slices[3..].to_vec();
+    want.extend(children.iter().cloned());
+    assert_eq!(to_publish(1_001, 10).await, sorted(want));
+    assert_eq!(to_publish(i64::MAX, 10).await.len(), 6);
+
+    let mut everything = ids(&slices);
+    everything.extend(ids(&children));
+    store
+        .mark_published(&job, &everything, 3_000)
+        .await
+        .unwrap();
+    assert!(to_publish(3_000, 10).await.is_empty());
+    let mut open = slices[1..].to_vec();
+    open.extend(children.iter().cloned());
+    assert_eq!(to_publish(3_001, 10).await, sorted(open.clone()));
+
+    // Marks stay within their job.
+    store
+        .mark_published(&other, &everything, 9_000)
+        .await
+        .unwrap();
+    assert_eq!(to_publish(3_001, 10).await, sorted(open));
+    assert_eq!(
+        store.slices_to_publish(&other, 0, 10).await.unwrap(),
+        vec![other_slice.clone()]
+    );
+    store
+        .mark_published(&other, std::slice::from_ref(&other_slice.id), 9_000)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .slices_to_publish(&other, 9_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store.mark_published(&job, &[], 10_000).await.unwrap();
+}
+
+pub(crate) async fn jobs_with_status_are_listed_oldest_first(f: &dyn Fixture) {
+    let store = f.store();
+    let at = |n: u64, status: JobStatus, created_ms: i64| JobRecord {
+        status,
+        created_ms,
+        ..job_record(n)
+    };
+    let jobs = [
+        at(1, JobStatus::Running, 3),
+        at(2, JobStatus::Pending, 1),
+        at(3, JobStatus::Queued, 2),
+        at(4, JobStatus::Succeeded, 0),
+        at(5, JobStatus::Pending, 2),
+    ];
+    for j in &jobs {
+        store.create_job(j, &[]).await.unwrap();
+    }
+    let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
+    let listed = |statuses: Vec<JobStatus>, limit: u32| {
+        let store = store.clone();
+        async move {
+            store
+                .jobs_with_status(&statuses, limit)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|j| j.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    // Oldest first; the same time in id order (job 3's id sorts before job 5's).
+    let want = vec![
+        jobs[1].id.clone(),
+        jobs[2].id.clone(),
+        jobs[4].id.clone(),
+        jobs[0].id.clone(),
+    ];
+    assert_eq!(listed(live.to_vec(), 10).await, want);
+    assert_eq!(listed(live.to_vec(), 2).await, want[..2]);
+    assert_eq!(
+        listed(vec![JobStatus::Succeeded], 10).await,
+        vec![jobs[3].id.clone()]
+    );
+    assert!(listed(vec![JobStatus::Cancelled], 10).await.is_empty());
+    assert!(listed(vec![], 10).await.is_empty());
+    let full = store
+        .jobs_with_status(&[JobStatus::Running], 1)
+        .await
+        .unwrap();
+    assert_eq!(full[0].name, "job 1");
+    assert_eq!(full[0].spec, jobs[0].spec);
+}
+
+pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
+    let store = f.store();
+    let key = Idempotency {
+        key: "req-7f3a".into(),
+        request_digest: "ab".repeat(32),
+    };
+    let first = JobRecord {
+        status: JobStatus::Pending,
+        idempotency: Some(key.clone()),
+        ..job_record(1)
+    };
+    store.create_job(&first, &[]).await.unwrap();
+    let back = store
+        .job_by_idempotency_key("req-7f3a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.id, first.id);
+    assert_eq!(back.idempotency.as_ref(), Some(&key));
+    assert_eq!(
+        store.job(&first.id).await.unwrap().unwrap().idempotency,
+        Some(key)
+    );
+
+    // Another job with the same key is refused, whatever its body, and not stored.
+    let second = JobRecord {
+        idempotency: Some(Idempotency {
+            key: "req-7f3a".into(),
+            request_digest: "cd".repeat(32),
+        }),
+        ..job_record(2)
+    };
+    let refused = store.create_job(&second, &[search("x")]).await;
+    assert!(
+        matches!(refused, Err(PortError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(store.job(&second.id).await.unwrap().is_none());
+
+    assert!(
+        store
+            .job_by_idempotency_key("req-other")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Jobs without a key never collide.
+    let (a, b) = (job_record(3), job_record(4));
+    store.create_job(&a, &[]).await.unwrap();
+    store.create_job(&b, &[]).await.unwrap();
+    assert_eq!(store.job(&b.id).await.unwrap().unwrap().idempotency, None);
+}
+
+pub(crate) async fn pages_start_strictly_after_their_cursor(f: &dyn Fixture) {
+    let store = f.store();
+    let slices = sorted(vec![search("p1"), search("p2"), search("p3")]);
+    let (s1, s2, s3) = (&slices[0], &slices[1], &slices[2]);
+    let job = new_job(&*store, 1, &slices).await;
+    let other_slice = search("elsewhere");
+    let other = new_job(&*store, 2, std::slice::from_ref(&other_slice)).await;
+
+    let mut failed_step = step(s3, 1, false);
+    failed_step.status = "http_429".into();
+    failed_step.error = Some("too many requests".into());
+    failed_step.cost = Micros::ZERO;
+    for (s, n_items, n_rejections, trace) in [
+        (s1, 3, 1, vec![step(s1, 0, false), step(s1, 1, true)]),
+        (s2, 0, 2, vec![]),
+        (s3, 2, 0, vec![step(s3, 0, true), failed_step.clone()]),
+    ] {
+        let outcome = SliceOutcome {
+            items: (0..n_items).map(|i| item(s, i)).collect(),
+            rejections: (0..n_rejections).map(|i| rejection(s, i)).collect(),
+            trace,
+            ..SliceOutcome::default()
+        };
+        store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    }
+    let elsewhere = SliceOutcome {
+        items: vec![item(&other_slice, 0)],
+        rejections: vec![rejection(&other_slice, 0)],
+        trace: vec![step(&other_slice, 0, false)],
+        ..SliceOutcome::default()
+    };
+    store
+        .record_outcome(&other, &other_slice.id, &elsewhere)
+        .await
+        .unwrap();
+
+    let all_items = store.items(&job).await.unwrap();
+    assert_eq!(all_items.len(), 5);
+    let page = |after: Option<RowCursor>, limit: u32| {
+        let (store, job) = (store.clone(), job.clone());
+        async move { store.items_page(&job, after.as_ref(), limit).await.unwrap() }
+    };
+    assert_eq!(page(None, 100).await, all_items);
+    assert!(page(None, 0).await.is_empty());
+
+    // Paging by two gives every item once, in order.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let got = page(after.clone(), 2).await;
+        assert!(got.len() <= 2);
+        let Some(last) = got.last() else { break };
+        after = Some((last.slice_id.clone(), last.seq));
+        paged.extend(got);
+    }
+    assert_eq!(paged, all_items);
+
+    // Strictly after: the cursor's own row is not repeated.
+    assert_eq!(page(Some((s1.id.clone(), 0)), 1).await, vec![item(s1, 1)]);
+    // The last row of a slice continues with the next slice that has rows.
+    assert_eq!(page(Some((s1.id.clone(), 2)), 10).await, all_items[3..]);
+    // A cursor need not name a stored row.
+    assert_eq!(page(Some((s1.id.clone(), 99)), 10).await, all_items[3..]);
+    assert_eq!(page(Some((s2.id.clone(), 0)), 10).await, all_items[3..]);
+    assert!(page(Some((s3.id.clone(), 1)), 10).await.is_empty());
+    assert!(page(Some((s3.id.clone(), u32::MAX)), 10).await.is_empty());
+
+    let rejections = store.rejections(&job).await.unwrap();
+    assert_eq!(rejections.len(), 3);
+    assert_eq!(
+        store.rejections_page(&job, None, 10).await.unwrap(),
+        rejections
+    );
+    assert_eq!(
+        store
+            .rejections_page(&job, Some(&(s1.id.clone(), 0)), 10)
+            .await
+            .unwrap(),
+        vec![rejection(s2, 0), rejection(s2, 1)]
+    );
+    assert_eq!(
+        store
+            .rejections_page(&job, Some(&(s2.id.clone(), 0)), 1)
+            .await
+            .unwrap(),
+        vec![rejection(s2, 1)]
+    );
+
+    let trace = store.trace_page(&job, None, 10).await.unwrap();
+    assert_eq!(
+        trace,
+        vec![
+            step(s1, 0, false),
+            step(s1, 1, true),
+            step(s3, 0, true),
+            failed_step.clone()
+        ]
+    );
+    assert_eq!(
+        store
+            .trace_page(&job, Some(&(s1.id.clone(), 1)), 1)
+            .await
+            .unwrap(),
+        vec![step(s3, 0, true)]
+    );
+    assert_eq!(
+        store
+            .trace_page(&job, Some(&(s3.id.clone(), 0)), 10)
+            .await
+            .unwrap(),
+        vec![failed_step]
+    );
+    assert!(store.trace_page(&job, None, 0).await.unwrap().is_empty());
+}
+
+pub(crate) async fn the_store_answers_a_ping(f: &dyn Fixture) {
+    f.store().ping().await.unwrap();
+}
