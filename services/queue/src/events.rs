@@ -47,7 +47,7 @@ mod tests {
         SliceFinished {
             job_id: JobId::generate(1_700_000_000_000, 7),
             slice_id: SliceId::from_stored(format!("s_{n}")),
-            succeeded: n % 2 == 0,
+            succeeded: n & 1 == 0,
             children: n,
             items_valid: 1,
             items_rejected: 0,

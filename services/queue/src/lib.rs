@@ -1,10 +1,10 @@
-//! The embedded, in-process adapters of the slice queue and of job events.
+//! The adapters of the slice queue and of job events: embedded (in-process) and
+//! distributed (NATS JetStream).
 //!
 //! The single-binary deployment runs the scheduler and the workers in one process,
-//! so the queue lives in memory. Its semantics follow a NATS JetStream work-queue
-//! stream with a durable pull consumer, so that roles written against
-//! [`trawl_core::ports::SliceQueue`] behave the same once the distributed adapter
-//! replaces this one:
+//! so its queue lives in memory. The embedded queue's semantics follow a NATS
+//! JetStream work-queue stream with a durable pull consumer, so that roles written
+//! against [`trawl_core::ports::SliceQueue`] behave the same with either adapter:
 //!
 //! - publishing de-duplicates by [`SliceMessage::msg_id`](trawl_core::ports::SliceMessage::msg_id)
 //!   for the life of the queue;
@@ -23,9 +23,14 @@
 //!   needs no background task.
 //! - [`events`]: [`InProcessEvents`], which forwards `SliceFinished` events into
 //!   an unbounded channel read by the scheduler.
+//! - [`nats`]: the distributed adapters, [`NatsQueue`] and [`NatsEvents`] on one
+//!   [`Nats`] connection, configured by [`NatsConfig`]; payloads are the protobuf
+//!   messages of `trawl-proto`. The module doc lists subjects, streams and consumers.
 
 pub mod events;
+pub mod nats;
 pub mod queue;
 
 pub use events::InProcessEvents;
+pub use nats::{InvalidConfig, Nats, NatsConfig, NatsEvents, NatsQueue, QueueStats};
 pub use queue::{EmbeddedQueue, QueueConfig};

@@ -1,0 +1,524 @@
+//! The JetStream adapters against a real nats-server.
+//!
+//! The server is at `TRAWL_TEST_NATS_URL` (default `nats://127.0.0.1:4222`, with
+//! JetStream on). Each test uses its own prefix, so its own streams, and deletes
+//! them at the end, even when it fails. The shared server is never stopped: the
+//! outage test runs a nats-server of its own on a free port.
+
+// A panic is how a test fails, helpers included.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, sleep, timeout};
+use trawl_core::cost::Micros;
+use trawl_core::geo::Geo;
+use trawl_core::model::{Engine, JobId, SliceId, SliceKind, SliceSpec, now_ms};
+use trawl_core::ports::{
+    Delivery, Event, Events, PortError, SliceFinished, SliceMessage, SliceQueue,
+};
+use trawl_queue::{Nats, NatsConfig, NatsQueue};
+
+/// Long enough for anything that should happen; a failing test fails by then.
+const PATIENCE: Duration = Duration::from_secs(15);
+
+fn url() -> String {
+    std::env::var("TRAWL_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+/// A config with a prefix no other test uses.
+fn config() -> NatsConfig {
+    NatsConfig::new(url())
+        .with_prefix(format!("t{:016x}", fastrand::u64(..)))
+        .with_backoff(Vec::new())
+}
+
+/// Deletes a prefix's streams when dropped, so a failing test cleans up too.
+struct Cleanup(NatsConfig);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let config = self.0.clone();
+        // A thread with its own runtime: this may run inside a test's runtime.
+        let done = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                match Nats::connect(config).await {
+                    Ok(nats) => {
+                        if let Err(e) = nats.delete_streams().await {
+                            eprintln!("cleanup: {e}");
+                        }
+                    }
+                    Err(e) => eprintln!("cleanup: {e}"),
+                }
+            });
+        });
+        let _ = done.join();
+    }
+}
+
+/// A queue on its own streams; the streams go when it is dropped.
+struct Harness {
+    queue: NatsQueue,
+    _cleanup: Cleanup,
+}
+
+async fn harness(config: NatsConfig) -> Harness {
+    let cleanup = Cleanup(config.clone());
+    let queue = NatsQueue::connect(config)
+        .await
+        .expect("connect to the test nats-server (is it running with JetStream?)");
+    Harness {
+        queue,
+        _cleanup: cleanup,
+    }
+}
+
+fn job() -> JobId {
+    JobId::generate(now_ms(), fastrand::u64(..))
+}
+
+fn slice(job: &JobId, n: u32) -> SliceMessage {
+    SliceMessage {
+        job_id: job.clone(),
+        slice: SliceSpec::new(
+            SliceKind::Search {
+                query: format!("query {n}"),
+                geo: Geo::parse("de").unwrap(),
+                engine: Engine::Google,
+                follow_top: 2,
+            },
+            None,
+        ),
+    }
+}
+
+fn page(job: &JobId, parent: &SliceMessage) -> SliceMessage {
+    SliceMessage {
+        job_id: job.clone(),
+        slice: SliceSpec::new(
+            SliceKind::Page {
+                url: "https://shop.example/p/1".into(),
+                geo: Geo::parse("jp").unwrap(),
+            },
+            Some(parent.slice.id.clone()),
+        ),
+    }
+}
+
+async fn pull(q: &NatsQueue) -> Delivery {
+    timeout(PATIENCE, q.pull())
+        .await
+        .expect("a delivery in time")
+        .expect("pull")
+}
+
+#[tokio::test]
+async fn published_slices_are_pulled_and_acked_once() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    let job = job();
+    let search = slice(&job, 1);
+    let page = page(&job, &search);
+    q.publish(&search).await.unwrap();
+    q.publish(&page).await.unwrap();
+    assert_eq!(q.lag().await.unwrap(), 2);
+
+    for expected in [&search, &page] {
+        let d = pull(q).await;
+        assert_eq!(&d.message, expected);
+        assert_eq!(d.delivery, 1);
+        assert_eq!(d.max_deliver, 5);
+        assert!(!d.is_last());
+        d.acker.ack().await.unwrap();
+    }
+    assert_eq!(q.lag().await.unwrap(), 0);
+    let stats = q.stats().await.unwrap();
+    assert_eq!(
+        stats.stream_messages, 0,
+        "acked messages leave the work queue"
+    );
+    assert_eq!(stats.delivered, 2);
+    q.ping().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_republished_slice_is_delivered_once() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    let msg = slice(&job(), 1);
+    q.publish(&msg).await.unwrap();
+    q.publish(&msg).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.stream_messages, 1);
+    assert_eq!(q.lag().await.unwrap(), 1);
+
+    let d = pull(q).await;
+    assert_eq!(d.message, msg);
+    d.acker.ack().await.unwrap();
+    // Within the duplicate window, even after the ack.
+    q.publish(&msg).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!((stats.stream_messages, stats.num_pending), (0, 0));
+    assert_eq!(stats.delivered, 1);
+}
+
+#[tokio::test]
+async fn a_nak_with_delay_redelivers_after_the_delay() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    let msg = slice(&job(), 1);
+    q.publish(&msg).await.unwrap();
+
+    let first = pull(q).await;
+    assert_eq!(first.delivery, 1);
+    let delay = Duration::from_millis(500);
+    let naked = Instant::now();
+    first.acker.nak(delay).await.unwrap();
+
+    let second = pull(q).await;
+    let waited = naked.elapsed();
+    assert_eq!(second.message, msg);
+    assert_eq!(second.delivery, 2);
+    // The server's timer ticks coarsely; allow it to fire a little early.
+    assert!(waited >= delay.mul_f32(0.8), "redelivered after {waited:?}");
+    second.acker.ack().await.unwrap();
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn in_progress_holds_off_redelivery_past_the_ack_wait() {
+    let ack_wait = Duration::from_secs(2);
+    let h = harness(config().with_ack_wait(ack_wait)).await;
+    let q = &h.queue;
+    let msg = slice(&job(), 1);
+    q.publish(&msg).await.unwrap();
+    let d = pull(q).await;
+
+    // Another caller waits, so the server has a pull request to redeliver to.
+    let other = q.clone();
+    let waiting = tokio::spawn(async move { other.pull().await });
+    let until = Instant::now() + ack_wait * 2;
+    while Instant::now() < until {
+        d.acker.in_progress().await.unwrap();
+        sleep(ack_wait / 8).await;
+    }
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.num_redelivered, 0, "{stats:?}");
+    assert_eq!(stats.num_ack_pending, 1, "{stats:?}");
+    assert_eq!(stats.delivered, 1, "{stats:?}");
+    assert!(!waiting.is_finished(), "redelivered while in progress");
+
+    // Without progress reports, the ack wait runs out and the waiting caller gets it.
+    let again = timeout(PATIENCE, waiting)
+        .await
+        .expect("redelivered after the ack wait")
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.message, msg);
+    assert_eq!(again.delivery, 2);
+    again.acker.ack().await.unwrap();
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_termed_slice_is_gone() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    q.publish(&slice(&job(), 1)).await.unwrap();
+    let d = pull(q).await;
+    d.acker.term().await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.stream_messages, 0, "{stats:?}");
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_slice_out_of_deliveries_becomes_a_dead_letter() {
+    let h = harness(config().with_max_deliver(2)).await;
+    let q = &h.queue;
+    let msg = slice(&job(), 1);
+    q.publish(&msg).await.unwrap();
+
+    let first = pull(q).await;
+    first.acker.nak(Duration::ZERO).await.unwrap();
+    let last = pull(q).await;
+    assert_eq!(last.delivery, 2);
+    assert!(last.is_last());
+    last.acker.nak(Duration::ZERO).await.unwrap();
+
+    // JetStream notices the exhausted message when it next looks for one to
+    // deliver, as it does for a waiting worker.
+    let other = q.clone();
+    let waiting = tokio::spawn(async move { other.pull().await });
+    let dead = timeout(PATIENCE, q.dead_letter())
+        .await
+        .expect("a dead letter in time")
+        .unwrap();
+    assert_eq!(dead.message, msg);
+    assert_eq!(dead.deliveries, 2);
+    assert_eq!(q.lag().await.unwrap(), 0);
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.stream_messages, 0, "{stats:?}");
+    assert!(!waiting.is_finished(), "a dead letter was delivered again");
+    waiting.abort();
+}
+
+#[tokio::test]
+async fn an_undecodable_slice_is_terminated_not_delivered() {
+    let config = config();
+    let h = harness(config.clone()).await;
+    let q = &h.queue;
+
+    let client = async_nats::connect(url()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let subject = format!("{}.slices.search", config.prefix);
+    let mut other_version = trawl_proto::pb::SliceMessage::from(&slice(&job(), 9));
+    other_version.schema_version = 2;
+    for payload in [
+        b"\xffnot protobuf".to_vec(),
+        prost::Message::encode_to_vec(&other_version),
+    ] {
+        js.publish(subject.clone(), payload.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let good = slice(&job(), 1);
+    q.publish(&good).await.unwrap();
+
+    let d = pull(q).await;
+    assert_eq!(d.message, good);
+    d.acker.ack().await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!(stats.stream_messages, 0, "{stats:?}");
+    assert_eq!(stats.num_redelivered, 0, "{stats:?}");
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn many_concurrent_pullers_share_the_consumer() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    let job = job();
+    let n = 40;
+    let mut pullers = Vec::new();
+    for _ in 0..n {
+        let q = q.clone();
+        pullers.push(tokio::spawn(async move {
+            let d = timeout(PATIENCE, q.pull()).await.unwrap().unwrap();
+            d.acker.ack().await.unwrap();
+            d.message.slice.id
+        }));
+    }
+    for i in 0..n {
+        q.publish(&slice(&job, i)).await.unwrap();
+    }
+    let mut got: Vec<SliceId> = Vec::new();
+    for p in pullers {
+        got.push(p.await.unwrap());
+    }
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), n as usize, "every slice exactly once");
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn cancelled_pulls_lose_nothing() {
+    let h = harness(config()).await;
+    let q = &h.queue;
+    // Callers that give up leave demand behind for a moment.
+    for _ in 0..5 {
+        assert!(timeout(Duration::from_millis(50), q.pull()).await.is_err());
+    }
+    let msg = slice(&job(), 1);
+    q.publish(&msg).await.unwrap();
+    let d = pull(q).await;
+    assert_eq!(d.message, msg);
+    assert_eq!(d.delivery, 1);
+    d.acker.ack().await.unwrap();
+    assert_eq!(q.lag().await.unwrap(), 0);
+}
+
+fn events(job: &JobId) -> Vec<Event> {
+    vec![
+        Event::JobCreated {
+            job_id: job.clone(),
+        },
+        Event::SliceFinished(SliceFinished {
+            job_id: job.clone(),
+            slice_id: slice(job, 1).slice.id,
+            succeeded: true,
+            children: 2,
+            items_valid: 3,
+            items_rejected: 1,
+            upstream_calls: 4,
+            cache_hits: 5,
+            cost: Micros(2_500),
+        }),
+        Event::ApprovalDecided {
+            job_id: job.clone(),
+            approved: false,
+        },
+        Event::JobCancelled {
+            job_id: job.clone(),
+        },
+    ]
+}
+
+#[tokio::test]
+async fn events_round_trip_through_the_subscription() {
+    let h = harness(config()).await;
+    let ev = h.queue.events();
+    let job = job();
+    // Before the consumer exists: not delivered.
+    ev.emit(Event::JobCreated {
+        job_id: JobId::generate(1, 1),
+    })
+    .await
+    .unwrap();
+
+    let mut rx = ev.subscribe().await.unwrap();
+    let sent = events(&job);
+    for e in &sent {
+        ev.emit(e.clone()).await.unwrap();
+    }
+    for e in &sent {
+        let got = timeout(PATIENCE, rx.recv()).await.unwrap().unwrap();
+        assert_eq!(&got, e);
+    }
+    assert!(rx.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn an_invalid_config_is_refused_before_connecting() {
+    let bad = config()
+        .with_max_deliver(2)
+        .with_backoff([Duration::from_secs(1), Duration::from_secs(2)]);
+    match NatsQueue::connect(bad).await {
+        Err(PortError::Corrupt(m)) => assert!(m.contains("max_deliver"), "{m}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Outages, against a nats-server of the test's own
+
+fn nats_server_binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("TRAWL_TEST_NATS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/bin")])
+        .map(|d| d.join("nats-server"))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_server(bin: &Path, port: u16, store: &Path) -> Child {
+    let child = Command::new(bin)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store)
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start nats-server");
+    let deadline = Instant::now() + PATIENCE;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "nats-server did not start");
+        sleep(Duration::from_millis(50)).await;
+    }
+    child
+}
+
+async fn stop_server(mut child: Child) {
+    child.kill().await.unwrap();
+    child.wait().await.unwrap();
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not in time");
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_fast_while_the_server_is_down_and_work_once_it_is_back() {
+    let Some(bin) = nats_server_binary() else {
+        eprintln!("skipped: no nats-server binary (set TRAWL_TEST_NATS_SERVER)");
+        return;
+    };
+    let port = free_port();
+    let store = tempfile::tempdir().unwrap();
+    let server = start_server(&bin, port, store.path()).await;
+    let config = config()
+        .with_url(format!("nats://127.0.0.1:{port}"))
+        .with_request_timeout(Duration::from_secs(2));
+    let q = NatsQueue::connect(config).await.unwrap();
+    let job = job();
+    let before = slice(&job, 1);
+    q.publish(&before).await.unwrap();
+
+    stop_server(server).await;
+    eventually("ping fails", async || q.ping().await.is_err()).await;
+    let started = Instant::now();
+    let publish = timeout(Duration::from_secs(5), q.publish(&slice(&job, 2)))
+        .await
+        .expect("publish returns while the server is down");
+    assert!(
+        matches!(publish, Err(PortError::Unavailable(_))),
+        "{publish:?}"
+    );
+    let pulled = timeout(Duration::from_secs(5), q.pull())
+        .await
+        .expect("pull returns while the server is down");
+    assert!(matches!(pulled, Err(PortError::Unavailable(_))));
+    assert!(matches!(q.lag().await, Err(PortError::Unavailable(_))));
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A pull already waiting when the connection drops returns too.
+    let server = start_server(&bin, port, store.path()).await;
+    eventually("ping works again", async || q.ping().await.is_ok()).await;
+    let after = slice(&job, 3);
+    q.publish(&after).await.unwrap();
+
+    // The message published before the restart survived it (file storage).
+    for expected in [&before, &after] {
+        let d = pull(&q).await;
+        assert_eq!(&d.message, expected);
+        d.acker.ack().await.unwrap();
+    }
+    assert_eq!(q.lag().await.unwrap(), 0);
+
+    let other = q.clone();
+    let waiting = tokio::spawn(async move { other.pull().await });
+    sleep(Duration::from_millis(200)).await;
+    stop_server(server).await;
+    let dropped = timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a waiting pull returns when the connection drops")
+        .unwrap();
+    assert!(matches!(dropped, Err(PortError::Unavailable(_))));
+}
