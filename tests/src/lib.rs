@@ -54,10 +54,16 @@ pub async fn wait_for_port(port: u16, within: Duration) {
     let deadline = Instant::now() + within;
     let mut delay = Duration::from_millis(5);
     loop {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return;
         }
-        assert!(Instant::now() < deadline, "nothing listens on {port} after {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on {port} after {within:?}"
+        );
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(200));
     }
@@ -76,7 +82,9 @@ impl Database {
     pub async fn create() -> Database {
         let admin = postgres_admin_url();
         let name = unique("trawl_e2e");
-        let mut conn = PgConnection::connect(&admin).await.expect("Postgres reachable");
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .expect("Postgres reachable");
         conn.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .await
             .unwrap();
@@ -141,7 +149,14 @@ impl NatsServer {
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "nats-server already running");
         let child = Command::new(nats_server_bin())
-            .args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"])
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
             .arg(self.dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -243,11 +258,6 @@ pub fn terminate(c: &Child) {
 // ---------------------------------------------------------------------------
 // Roles
 
-/// The `trawl` command line, built for these tests (`src/bin/trawl-e2e.rs`).
-pub fn trawl_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_trawl-e2e"))
-}
-
 /// A running role process; its stderr is kept for the test's failure messages.
 pub struct Role {
     pub name: String,
@@ -272,9 +282,11 @@ impl Role {
             Duration::from_secs(30),
             self.listening.wait_for(Option::is_some),
         )
-        .await;
+        .await
+        .ok()
+        .and_then(|r| r.ok().map(|v| v.clone()));
         match r {
-            Ok(Ok(v)) => v.clone().unwrap(),
+            Some(Some(url)) => url,
             _ => panic!("{} did not start listening:\n{}", self.name, self.log()),
         }
     }
@@ -298,7 +310,11 @@ impl Role {
             }
             if Instant::now() > deadline {
                 let _ = c.kill();
-                panic!("{} did not stop within {within:?}:\n{}", self.name, self.log());
+                panic!(
+                    "{} did not stop within {within:?}:\n{}",
+                    self.name,
+                    self.log()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -313,6 +329,9 @@ impl Drop for Role {
 
 /// One test's deployment: its database, prefixes, simulator, settings and roles.
 pub struct Deployment {
+    /// The `trawl` command line built for the tests (`src/bin/trawl-e2e.rs`); an
+    /// integration test passes `env!("CARGO_BIN_EXE_trawl-e2e")`.
+    pub bin: PathBuf,
     pub db: Database,
     pub nats_url: String,
     pub nats_prefix: String,
@@ -328,12 +347,13 @@ pub struct Deployment {
 impl Deployment {
     /// A deployment on the shared NATS and Redis, with its own database and
     /// prefixes, and a simulator configured by `sim`.
-    pub async fn new(sim: SimConfig) -> Deployment {
-        Deployment::on(sim, shared_nats_url(), shared_redis_url()).await
+    pub async fn new(bin: &str, sim: SimConfig) -> Deployment {
+        Deployment::on(bin, sim, shared_nats_url(), shared_redis_url()).await
     }
 
-    pub async fn on(sim: SimConfig, nats_url: String, redis_url: String) -> Deployment {
+    pub async fn on(bin: &str, sim: SimConfig, nats_url: String, redis_url: String) -> Deployment {
         Deployment {
+            bin: PathBuf::from(bin),
             db: Database::create().await,
             nats_url,
             nats_prefix: unique("e2e"),
@@ -353,7 +373,7 @@ impl Deployment {
 
     /// Starts `trawl <role>` with this deployment's settings.
     pub fn spawn(&self, role: &str, name: &str) -> Role {
-        let mut cmd = Command::new(trawl_bin());
+        let mut cmd = Command::new(&self.bin);
         cmd.arg(role)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -402,6 +422,7 @@ impl Deployment {
     }
 
     pub fn client(&self, api: &str) -> Api {
+        trawl_brightdata::ensure_crypto_provider();
         Api {
             http: reqwest::Client::new(),
             base: api.to_owned(),

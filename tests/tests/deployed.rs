@@ -25,6 +25,9 @@ use trawl_tests::{
 };
 use trawl_worker::WorkerConfig;
 
+/// The `trawl` command line, built as this package's `trawl-e2e` binary.
+const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
+
 const EXTRACT: &str = r#"
 extract:
   fields:
@@ -58,8 +61,11 @@ fn research_job(name: &str, pages: usize) -> String {
 async fn embedded_items(yaml: &str) -> (trawl::output::Summary, Vec<Value>, Vec<Value>) {
     let dir = tempfile::tempdir().unwrap();
     let sys = Embedded::start(
-        Options::new(dir.path().join("state"), Upstream::Simulator(SimConfig::default()))
-            .with_worker(WorkerConfig::default().with_concurrency(16)),
+        Options::new(
+            dir.path().join("state"),
+            Upstream::Simulator(SimConfig::default()),
+        )
+        .with_worker(WorkerConfig::default().with_concurrency(16)),
     )
     .await
     .unwrap();
@@ -104,12 +110,17 @@ async fn an_http_job_runs_through_api_scheduler_and_three_workers_like_the_embed
     let yaml = research_job("three", 24);
     let (want, want_items, want_rejections) = embedded_items(&yaml).await;
     assert_eq!(want.status, JobStatus::Succeeded);
-    assert!(want.items.rejected > 0, "the spec should yield rejections: {want:?}");
+    assert!(
+        want.items.rejected > 0,
+        "the spec should yield rejections: {want:?}"
+    );
 
-    let d = Deployment::new(SimConfig::default()).await;
+    let d = Deployment::new(BIN, SimConfig::default()).await;
     let mut api = d.spawn("api", "api");
     let scheduler = d.spawn("scheduler", "scheduler");
-    let workers: Vec<Role> = (0..3).map(|i| d.spawn("worker", &format!("worker-{i}"))).collect();
+    let workers: Vec<Role> = (0..3)
+        .map(|i| d.spawn("worker", &format!("worker-{i}")))
+        .collect();
     let client = d.client(&api.api_url().await);
 
     let id = client.submit_yaml(&yaml).await;
@@ -122,14 +133,13 @@ async fn an_http_job_runs_through_api_scheduler_and_three_workers_like_the_embed
     assert_eq!(job["counts"]["items"]["rejected"], want.items.rejected);
     assert_eq!(job["counts"]["slices"]["total"], want.slices.total);
     let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
-    let rejections = client.all(&format!("/v1/jobs/{id}/rejections"), "rejections").await;
+    let rejections = client
+        .all(&format!("/v1/jobs/{id}/rejections"), "rejections")
+        .await;
     assert_eq!(item_keys(&items), item_keys(&want_items));
     assert_eq!(item_keys(&rejections), item_keys(&want_rejections));
     // Every slice ran on some worker, and the work was shared.
-    let busy = workers
-        .iter()
-        .filter(|w| w.log().contains("slice"))
-        .count();
+    let busy = workers.iter().filter(|w| w.log().contains("slice")).count();
     assert!(busy >= 2, "slices ran on {busy} of 3 workers");
 }
 
@@ -141,7 +151,7 @@ async fn a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing() {
     // Slow answers keep slices in flight when the worker dies; a short ack wait
     // brings its unacked slices back soon.
     let sim = SimConfig::default().with_latency(Duration::from_millis(40));
-    let d = Deployment::new(sim)
+    let d = Deployment::new(BIN, sim)
         .await
         .with_env("TRAWL_ACK_WAIT", "2s");
     let mut api = d.spawn("api", "api");
@@ -151,7 +161,7 @@ async fn a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing() {
     let client = d.client(&api.api_url().await);
 
     let id = client.submit_yaml(&yaml).await;
-    client
+    let before = client
         .wait_job(
             &id,
             Duration::from_secs(60),
@@ -159,6 +169,10 @@ async fn a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing() {
             || logs(&[&api, &scheduler, &victim, &survivor]),
         )
         .await;
+    assert!(
+        !is_terminal(&before),
+        "the job ended before the kill: {before}"
+    );
     victim.kill();
 
     let job = finished(&client, &id, &[&api, &scheduler, &survivor]).await;
@@ -179,7 +193,7 @@ async fn nats_restarted_and_redis_stopped_mid_job_lose_nothing() {
     let mut nats = NatsServer::start().await;
     let mut redis = RedisServer::start().await;
     let sim = SimConfig::default().with_latency(Duration::from_millis(30));
-    let d = Deployment::on(sim, nats.url(), redis.url())
+    let d = Deployment::on(BIN, sim, nats.url(), redis.url())
         .await
         .with_env("TRAWL_ACK_WAIT", "3s");
     let mut api = d.spawn("api", "api");
@@ -190,9 +204,13 @@ async fn nats_restarted_and_redis_stopped_mid_job_lose_nothing() {
     let roles = || logs(&[&api, &scheduler, &w1, &w2]);
 
     let id = client.submit_yaml(&yaml).await;
-    client
+    let before = client
         .wait_job(&id, Duration::from_secs(60), |v| slices_done(v) >= 8, roles)
         .await;
+    assert!(
+        !is_terminal(&before),
+        "the job ended before the outage: {before}"
+    );
     nats.stop();
     redis.stop();
     nats.restart().await;
@@ -203,9 +221,15 @@ async fn nats_restarted_and_redis_stopped_mid_job_lose_nothing() {
     assert_eq!(job["counts"]["items"]["rejected"], want.items.rejected);
     let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
     assert_eq!(item_keys(&items), item_keys(&want_items));
+    let seen = |needle: &str| w1.log().contains(needle) || w2.log().contains(needle);
     assert!(
-        w1.log().contains("cache") || w2.log().contains("cache"),
+        seen("redis cache unavailable"),
         "workers never noticed Redis was gone:\n{}",
+        roles()
+    );
+    assert!(
+        seen("disconnected"),
+        "workers never noticed NATS was gone:\n{}",
         roles()
     );
     redis.restart().await;
@@ -213,7 +237,7 @@ async fn nats_restarted_and_redis_stopped_mid_job_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slice_published_twice_yields_one_set_of_items() {
-    let d = Deployment::new(SimConfig::default()).await;
+    let d = Deployment::new(BIN, SimConfig::default()).await;
     let mut api = d.spawn("api", "api");
     let scheduler = d.spawn("scheduler", "scheduler");
     let client = d.client(&api.api_url().await);
@@ -224,9 +248,12 @@ async fn a_slice_published_twice_yields_one_set_of_items() {
         .await;
     // No worker yet: the scheduler publishes, nothing is consumed.
     client
-        .wait_job(&id, Duration::from_secs(30), |v| v["status"] == "running", || {
-            logs(&[&api, &scheduler])
-        })
+        .wait_job(
+            &id,
+            Duration::from_secs(30),
+            |v| v["status"] == "running",
+            || logs(&[&api, &scheduler]),
+        )
         .await;
     let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
     let job_id = trawl_core::model::JobId::parse(&id).unwrap();
@@ -251,8 +278,14 @@ async fn a_slice_published_twice_yields_one_set_of_items() {
     let job = finished(&client, &id, &[&api, &scheduler, &worker]).await;
     assert_eq!(job["status"], "succeeded", "{job}");
     let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
-    let rejections = client.all(&format!("/v1/jobs/{id}/rejections"), "rejections").await;
-    assert_eq!(items.len() + rejections.len(), 2, "{items:?} {rejections:?}");
+    let rejections = client
+        .all(&format!("/v1/jobs/{id}/rejections"), "rejections")
+        .await;
+    assert_eq!(
+        items.len() + rejections.len(),
+        2,
+        "{items:?} {rejections:?}"
+    );
 
     // Once done, publishing the slices again changes nothing either.
     for slice in &open {
@@ -271,7 +304,7 @@ async fn a_slice_published_twice_yields_one_set_of_items() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slice_whose_upstream_always_fails_is_recorded_failed_and_the_stream_drains() {
-    let d = Deployment::new(SimConfig::default())
+    let d = Deployment::new(BIN, SimConfig::default())
         .await
         .with_env("TRAWL_MAX_DELIVER", "3")
         .with_env("TRAWL_REDELIVER", "50ms");
@@ -309,7 +342,7 @@ async fn a_slice_whose_upstream_always_fails_is_recorded_failed_and_the_stream_d
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_problem_details_and_store_nothing() {
-    let d = Deployment::new(SimConfig::default()).await;
+    let d = Deployment::new(BIN, SimConfig::default()).await;
     let mut api = d.spawn("api", "api");
     let client = d.client(&api.api_url().await);
     let post = |body: &str, ct: &str| {
@@ -354,18 +387,25 @@ async fn bad_requests_get_problem_details_and_store_nothing() {
     );
     problem(post(&big, "application/yaml"), 413).await;
 
-    let ok = "name: once\npages:\n  urls: [\"https://shop.example/p/1\"]\n  geos: [us]\n";
-    let keyed = |body: &str| {
-        post(body, "application/yaml").header("Idempotency-Key", "same-key")
-    };
+    let ok = &format!(
+        "name: once\npages:\n  urls: [\"https://shop.example/p/1\"]\n  geos: [us]\n{EXTRACT}"
+    );
+    let keyed = |body: &str| post(body, "application/yaml").header("Idempotency-Key", "same-key");
     let first = keyed(ok).send().await.unwrap();
     assert_eq!(first.status(), 202);
     let first: Value = first.json().await.unwrap();
     let again: Value = keyed(ok).send().await.unwrap().json().await.unwrap();
-    assert_eq!(again["job_id"], first["job_id"], "same key, same body: same job");
+    assert_eq!(
+        again["job_id"], first["job_id"],
+        "same key, same body: same job"
+    );
     problem(keyed(&ok.replace("once", "other")), 422).await;
 
-    problem(client.req(Method::GET, "/v1/jobs/job_0000000000000000000000000000"), 404).await;
+    problem(
+        client.req(Method::GET, "/v1/jobs/job_0000000000000000000000000000"),
+        404,
+    )
+    .await;
     problem(client.req(Method::GET, "/v1/jobs/not-a-job"), 404).await;
     let anonymous = trawl_tests::Api {
         key: None,
@@ -376,11 +416,7 @@ async fn bad_requests_get_problem_details_and_store_nothing() {
         key: Some("wrong".into()),
         ..client.clone()
     };
-    problem(
-        wrong.req(Method::POST, "/v1/jobs").body(ok.to_owned()),
-        401,
-    )
-    .await;
+    problem(wrong.req(Method::POST, "/v1/jobs").body(ok.to_owned()), 401).await;
 
     // Only the one good job was stored.
     let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
@@ -402,7 +438,7 @@ async fn bad_requests_get_problem_details_and_store_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
     let sim = SimConfig::default().with_latency(Duration::from_millis(50));
-    let d = Deployment::new(sim)
+    let d = Deployment::new(BIN, sim)
         .await
         .with_env("TRAWL_STOP_GRACE", "5s");
     let mut api = d.spawn("api", "api");
@@ -411,9 +447,12 @@ async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
     let client = d.client(&api.api_url().await);
     let id = client.submit_yaml(&research_job("term", 30)).await;
     client
-        .wait_job(&id, Duration::from_secs(60), |v| slices_done(v) >= 5, || {
-            logs(&[&api, &scheduler, &first])
-        })
+        .wait_job(
+            &id,
+            Duration::from_secs(60),
+            |v| slices_done(v) >= 5,
+            || logs(&[&api, &scheduler, &first]),
+        )
         .await;
     let status = first.stop(Duration::from_secs(20)).await;
     assert!(status.success(), "worker exit: {status}\n{}", first.log());

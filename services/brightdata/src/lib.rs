@@ -57,7 +57,7 @@ pub struct BrightData {
 }
 
 /// Installs the process-wide TLS crypto provider (ring) once; later calls are no-ops.
-fn ensure_crypto_provider() {
+pub fn ensure_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 

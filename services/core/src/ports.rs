@@ -152,12 +152,19 @@ impl SliceFinished {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Event {
     /// A job was stored `pending`; the scheduler plans it.
-    JobCreated { job_id: JobId },
+    JobCreated {
+        job_id: JobId,
+    },
     SliceFinished(SliceFinished),
     /// A human decided on an approval of this job.
-    ApprovalDecided { job_id: JobId, approved: bool },
+    ApprovalDecided {
+        job_id: JobId,
+        approved: bool,
+    },
     /// A job was cancelled; its open slices are skipped.
-    JobCancelled { job_id: JobId },
+    JobCancelled {
+        job_id: JobId,
+    },
 }
 
 impl Event {

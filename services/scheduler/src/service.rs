@@ -33,8 +33,7 @@ use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, now_ms};
 use trawl_core::plan::plan;
 use trawl_core::ports::{
-    DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue,
-    Store,
+    DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
 
@@ -94,7 +93,11 @@ pub struct Service {
 impl Service {
     /// Runs until `cancel` fires. `events` carries the deployment's events; when it
     /// closes the scheduler goes on with reconciliation alone.
-    pub async fn run(self: Arc<Self>, mut events: UnboundedReceiver<Event>, cancel: CancellationToken) {
+    pub async fn run(
+        self: Arc<Self>,
+        mut events: UnboundedReceiver<Event>,
+        cancel: CancellationToken,
+    ) {
         let dead = tokio::spawn(self.clone().dead_letters(cancel.clone()));
         let mut tick = tokio::time::interval(self.config.reconcile_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,7 +304,10 @@ impl Service {
             }),
             ..SliceOutcome::default()
         };
-        let recorded = self.store.record_outcome(job_id, slice_id, &outcome).await?;
+        let recorded = self
+            .store
+            .record_outcome(job_id, slice_id, &outcome)
+            .await?;
         if recorded.written {
             self.events
                 .slice_finished(SliceFinished::of(job_id, slice_id, &outcome, 0))

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
-use secrecy::SecretString;
-use clap::{Args, Parser, Subcommand};
-use tokio_util::sync::CancellationToken;
 use crate::embedded::{Embedded, Options, Upstream};
 use crate::output::Summary;
 use crate::progress::Progress;
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use secrecy::SecretString;
+use tokio_util::sync::CancellationToken;
 use trawl_brightdata::BrightDataConfig;
 use trawl_core::model::{JobId, JobStatus};
 use trawl_core::plan::plan;
@@ -163,7 +163,11 @@ impl SimArgs {
 #[derive(Args, Clone)]
 struct DeployArgs {
     /// Postgres: jobs, slices, items, trace, costs, approvals.
-    #[arg(long, env = "TRAWL_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/trawl")]
+    #[arg(
+        long,
+        env = "TRAWL_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/trawl"
+    )]
     database_url: String,
     /// Postgres connections per process.
     #[arg(long, env = "TRAWL_DATABASE_POOL", default_value_t = 16)]
@@ -184,7 +188,11 @@ struct DeployArgs {
     #[arg(long, env = "TRAWL_REDELIVER", default_value = "2s,10s,30s,60s", value_delimiter = ',', value_parser = humantime::parse_duration)]
     redeliver: Vec<Duration>,
     /// Redis: the content cache.
-    #[arg(long, env = "TRAWL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "TRAWL_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     redis_url: String,
     /// Prefix of the cache's Redis keys.
     #[arg(long, env = "TRAWL_REDIS_PREFIX", default_value = "")]
@@ -193,7 +201,12 @@ struct DeployArgs {
     #[arg(long, env = "TRAWL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// Bearer keys the API accepts, comma-separated.
-    #[arg(long, env = "TRAWL_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long,
+        env = "TRAWL_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     api_keys: Vec<String>,
     /// Slices a worker runs at the same time.
     #[arg(long, env = "TRAWL_WORKER_CONCURRENCY", default_value_t = 32)]
@@ -225,7 +238,20 @@ impl DeployArgs {
             .with_prefix(&self.nats_prefix)
             .with_ack_wait(self.ack_wait)
             .with_max_deliver(self.max_deliver);
-        let redis = trawl_cache::RedisConfig::new(&self.redis_url).with_prefix(&self.redis_prefix);
+        // One schedule for both kinds of redelivery. A slice not acked in time
+        // (its worker died) comes back after the ack wait plus the redelivery
+        // delay of its delivery, as a transiently failing one does; JetStream then
+        // also adds that step to a nak's delay, which the adapter takes off, so a
+        // nak lands when the worker asks. JetStream wants fewer steps than
+        // deliveries.
+        let steps = self.max_deliver.saturating_sub(1) as usize;
+        let backoff: Vec<Duration> = std::iter::once(Duration::ZERO)
+            .chain(self.redeliver.iter().copied())
+            .take(steps)
+            .collect();
+        let nats = nats.with_backoff(backoff);
+        let redis =
+            trawl_cache::RedisConfig::new(&self.redis_url).with_key_prefix(&self.redis_prefix);
         let worker = WorkerConfig::default()
             .with_concurrency(self.concurrency)
             .with_redeliver(self.redeliver.clone())
@@ -514,7 +540,9 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             };
             match out {
                 Some(out) => {
-                    client.write_output(&submitted.job_id, &out, &summary).await?;
+                    client
+                        .write_output(&submitted.job_id, &out, &summary)
+                        .await?;
                     Ok(report(&summary, &out))
                 }
                 None => Ok(report_status(&summary)),

@@ -36,6 +36,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str, key: Option<String>) -> anyhow::Result<Client> {
+        trawl_brightdata::ensure_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -143,7 +144,12 @@ impl Client {
     }
 
     /// Writes items.jsonl, rejections.jsonl and summary.json of a job.
-    pub async fn write_output(&self, id: &str, dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    pub async fn write_output(
+        &self,
+        id: &str,
+        dir: &Path,
+        summary: &Summary,
+    ) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
         let items = self.all_lines(&format!("/v1/jobs/{id}/items")).await?;
@@ -169,7 +175,10 @@ impl Client {
                 bail!("the API answered {status} for {path}");
             }
             next = resp.headers().get(LINK).and_then(next_link);
-            let text = resp.text().await.with_context(|| format!("reading {path}"))?;
+            let text = resp
+                .text()
+                .await
+                .with_context(|| format!("reading {path}"))?;
             lines.extend(text.lines().filter(|l| !l.is_empty()).map(str::to_owned));
         }
         Ok(lines)
@@ -181,9 +190,13 @@ fn next_link(h: &HeaderValue) -> Option<String> {
     let s = h.to_str().ok()?;
     s.split(',').find_map(|part| {
         let (target, params) = part.split_once(';')?;
-        params
-            .contains("rel=\"next\"")
-            .then(|| target.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+        params.contains("rel=\"next\"").then(|| {
+            target
+                .trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
     })
 }
 
@@ -224,7 +237,7 @@ fn summary_of(
     started: Instant,
 ) -> anyhow::Result<Summary> {
     Ok(Summary {
-        job_id: str_field(v, "id")?,
+        job_id: str_field(v, "job_id")?,
         name: str_field(v, "name")?,
         status,
         reason: v.get("reason").and_then(Value::as_str).map(str::to_owned),

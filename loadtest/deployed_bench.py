@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Benchmark: N page slices through the deployed shape, and the bare baseline.
+
+trawl: `trawl api`, `trawl scheduler` and two `trawl worker` processes (release
+build) over the real Postgres, NATS JetStream and Redis of this machine, a fresh
+database, stream prefix and cache prefix per run, and `trawl sim` (zero latency,
+no faults) as Bright Data in a process of its own. A job of N page URLs with the
+cache bypassed (`max_age: 0`) is submitted over HTTP; the clock runs from the
+submit to the job's end. CPU seconds and peak RSS (VmHWM) are read per role from
+/proc just before the roles are stopped.
+
+Baseline, on the same services: `bare_loop` (tests/examples/bare_loop.rs)
+publishes N messages to a JetStream work-queue stream, pulls them with the same
+concurrency as the two workers, inserts one row each into Postgres and acks.
+
+    python3 loadtest/deployed_bench.py [--slices 10000] [--runs 1]
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG_ADMIN = os.environ.get("TRAWL_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+NATS = os.environ.get("TRAWL_TEST_NATS_URL", "nats://127.0.0.1:4222")
+REDIS = os.environ.get("TRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379")
+CONCURRENCY = 32
+WORKERS = 2
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def job(n: int) -> str:
+    urls = ",\n    ".join(f'"https://shop.example/p/bench-{i}"' for i in range(n))
+    return f"""name: bench-{n}
+pages:
+  urls: [
+    {urls}
+  ]
+  geos: [us]
+extract:
+  fields:
+    name:     {{jsonld: "name"}}
+    price:    {{jsonld: "offers.price", type: number}}
+    currency: {{jsonld: "offers.priceCurrency"}}
+    title:    {{css: "h1"}}
+    sku:      {{regex: "SKU: ([A-Z0-9-]+)"}}
+schema:
+  type: object
+  required: [name, price, currency]
+  properties:
+    price: {{type: number, exclusiveMinimum: 0}}
+    currency: {{type: string, pattern: "^[A-Z]{{3}}$"}}
+cache: {{max_age: 0}}
+budget: {{max_usd: 1000}}
+"""
+
+
+def psql(sql: str) -> None:
+    subprocess.run(["psql", PG_ADMIN, "-qc", sql], check=True, stdout=subprocess.DEVNULL)
+
+
+def proc_stats(pid: int) -> dict:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICK
+    rss = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                rss = int(line.split()[1]) * 1024
+    return {"cpu_s": cpu, "peak_rss_mb": rss / 1e6}
+
+
+def wait_line(path: str, pattern: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            m = re.search(pattern, f.read())
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise SystemExit(f"no '{pattern}' in {path} after {timeout}s:\n" + open(path).read())
+
+
+def http(method: str, url: str, key: str, body: bytes = None, ctype: str = None) -> dict:
+    req = urllib.request.Request(url, data=body, method=method)
+    req.add_header("Authorization", f"Bearer {key}")
+    if ctype:
+        req.add_header("Content-Type", ctype)
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def trawl_run(binary: str, n: int) -> dict:
+    tag = f"{random.getrandbits(48):012x}"
+    db = f"trawl_bench_{tag}"
+    psql(f"CREATE DATABASE {db}")
+    base = PG_ADMIN.rsplit("/", 1)[0]
+    procs = {}
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            sim_log = os.path.join(d, "sim.log")
+            sim = subprocess.Popen([binary, "sim", "--port", "0"], stderr=open(sim_log, "w"),
+                                   stdout=subprocess.DEVNULL)
+            procs["sim"] = sim
+            sim_url = wait_line(sim_log, r"simulator on (http://\S+)")
+            key = f"bench-{tag}"
+            env = {
+                "PATH": os.environ.get("PATH", ""),
+                "RUST_LOG": "warn",
+                "TRAWL_DATABASE_URL": f"{base}/{db}",
+                "TRAWL_NATS_URL": NATS,
+                "TRAWL_NATS_PREFIX": f"bench_{tag}",
+                "TRAWL_REDIS_URL": REDIS,
+                "TRAWL_REDIS_PREFIX": f"bench_{tag}:",
+                "TRAWL_LISTEN": "127.0.0.1:0",
+                "TRAWL_API_KEYS": key,
+                "TRAWL_WORKER_CONCURRENCY": str(CONCURRENCY),
+                "BRIGHTDATA_API_URL": sim_url,
+                "BRIGHTDATA_API_TOKEN": "bench",
+            }
+            logs = {}
+            roles = ["api", "scheduler"] + [f"worker-{i}" for i in range(WORKERS)]
+            for role in roles:
+                logs[role] = os.path.join(d, f"{role}.log")
+                procs[role] = subprocess.Popen([binary, role.split("-")[0]], env=env,
+                                               stdout=subprocess.DEVNULL, stderr=open(logs[role], "w"))
+            api = wait_line(logs["api"], r"listening on (http://\S+)")
+            for w in roles[2:]:
+                wait_line(logs[w], r"(worker running)")
+            t0 = time.monotonic()
+            sub = http("POST", f"{api}/v1/jobs", key, job(n).encode(), "application/yaml")
+            job_id = sub["job_id"]
+            while True:
+                v = http("GET", f"{api}/v1/jobs/{job_id}", key)
+                if v["status"] in ("succeeded", "partial", "failed", "cancelled"):
+                    break
+                time.sleep(0.05)
+            wall = time.monotonic() - t0
+            stats = {r: proc_stats(p.pid) for r, p in procs.items()}
+            return {"wall_s": wall, "slices": v["counts"]["slices"]["total"], "status": v["status"],
+                    "items": v["counts"]["items"], "roles": stats}
+        finally:
+            for p in procs.values():
+                p.terminate()
+            for p in procs.values():
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def bare_run(binary: str, n: int) -> dict:
+    out = subprocess.run([binary, "--messages", str(n), "--concurrency", str(CONCURRENCY * WORKERS)],
+                         check=True, capture_output=True, text=True,
+                         env={**os.environ, "TRAWL_TEST_DATABASE_URL": PG_ADMIN, "TRAWL_TEST_NATS_URL": NATS})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slices", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args()
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl", "--bin", "trawl"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl-tests", "--example", "bare_loop"],
+                   cwd=ROOT, check=True)
+    trawl_bin = os.path.join(ROOT, "target", "release", "trawl")
+    bare_bin = os.path.join(ROOT, "target", "release", "examples", "bare_loop")
+    for i in range(args.runs):
+        t = trawl_run(trawl_bin, args.slices)
+        b = bare_run(bare_bin, args.slices)
+        t_rate = t["slices"] / t["wall_s"]
+        b_rate = b["messages"] / b["wall_s"]
+        print(json.dumps({"run": i + 1, "trawl": t, "bare": b}, indent=2))
+        print(f"run {i + 1}: trawl {t_rate:,.0f} slices/s ({t['status']}), bare loop {b_rate:,.0f} msg/s, "
+              f"ratio {t_rate / b_rate:.2f}")
+        for role, s in t["roles"].items():
+            print(f"  {role:10} CPU {s['cpu_s']:.2f} s ({1000 * s['cpu_s'] / t['slices']:.3f} s per 1,000 slices), "
+                  f"peak RSS {s['peak_rss_mb']:.1f} MB")
+        print(f"  bare loop  CPU {b['cpu_s']:.2f} s, peak RSS {b['peak_rss_mb']:.1f} MB")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
