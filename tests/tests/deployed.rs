@@ -460,3 +460,34 @@ async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
     let job = finished(&client, &id, &[&api, &scheduler, &second]).await;
     assert_eq!(job["status"], "succeeded", "{job}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trawl_migrate_applies_the_schema_once_and_says_why_it_cannot() {
+    let db = trawl_tests::Database::create().await;
+    let migrate = |url: &str| {
+        std::process::Command::new(BIN)
+            .arg("migrate")
+            .env("TRAWL_DATABASE_URL", url)
+            .env_remove("BRIGHTDATA_API_TOKEN")
+            .output()
+            .unwrap()
+    };
+    for _ in 0..2 {
+        let o = migrate(&db.url);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let store = PgStore::connect(&db.url, 1).await.unwrap();
+    store.ping().await.unwrap();
+    assert!(
+        store
+            .jobs_with_status(&[JobStatus::Pending], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let port = trawl_tests::free_port();
+    let o = migrate(&format!("postgres://postgres@127.0.0.1:{port}/nowhere"));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("applying migrations"), "{err}");
+}

@@ -291,3 +291,134 @@ fn reject_declines_a_parked_job_for_good() {
     assert!(stderr(&o).contains("no store"), "{}", stderr(&o));
     assert!(!elsewhere.path().join(".trawl").exists());
 }
+
+/// `trawl dev` in the background, with the address it announced.
+struct Dev {
+    child: std::process::Child,
+    url: String,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Dev {
+    fn start(dir: &Path, key: &str) -> Dev {
+        use std::io::{BufRead, BufReader};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_trawl"))
+            .args(["dev", "--state", "dev-state"])
+            .current_dir(dir)
+            .env_remove("BRIGHTDATA_API_TOKEN")
+            .env_remove("TRAWL_HOME")
+            .env("TRAWL_LISTEN", "127.0.0.1:0")
+            .env("TRAWL_API_KEYS", key)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = log.clone();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_owned());
+                }
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let url = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("trawl dev did not listen:\n{}", log.lock().unwrap()));
+        Dev { child, url, log }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn submit(dir: &Path, args: &[&str], key: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .arg("submit")
+        .args(args)
+        .current_dir(dir)
+        .env("TRAWL_API_KEY", key)
+        .output()
+        .unwrap()
+}
+
+fn sorted_lines(path: &Path) -> Vec<String> {
+    let mut lines: Vec<String> = std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn dev_serves_the_api_and_submit_wait_writes_what_run_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = trawl(dir.path(), &["run", &example(), "--out", "by-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    let dev = Dev::start(dir.path(), "dev-key");
+    let o = submit(
+        dir.path(),
+        &[&example(), "--api", &dev.url, "--wait", "--out", "by-api"],
+        "dev-key",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}\n--- dev ---\n{}",
+        stderr(&o),
+        dev.log.lock().unwrap()
+    );
+    let job_id = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    assert!(job_id.starts_with("job_"), "stdout is the job id: {job_id}");
+    for f in ["items.jsonl", "rejections.jsonl"] {
+        assert_eq!(
+            sorted_lines(&dir.path().join("by-api").join(f)),
+            sorted_lines(&dir.path().join("by-run").join(f)),
+            "{f}"
+        );
+    }
+    let (api, run) = (
+        summary(&dir.path().join("by-api")),
+        summary(&dir.path().join("by-run")),
+    );
+    assert_eq!(api["job_id"], job_id.as_str());
+    for key in ["status", "slices", "items", "cost_micros"] {
+        assert_eq!(api[key], run[key], "{key}");
+    }
+
+    // A bad spec is refused with every error, exit 2, and no job id.
+    std::fs::write(dir.path().join("bad.yaml"), "name: x\npagez: {}\n").unwrap();
+    let o = submit(dir.path(), &["bad.yaml", "--api", &dev.url], "dev-key");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pagez"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    // A wrong key is an error, not a silent success.
+    let o = submit(dir.path(), &[&example(), "--api", &dev.url], "wrong");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("401"), "{}", stderr(&o));
+}
+
+#[test]
+fn dev_stops_on_sigterm_with_exit_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = Dev::start(dir.path(), "k");
+    Command::new("kill")
+        .args(["-TERM", &dev.child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = dev.child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", dev.log.lock().unwrap());
+}
