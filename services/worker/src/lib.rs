@@ -263,7 +263,10 @@ impl Worker {
             let (me, cancel, abort) = (self.clone(), cancel.clone(), abort.clone());
             tracker.spawn(async move {
                 loop {
+                    // Biased: once a stop is asked for, a loop whose slice just
+                    // ended must not take another one that happens to be ready.
                     let delivery = tokio::select! {
+                        biased;
                         () = cancel.cancelled() => break,
                         d = me.queue.pull() => d,
                     };

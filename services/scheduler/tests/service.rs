@@ -1,0 +1,746 @@
+//! The scheduler role ([`Service`]) against the embedded adapters: a private
+//! in-memory SQLite store and an in-process queue per test, so tests run in
+//! parallel without seeing each other.
+//!
+//! Time: the SQLite store answers from a thread of its own, and a paused tokio
+//! clock jumps to the next timer whenever every task waits on something outside
+//! the runtime, so a reconcile tick an hour away would fire at once. These tests
+//! run on the real clock instead: where only an event may explain a change,
+//! `reconcile_every` is an hour (its first tick, at start, is accounted for), and
+//! tests wait on observable state (store, queue, emitted events) with a deadline.
+//! Where no loop is needed, a test calls [`Service::reconcile`] itself.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+use trawl_core::cost::{Micros, PriceTable};
+use trawl_core::model::{
+    Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome, SliceSpec,
+    TraceStep, now_ms,
+};
+use trawl_core::plan::{follow_ups, plan};
+use trawl_core::ports::{
+    Approval, ApprovalRecord, DeadLetter, Delivery, Event, Events, FailedSlice, JobRecord,
+    PortError, Recorded, RowCursor, SliceFinished, SliceMessage, SliceQueue, Store,
+};
+use trawl_core::spec::JobSpec;
+use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_scheduler::{Scheduler, Service, ServiceConfig};
+use trawl_store::SqliteStore;
+
+/// A reconcile period no test outlives: only its first tick, at start, runs.
+const NEVER_AGAIN: Duration = Duration::from_secs(3600);
+/// A reconcile period that makes reconciliation happen all the time.
+const OFTEN: Duration = Duration::from_millis(20);
+/// The longest a test waits for something that should happen at once.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+const EXTRACT: &str = "extract: {fields: {t: {css: h1}}}\n";
+
+fn spec(text: &str) -> JobSpec {
+    JobSpec::parse(text).unwrap()
+}
+
+/// A job fetching `n` pages from the US.
+fn pages(name: &str, n: usize, extra: &str) -> JobSpec {
+    let urls: Vec<String> = (0..n)
+        .map(|i| format!("\"https://shop.example/p/{name}-{i}\""))
+        .collect();
+    spec(&format!(
+        "name: {name}\npages: {{urls: [{}], geos: [us]}}\n{EXTRACT}{extra}",
+        urls.join(", ")
+    ))
+}
+
+/// A job as the HTTP API stores it: `pending`, no slices.
+fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
+    let created_ms = now_ms();
+    JobRecord {
+        id: JobId::generate(created_ms, fastrand::u64(..)),
+        name: name.to_owned(),
+        spec: document,
+        status: JobStatus::Pending,
+        reason: None,
+        estimate,
+        created_ms,
+        idempotency: None,
+    }
+}
+
+/// The slice queue, with every publication counted (the queue itself drops
+/// duplicates, so it cannot tell how often a slice was published).
+struct Counting {
+    inner: EmbeddedQueue,
+    published: Mutex<Vec<SliceMessage>>,
+}
+
+#[async_trait]
+impl SliceQueue for Counting {
+    async fn publish(&self, msg: &SliceMessage) -> Result<(), PortError> {
+        self.published.lock().unwrap().push(msg.clone());
+        self.inner.publish(msg).await
+    }
+    async fn pull(&self) -> Result<Delivery, PortError> {
+        self.inner.pull().await
+    }
+    async fn dead_letter(&self) -> Result<DeadLetter, PortError> {
+        self.inner.dead_letter().await
+    }
+    async fn lag(&self) -> Result<u64, PortError> {
+        self.inner.lag().await
+    }
+}
+
+/// What a cancel over the API writes.
+const API_CANCEL: &str = "cancelled over the API";
+
+/// The store, with one hook: the first `counts` of an armed job cancels it first,
+/// as a cancel over the API landing while the scheduler finishes the job would.
+struct Hooked {
+    inner: SqliteStore,
+    cancel_on_counts: Mutex<Option<JobId>>,
+}
+
+#[async_trait]
+impl Store for Hooked {
+    async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError> {
+        self.inner.create_job(job, slices).await
+    }
+    async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError> {
+        self.inner.job(id).await
+    }
+    async fn set_job_status(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<(), PortError> {
+        self.inner.set_job_status(id, status, reason).await
+    }
+    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
+        self.inner.open_slices(id).await
+    }
+    async fn record_outcome(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        outcome: &SliceOutcome,
+    ) -> Result<Recorded, PortError> {
+        self.inner.record_outcome(job, slice, outcome).await
+    }
+    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
+        let armed = self
+            .cancel_on_counts
+            .lock()
+            .unwrap()
+            .take_if(|j| j == id)
+            .is_some();
+        if armed {
+            self.inner
+                .set_job_status(id, JobStatus::Cancelled, Some(API_CANCEL))
+                .await?;
+        }
+        self.inner.counts(id).await
+    }
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
+        self.inner.spent(id).await
+    }
+    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
+        self.inner.items(id).await
+    }
+    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError> {
+        self.inner.rejections(id).await
+    }
+    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
+        self.inner.failed_slices(id, limit).await
+    }
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
+        self.inner.request_approval(approval).await
+    }
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError> {
+        self.inner.decide_approval(id, approved, by).await
+    }
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError> {
+        self.inner.plan_job(id, slices, status).await
+    }
+    async fn slices_to_publish(
+        &self,
+        id: &JobId,
+        stale_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.inner
+            .slices_to_publish(id, stale_before_ms, limit)
+            .await
+    }
+    async fn mark_published(
+        &self,
+        id: &JobId,
+        slices: &[SliceId],
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        self.inner.mark_published(id, slices, at_ms).await
+    }
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError> {
+        self.inner.jobs_with_status(statuses, limit).await
+    }
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
+        self.inner.job_by_idempotency_key(key).await
+    }
+    async fn items_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Item>, PortError> {
+        self.inner.items_page(id, after, limit).await
+    }
+    async fn rejections_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Rejection>, PortError> {
+        self.inner.rejections_page(id, after, limit).await
+    }
+    async fn trace_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<TraceStep>, PortError> {
+        self.inner.trace_page(id, after, limit).await
+    }
+    async fn approvals(
+        &self,
+        pending_only: bool,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.inner.approvals(pending_only, limit).await
+    }
+    async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
+        self.inner.approval(id).await
+    }
+    async fn ping(&self) -> Result<(), PortError> {
+        self.inner.ping().await
+    }
+}
+
+/// One scheduler with its own store, queue and event channels.
+struct Sys {
+    store: Arc<Hooked>,
+    queue: Arc<Counting>,
+    /// Where the test sends events, as the API and workers do.
+    events: InProcessEvents,
+    /// The other end of `events`, handed to the service when it starts.
+    inbox: Option<UnboundedReceiver<Event>>,
+    /// What the service itself emitted.
+    emitted: UnboundedReceiver<Event>,
+    service: Arc<Service>,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Sys {
+    async fn new(reconcile_every: Duration, queue: QueueConfig) -> Sys {
+        let store = Arc::new(Hooked {
+            inner: SqliteStore::memory().await.unwrap(),
+            cancel_on_counts: Mutex::new(None),
+        });
+        let queue = Arc::new(Counting {
+            inner: EmbeddedQueue::new(queue),
+            published: Mutex::new(Vec::new()),
+        });
+        let (events, inbox) = InProcessEvents::channel();
+        let (outbox, emitted) = InProcessEvents::channel();
+        let service = Arc::new(Service {
+            store: store.clone(),
+            queue: queue.clone(),
+            events: Arc::new(outbox),
+            prices: PriceTable::default(),
+            config: ServiceConfig::default().with_reconcile_every(reconcile_every),
+        });
+        Sys {
+            store,
+            queue,
+            events,
+            inbox: Some(inbox),
+            emitted,
+            service,
+            cancel: CancellationToken::new(),
+            task: None,
+        }
+    }
+
+    async fn with_reconcile_every(reconcile_every: Duration) -> Sys {
+        Sys::new(reconcile_every, QueueConfig::default()).await
+    }
+
+    /// Starts `Service::run`; its first reconcile tick runs at once.
+    fn start(&mut self) {
+        let inbox = self.inbox.take().expect("started once");
+        let run = self.service.clone().run(inbox, self.cancel.clone());
+        self.task = Some(tokio::spawn(run));
+    }
+
+    /// Stops `Service::run` and waits for it to return.
+    async fn stop(&mut self) {
+        self.cancel.cancel();
+        let task = self.task.take().expect("started");
+        timeout(DEADLINE, task)
+            .await
+            .expect("the service stops when cancelled")
+            .unwrap();
+    }
+
+    /// Stores a job `pending` with no slices, as the API does, and sends no event.
+    async fn store_pending(&self, spec: &JobSpec) -> JobId {
+        let estimate = plan(spec, &PriceTable::default()).estimate.cost;
+        let job = pending_record(&spec.name, spec.document.clone(), estimate);
+        self.store.create_job(&job, &[]).await.unwrap();
+        job.id
+    }
+
+    async fn job(&self, id: &JobId) -> JobRecord {
+        self.store.job(id).await.unwrap().expect("the job exists")
+    }
+
+    async fn wait_for_status(&self, id: &JobId, status: JobStatus) -> JobRecord {
+        let until = Instant::now() + DEADLINE;
+        loop {
+            let job = self.job(id).await;
+            if job.status == status {
+                return job;
+            }
+            assert!(
+                Instant::now() < until,
+                "job {id} is still {:?} ({:?}), not {status:?}",
+                job.status,
+                job.reason
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// How often each slice of the job was published.
+    fn publications(&self, id: &JobId) -> HashMap<SliceId, usize> {
+        let mut n = HashMap::new();
+        for m in self.queue.published.lock().unwrap().iter() {
+            if &m.job_id == id {
+                *n.entry(m.slice.id.clone()).or_default() += 1;
+            }
+        }
+        n
+    }
+
+    /// Every slice of the job, as stored.
+    async fn slice_ids(&self, id: &JobId) -> BTreeSet<SliceId> {
+        self.store
+            .open_slices(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect()
+    }
+
+    async fn record(&self, id: &JobId, slice: &SliceId, error: Option<&str>) {
+        let outcome = SliceOutcome {
+            error: error.map(|code| SliceError {
+                code: code.to_owned(),
+                message: format!("{code} on every attempt"),
+            }),
+            ..SliceOutcome::default()
+        };
+        let recorded = self
+            .store
+            .record_outcome(id, slice, &outcome)
+            .await
+            .unwrap();
+        assert!(recorded.written, "{slice} was open");
+    }
+
+    fn scheduler(&self) -> Scheduler<'_> {
+        Scheduler {
+            store: self.store.as_ref(),
+            queue: self.queue.as_ref(),
+            events: &self.events,
+            prices: PriceTable::default(),
+            reconcile_every: NEVER_AGAIN,
+        }
+    }
+}
+
+impl Drop for Sys {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Asserts every stored slice of the job was published exactly once.
+async fn assert_published_once(sys: &Sys, id: &JobId, slices: usize) {
+    let stored = sys.slice_ids(id).await;
+    assert_eq!(stored.len(), slices);
+    let published = sys.publications(id);
+    assert_eq!(
+        published.keys().cloned().collect::<BTreeSet<_>>(),
+        stored,
+        "every stored slice is published"
+    );
+    assert!(
+        published.values().all(|&n| n == 1),
+        "published more than once: {published:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_job_is_planned_and_published_by_reconciliation_alone() {
+    let mut sys = Sys::with_reconcile_every(OFTEN).await;
+    let job = pages("plain", 5, "");
+    let id = sys.store_pending(&job).await;
+    // No event is ever sent; the sender stays open, so the loop does not fall back
+    // to reconciliation for want of events either.
+    sys.start();
+
+    sys.wait_for_status(&id, JobStatus::Running).await;
+    let counts = sys.store.counts(&id).await.unwrap();
+    assert_eq!(counts.slices_total, 5);
+    let planned: BTreeSet<SliceId> = plan(&job, &PriceTable::default())
+        .slices
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(
+        sys.slice_ids(&id).await,
+        planned,
+        "the planned slices are stored"
+    );
+
+    // Ticks went on while the test watched; two more passes make sure.
+    sys.stop().await;
+    sys.service.reconcile().await.unwrap();
+    sys.service.reconcile().await.unwrap();
+    assert_published_once(&sys, &id, 5).await;
+
+    // And the queue holds exactly those, once each.
+    assert_eq!(sys.queue.inner.pending(), 5);
+    let mut pulled = BTreeSet::new();
+    for _ in 0..5 {
+        let d = timeout(Duration::ZERO, sys.queue.pull())
+            .await
+            .expect("a slice is ready")
+            .unwrap();
+        assert_eq!(d.message.job_id, id);
+        assert_eq!(d.delivery, 1);
+        pulled.insert(d.message.slice.id.clone());
+    }
+    assert_eq!(pulled, planned);
+    assert!(timeout(Duration::ZERO, sys.queue.pull()).await.is_err());
+}
+
+#[tokio::test]
+async fn a_job_created_event_plans_the_job_without_waiting_for_the_tick() {
+    let mut sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    // The first tick runs at start; a job only it can plan shows it has run.
+    let first = sys.store_pending(&pages("first", 1, "")).await;
+    sys.start();
+    sys.wait_for_status(&first, JobStatus::Running).await;
+
+    // The next tick is an hour away: only the event can plan this one.
+    let id = sys.store_pending(&pages("evented", 3, "")).await;
+    sys.events
+        .emit(Event::JobCreated { job_id: id.clone() })
+        .await
+        .unwrap();
+    sys.wait_for_status(&id, JobStatus::Running).await;
+    assert_published_once(&sys, &id, 3).await;
+}
+
+#[tokio::test]
+async fn a_job_above_its_approval_threshold_waits_and_runs_once_approved() {
+    let mut sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let job = pages(
+        "costly",
+        10,
+        "budget: {max_usd: 1.0, approve_above_usd: 0.001}\n",
+    );
+    let estimate = plan(&job, &PriceTable::default()).estimate.cost;
+    assert!(estimate > Micros::from_usd(0.001));
+    let id = sys.store_pending(&job).await;
+    sys.start();
+
+    let parked = sys.wait_for_status(&id, JobStatus::AwaitingApproval).await;
+    assert_eq!(parked.reason, None);
+    assert!(sys.publications(&id).is_empty(), "nothing is published");
+    assert_eq!(sys.queue.inner.pending(), 0);
+    // Planned: its slices are stored, waiting.
+    assert_eq!(sys.store.counts(&id).await.unwrap().slices_total, 10);
+    let pending: Vec<ApprovalRecord> = sys
+        .store
+        .approvals(true, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.approval.job_id == id)
+        .collect();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].approval.amount, estimate);
+    assert_eq!(pending[0].approval.approved, None);
+
+    // Decided as the API does it, then announced; the next tick is an hour away.
+    let status = sys.scheduler().decide(&id, true, "alice").await.unwrap();
+    assert_eq!(status, JobStatus::Queued);
+    sys.events
+        .emit(Event::ApprovalDecided {
+            job_id: id.clone(),
+            approved: true,
+        })
+        .await
+        .unwrap();
+    sys.wait_for_status(&id, JobStatus::Running).await;
+    assert_published_once(&sys, &id, 10).await;
+    assert!(
+        sys.store
+            .approvals(true, 100)
+            .await
+            .unwrap()
+            .iter()
+            .all(|a| a.approval.job_id != id),
+        "no approval left pending"
+    );
+}
+
+#[tokio::test]
+async fn a_slice_stored_but_never_published_is_published_once_by_reconciliation() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let job = spec(&format!(
+        "name: search\nsearches: {{queries: [laptop], geos: [us], follow_top: 3}}\n{EXTRACT}"
+    ));
+    let id = sys.store_pending(&job).await;
+    sys.service.reconcile().await.unwrap();
+    assert_eq!(sys.job(&id).await.status, JobStatus::Running);
+    assert_published_once(&sys, &id, 1).await;
+
+    // The search's outcome adds three page slices; whoever wrote it died before
+    // publishing them.
+    let search = sys.store.open_slices(&id).await.unwrap().remove(0);
+    let children = follow_ups(
+        &search,
+        [
+            "https://shop.example/p/a",
+            "https://shop.example/p/b",
+            "https://shop.example/p/c",
+        ],
+    );
+    let outcome = SliceOutcome {
+        children: children.clone(),
+        ..SliceOutcome::default()
+    };
+    let recorded = sys
+        .store
+        .record_outcome(&id, &search.id, &outcome)
+        .await
+        .unwrap();
+    assert_eq!(recorded.new_children.len(), 3);
+    let unpublished = sys.store.slices_to_publish(&id, i64::MIN, 100).await;
+    assert_eq!(unpublished.unwrap().len(), 3);
+
+    sys.service.reconcile().await.unwrap();
+    let published = sys.publications(&id);
+    assert_eq!(published.len(), 4);
+    for child in &children {
+        assert_eq!(
+            published.get(&child.id),
+            Some(&1),
+            "{} published once",
+            child.id
+        );
+    }
+    // Marked: nothing is left never published, and another pass publishes nothing.
+    let unpublished = sys.store.slices_to_publish(&id, i64::MIN, 100).await;
+    assert!(unpublished.unwrap().is_empty());
+    sys.service.reconcile().await.unwrap();
+    assert_eq!(sys.publications(&id), published);
+    assert_eq!(sys.queue.published.lock().unwrap().len(), 4);
+    assert_eq!(sys.job(&id).await.status, JobStatus::Running);
+}
+
+#[tokio::test]
+async fn a_job_whose_slices_all_succeed_ends_succeeded_on_their_events() {
+    let mut sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let id = sys.store_pending(&pages("fine", 3, "")).await;
+    sys.start();
+    sys.wait_for_status(&id, JobStatus::Running).await;
+
+    // Workers record the slices and announce them; the next tick is an hour away.
+    for slice in sys.slice_ids(&id).await {
+        sys.record(&id, &slice, None).await;
+        let ev = SliceFinished::of(&id, &slice, &SliceOutcome::default(), 0);
+        sys.events.slice_finished(ev).await.unwrap();
+    }
+    let done = sys.wait_for_status(&id, JobStatus::Succeeded).await;
+    assert_eq!(done.reason, None);
+}
+
+#[tokio::test]
+async fn a_job_with_a_failed_slice_ends_partial_with_the_reason() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let id = sys.store_pending(&pages("mixed", 3, "")).await;
+    sys.service.reconcile().await.unwrap();
+    let slices: Vec<SliceId> = sys.slice_ids(&id).await.into_iter().collect();
+
+    sys.record(&id, &slices[0], None).await;
+    sys.record(&id, &slices[1], Some("reject_block")).await;
+    // One slice open: the job is not finished early.
+    sys.service.reconcile().await.unwrap();
+    assert_eq!(sys.job(&id).await.status, JobStatus::Running);
+
+    sys.record(&id, &slices[2], None).await;
+    sys.service.reconcile().await.unwrap();
+    let job = sys.job(&id).await;
+    assert_eq!(job.status, JobStatus::Partial);
+    assert_eq!(
+        job.reason.as_deref(),
+        Some("1 of 3 slices failed after their retries")
+    );
+}
+
+#[tokio::test]
+async fn a_job_cancelled_while_running_stays_cancelled_when_its_slices_finish() {
+    let mut sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let id = sys.store_pending(&pages("stopped", 2, "")).await;
+    sys.start();
+    sys.wait_for_status(&id, JobStatus::Running).await;
+
+    sys.store
+        .set_job_status(&id, JobStatus::Cancelled, Some(API_CANCEL))
+        .await
+        .unwrap();
+    for slice in sys.slice_ids(&id).await {
+        sys.record(&id, &slice, None).await;
+        let ev = SliceFinished::of(&id, &slice, &SliceOutcome::default(), 0);
+        sys.events.slice_finished(ev).await.unwrap();
+    }
+    // Whatever the loop made of those events, it is done once it stops.
+    sys.stop().await;
+    sys.service.reconcile().await.unwrap();
+    let job = sys.job(&id).await;
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert_eq!(job.reason.as_deref(), Some(API_CANCEL));
+}
+
+#[tokio::test]
+async fn a_cancel_landing_while_the_job_is_finished_is_not_overwritten() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let id = sys.store_pending(&pages("raced", 2, "")).await;
+    sys.service.reconcile().await.unwrap();
+    for slice in sys.slice_ids(&id).await {
+        sys.record(&id, &slice, None).await;
+    }
+    // The pass reads the job as running, then the cancel lands before it ends it.
+    *sys.store.cancel_on_counts.lock().unwrap() = Some(id.clone());
+    sys.service.reconcile().await.unwrap();
+    assert!(
+        sys.store.cancel_on_counts.lock().unwrap().is_none(),
+        "the hook fired"
+    );
+    let job = sys.job(&id).await;
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert_eq!(job.reason.as_deref(), Some(API_CANCEL));
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_recorded_failed_with_delivery_limit_and_announced() {
+    let queue = QueueConfig::default()
+        .with_max_deliver(1)
+        .with_ack_wait(Duration::from_millis(100));
+    let mut sys = Sys::new(OFTEN, queue).await;
+    let id = sys.store_pending(&pages("lost", 1, "")).await;
+    sys.start();
+    sys.wait_for_status(&id, JobStatus::Running).await;
+
+    // A worker takes the slice and is never heard of again.
+    let delivery = timeout(DEADLINE, sys.queue.pull())
+        .await
+        .expect("the slice is published")
+        .unwrap();
+    assert_eq!(delivery.message.job_id, id);
+    let slice = delivery.message.slice.id.clone();
+
+    let ev = timeout(DEADLINE, sys.emitted.recv())
+        .await
+        .expect("the dead letter is announced")
+        .expect("the service is running");
+    let Event::SliceFinished(f) = ev else {
+        panic!("expected slice.finished, got {ev:?}");
+    };
+    assert_eq!((&f.job_id, &f.slice_id, f.succeeded), (&id, &slice, false));
+
+    let failed = sys.store.failed_slices(&id, 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].slice_id, slice);
+    assert_eq!(failed[0].error.code, "delivery_limit");
+    assert!(
+        failed[0].error.message.contains("after 1 deliveries"),
+        "{:?}",
+        failed[0].error
+    );
+    let job = sys.wait_for_status(&id, JobStatus::Failed).await;
+    assert_eq!(
+        job.reason.as_deref(),
+        Some("1 of 1 slices failed after their retries")
+    );
+    // Its late ack changes nothing.
+    delivery.acker.ack().await.unwrap();
+    assert_eq!(sys.store.counts(&id).await.unwrap().slices_failed, 1);
+}
+
+#[tokio::test]
+async fn a_pending_job_whose_spec_no_longer_parses_fails_and_others_go_on() {
+    let mut sys = Sys::with_reconcile_every(OFTEN).await;
+    let broken = pending_record(
+        "broken",
+        json!({"name": "broken", "pages": {"urls": "not a list", "geos": ["us"]}}),
+        Micros::ZERO,
+    );
+    sys.store.create_job(&broken, &[]).await.unwrap();
+    let fine = sys.store_pending(&pages("fine", 2, "")).await;
+    sys.start();
+
+    let job = sys.wait_for_status(&broken.id, JobStatus::Failed).await;
+    let reason = job.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("stored spec no longer valid") && reason.contains("pages.urls"),
+        "{reason}"
+    );
+    assert_eq!(sys.store.counts(&broken.id).await.unwrap().slices_total, 0);
+    assert!(sys.publications(&broken.id).is_empty());
+
+    sys.wait_for_status(&fine, JobStatus::Running).await;
+    sys.stop().await;
+    assert_published_once(&sys, &fine, 2).await;
+    assert_eq!(sys.job(&broken.id).await.status, JobStatus::Failed);
+}
