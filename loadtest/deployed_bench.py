@@ -78,6 +78,33 @@ def proc_stats(pid: int) -> dict:
     return {"cpu_s": cpu, "peak_rss_mb": rss / 1e6}
 
 
+def service_cpu() -> dict:
+    """CPU seconds so far of the Postgres, NATS and Redis server processes."""
+    out = {"postgres": 0.0, "nats-server": 0.0, "redis-server": 0.0}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        for key in out:
+            if name.startswith(key[:15]):
+                out[key] += (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def machine_cpu() -> tuple:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
 def wait_line(path: str, pattern: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -114,7 +141,7 @@ def trawl_run(binary: str, n: int) -> dict:
             key = f"bench-{tag}"
             env = {
                 "PATH": os.environ.get("PATH", ""),
-                "RUST_LOG": "warn",
+                "RUST_LOG": os.environ.get("BENCH_LOG", "warn"),
                 "TRAWL_DATABASE_URL": f"{base}/{db}",
                 "TRAWL_NATS_URL": NATS,
                 "TRAWL_NATS_PREFIX": f"bench_{tag}",
@@ -136,17 +163,27 @@ def trawl_run(binary: str, n: int) -> dict:
             for w in roles[2:]:
                 wait_line(logs[w], r"(worker running)")
             t0 = time.monotonic()
+            cpu0 = machine_cpu()
+            svc0 = service_cpu()
             sub = http("POST", f"{api}/v1/jobs", key, job(n).encode(), "application/yaml")
             job_id = sub["job_id"]
             while True:
                 v = http("GET", f"{api}/v1/jobs/{job_id}", key)
                 if v["status"] in ("succeeded", "partial", "failed", "cancelled"):
                     break
-                time.sleep(0.05)
+                time.sleep(0.2)
             wall = time.monotonic() - t0
+            cpu1 = machine_cpu()
+            svc1 = service_cpu()
+            busy = (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
             stats = {r: proc_stats(p.pid) for r, p in procs.items()}
+            if os.environ.get("BENCH_LOG"):
+                for role in roles:
+                    print(f"--- {role}", file=sys.stderr)
+                    sys.stderr.write(open(logs[role]).read()[-3000:])
             return {"wall_s": wall, "slices": v["counts"]["slices"]["total"], "status": v["status"],
-                    "items": v["counts"]["items"], "roles": stats}
+                    "items": v["counts"]["items"], "machine_busy": busy, "roles": stats,
+                    "services_cpu_s": {k: svc1[k] - svc0[k] for k in svc0}}
         finally:
             for p in procs.values():
                 p.terminate()
@@ -159,10 +196,14 @@ def trawl_run(binary: str, n: int) -> dict:
 
 
 def bare_run(binary: str, n: int) -> dict:
+    svc0 = service_cpu()
     out = subprocess.run([binary, "--messages", str(n), "--concurrency", str(CONCURRENCY * WORKERS)],
                          check=True, capture_output=True, text=True,
                          env={**os.environ, "TRAWL_TEST_DATABASE_URL": PG_ADMIN, "TRAWL_TEST_NATS_URL": NATS})
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    svc1 = service_cpu()
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["services_cpu_s"] = {k: svc1[k] - svc0[k] for k in svc0}
+    return res
 
 
 def main() -> None:
@@ -186,7 +227,10 @@ def main() -> None:
         for role, s in t["roles"].items():
             print(f"  {role:10} CPU {s['cpu_s']:.2f} s ({1000 * s['cpu_s'] / t['slices']:.3f} s per 1,000 slices), "
                   f"peak RSS {s['peak_rss_mb']:.1f} MB")
+        print("  services CPU during the trawl run: " + ", ".join(f"{k} {v:.2f} s" for k, v in t["services_cpu_s"].items()))
+        print(f"  machine busy {100 * t['machine_busy']:.0f}% of both cores during the trawl run")
         print(f"  bare loop  CPU {b['cpu_s']:.2f} s, peak RSS {b['peak_rss_mb']:.1f} MB")
+        print("  services CPU during the bare loop: " + ", ".join(f"{k} {v:.2f} s" for k, v in b["services_cpu_s"].items()))
         sys.stdout.flush()
 
 

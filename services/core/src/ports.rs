@@ -92,6 +92,14 @@ pub struct DeadLetter {
 pub trait SliceQueue: Send + Sync {
     /// Enqueues a slice; a message id already seen is ignored.
     async fn publish(&self, msg: &SliceMessage) -> Result<(), PortError>;
+    /// Enqueues many slices; returns once the queue has taken every one. An
+    /// adapter may have them in flight together (one round trip for many).
+    async fn publish_many(&self, msgs: &[SliceMessage]) -> Result<(), PortError> {
+        for m in msgs {
+            self.publish(m).await?;
+        }
+        Ok(())
+    }
     /// Waits for the next delivery.
     async fn pull(&self) -> Result<Delivery, PortError>;
     /// Waits for the next slice that ran out of deliveries.
@@ -407,6 +415,12 @@ pub trait Store: Send + Sync {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError>;
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError>;
+    /// Whether any slice of the job is not yet terminal. Called after every burst
+    /// of finished slices, so an adapter whose `counts` is costly answers it
+    /// without counting.
+    async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
+        Ok(self.counts(id).await?.slices_open() > 0)
+    }
     /// Money spent so far, from the ledger.
     async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
     /// Valid items in slice order.

@@ -127,9 +127,11 @@ impl Service {
                     Some(Event::JobCancelled { .. }) => {}
                 },
                 _ = settle.tick(), if !dirty.is_empty() => {
+                    // Slices finished: the job may be over. Workers publish the
+                    // children they add; reconciliation catches what they could not.
                     for job_id in std::mem::take(&mut dirty) {
-                        if let Err(e) = self.advance_id(&job_id).await {
-                            warn!(%job_id, error = %e, "could not advance job; reconciliation will");
+                        if let Err(e) = self.finish_id(&job_id).await {
+                            warn!(%job_id, error = %e, "could not finish job; reconciliation will");
                         }
                     }
                 }
@@ -159,6 +161,16 @@ impl Service {
                 debug!(job_id = %id, "event for an unknown job; ignored");
                 Ok(())
             }
+        }
+    }
+
+    async fn finish_id(&self, id: &JobId) -> Result<(), PortError> {
+        if self.store.has_open_slices(id).await? {
+            return Ok(());
+        }
+        match self.store.job(id).await? {
+            Some(job) if job.status == JobStatus::Running => self.finish_if_done(&job).await,
+            _ => Ok(()),
         }
     }
 
@@ -229,16 +241,15 @@ impl Service {
                 return Ok(());
             }
             let n = slices.len();
-            let mut ids = Vec::with_capacity(n);
-            for slice in slices {
-                ids.push(slice.id.clone());
-                self.queue
-                    .publish(&SliceMessage {
-                        job_id: id.clone(),
-                        slice,
-                    })
-                    .await?;
-            }
+            let ids: Vec<_> = slices.iter().map(|s| s.id.clone()).collect();
+            let msgs: Vec<SliceMessage> = slices
+                .into_iter()
+                .map(|slice| SliceMessage {
+                    job_id: id.clone(),
+                    slice,
+                })
+                .collect();
+            self.queue.publish_many(&msgs).await?;
             self.store.mark_published(id, &ids, now_ms()).await?;
             debug!(job_id = %id, slices = n, "published");
             if n < PUBLISH_BATCH as usize {
@@ -249,6 +260,9 @@ impl Service {
 
     /// Ends a running job whose slices are all terminal.
     async fn finish_if_done(&self, job: &JobRecord) -> Result<(), PortError> {
+        if self.store.has_open_slices(&job.id).await? {
+            return Ok(());
+        }
         let counts = self.store.counts(&job.id).await?;
         if counts.slices_open() > 0 {
             return Ok(());

@@ -357,6 +357,17 @@ impl Store for PgStore {
         job_counts(&row)
     }
 
+    /// One probe of the pending-slices index instead of an aggregate over the job.
+    async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM slices WHERE job_id = $1 AND status = 'pending')",
+        )
+        .bind(id.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .port()
+    }
+
     async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
         let cost: Option<i64> = sqlx::query_scalar(
             "SELECT COALESCE(SUM(s.cost), 0)::BIGINT FROM jobs j \

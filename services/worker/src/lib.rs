@@ -385,14 +385,15 @@ pub async fn finish_slice(
     outcome: &SliceOutcome,
 ) -> Result<(), PortError> {
     let recorded = store.record_outcome(job_id, slice_id, outcome).await?;
-    for child in &recorded.new_children {
-        queue
-            .publish(&SliceMessage {
-                job_id: job_id.clone(),
-                slice: child.clone(),
-            })
-            .await?;
-    }
+    let children: Vec<SliceMessage> = recorded
+        .new_children
+        .iter()
+        .map(|c| SliceMessage {
+            job_id: job_id.clone(),
+            slice: c.clone(),
+        })
+        .collect();
+    queue.publish_many(&children).await?;
     if !recorded.new_children.is_empty() {
         // Unmarked children (this worker died before here) are published by the
         // scheduler's reconciliation; the queue drops the duplicate if both did.

@@ -53,6 +53,8 @@ use super::{DEAD_LETTERS, Link, Nats, NatsEvents, WORKERS, unavailable};
 
 /// Fetched messages that may wait in the channel; also the largest pull request.
 const BUFFER: usize = 64;
+/// Publishes `publish_many` has in flight before it awaits their acknowledgements.
+const PUBLISH_WINDOW: usize = 256;
 /// How long one pull request waits at the server for messages.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 /// How long the dead-letter reader's pull request waits at the server.
@@ -164,6 +166,7 @@ impl NatsQueue {
         let (tx, rx) = mpsc::channel(BUFFER);
         let pulling = Arc::new(Pulling {
             waiting: AtomicUsize::new(0),
+            requested: AtomicUsize::new(0),
             demand: Notify::new(),
             failures: Notify::new(),
             last_failure: Mutex::new(String::new()),
@@ -359,6 +362,36 @@ impl SliceQueue for NatsQueue {
         Ok(())
     }
 
+    /// Sends every message before awaiting any acknowledgement, at most
+    /// [`PUBLISH_WINDOW`] unacknowledged at a time.
+    async fn publish_many(&self, msgs: &[SliceMessage]) -> Result<(), PortError> {
+        let link = self.link();
+        link.check_up()?;
+        for chunk in msgs.chunks(PUBLISH_WINDOW) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for msg in chunk {
+                let publish = PublishMessage::build()
+                    .payload(trawl_proto::encode_slice(msg).into())
+                    .message_id(msg.msg_id());
+                let ack = link
+                    .js
+                    .send_publish(link.names.slice_subject(&msg.slice.kind), publish)
+                    .await
+                    .map_err(|e| unavailable("publish", e))?;
+                acks.push(ack);
+            }
+            for ack in acks {
+                ack.await.map_err(|e| match e.kind() {
+                    PublishErrorKind::StreamNotFound => {
+                        unavailable("publish", "the slices stream is missing")
+                    }
+                    _ => unavailable("publish ack", e),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     async fn pull(&self) -> Result<Delivery, PortError> {
         let pulling = &self.inner.pulling;
         let link = self.link();
@@ -522,6 +555,8 @@ struct Fetched {
 struct Pulling {
     /// `pull` calls under way.
     waiting: AtomicUsize,
+    /// Messages asked of the server by pull requests under way, not yet arrived.
+    requested: AtomicUsize,
     /// Woken when callers arrive or take a message.
     demand: Notify,
     /// Woken (all waiters) when a fetch fails.
@@ -561,10 +596,11 @@ impl Pulling {
             let notified = self.demand.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let room = tx.capacity();
-            let buffered = tx.max_capacity() - room;
+            let requested = self.requested.load(Ordering::SeqCst);
+            let room = tx.capacity().saturating_sub(requested);
+            let buffered = tx.max_capacity() - tx.capacity();
             let waiting = self.waiting.load(Ordering::SeqCst);
-            let want = waiting.saturating_sub(buffered).min(room);
+            let want = waiting.saturating_sub(buffered + requested).min(room);
             if want > 0 {
                 return want;
             }
@@ -583,6 +619,12 @@ impl Drop for Waiting<'_> {
 }
 
 /// The background task that fetches what the `pull` callers ask for.
+///
+/// Pull requests are pipelined: a new one goes out as soon as callers wait for
+/// more than is buffered or already asked for, without waiting for the earlier
+/// ones to complete, so a round trip to the server is not paid per message. The
+/// sum of buffered and asked-for messages never exceeds the callers waiting, so
+/// messages do not sit prefetched burning their ack wait.
 struct Fetcher {
     consumer: PullConsumer,
     link: Link,
@@ -599,37 +641,72 @@ enum FetchEnd {
 impl Fetcher {
     async fn run(self) {
         let mut pause = RETRY_MIN;
+        let mut fetches = tokio::task::JoinSet::new();
         loop {
             let want = tokio::select! {
-                () = self.stop.cancelled() => return,
+                () = self.stop.cancelled() => break,
+                Some(ended) = fetches.join_next(), if !fetches.is_empty() => {
+                    match ended {
+                        Ok(Ok(())) => pause = RETRY_MIN,
+                        Ok(Err(FetchEnd::Stopped)) => break,
+                        Ok(Err(FetchEnd::Failed(why))) => {
+                            warn!(error = %why, "fetching slices failed");
+                            self.pulling.fail(format!("NATS fetch: {why}"));
+                            tokio::select! {
+                                () = self.stop.cancelled() => break,
+                                () = tokio::time::sleep(pause) => {}
+                            }
+                            pause = (pause * 2).min(RETRY_MAX);
+                        }
+                        Err(e) => error!(error = %e, "a fetch task ended abnormally"),
+                    }
+                    continue;
+                }
                 want = self.pulling.unmet_demand(&self.tx) => want,
             };
             if let Err(e) = self.link.check_up() {
                 self.pulling.fail(e.to_string());
                 tokio::select! {
-                    () = self.stop.cancelled() => return,
+                    () = self.stop.cancelled() => break,
                     () = self.link.restored() => continue,
                 }
             }
-            match self.fetch(want).await {
-                Ok(()) => pause = RETRY_MIN,
-                Err(FetchEnd::Stopped) => return,
-                Err(FetchEnd::Failed(why)) => {
-                    warn!(error = %why, "fetching slices failed");
-                    self.pulling.fail(format!("NATS fetch: {why}"));
-                    tokio::select! {
-                        () = self.stop.cancelled() => return,
-                        () = tokio::time::sleep(pause) => {}
-                    }
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-            }
+            self.pulling.requested.fetch_add(want, Ordering::SeqCst);
+            let fetch = Fetch {
+                consumer: self.consumer.clone(),
+                link: self.link.clone(),
+                pulling: Arc::clone(&self.pulling),
+                tx: self.tx.clone(),
+                stop: self.stop.clone(),
+            };
+            fetches.spawn(fetch.run(want));
         }
+        fetches.shutdown().await;
+    }
+}
+
+/// One pull request, forwarding its messages as they arrive.
+struct Fetch {
+    consumer: PullConsumer,
+    link: Link,
+    pulling: Arc<Pulling>,
+    tx: mpsc::Sender<Fetched>,
+    stop: CancellationToken,
+}
+
+impl Fetch {
+    /// Asks for `want` messages. The channel has room for all of them: room is
+    /// counted for every message asked for before it is asked.
+    async fn run(self, want: usize) -> Result<(), FetchEnd> {
+        let mut left = want;
+        let result = self.forward(&mut left, want).await;
+        // What did not come is no longer asked for; maybe ask again.
+        self.pulling.requested.fetch_sub(left, Ordering::SeqCst);
+        self.pulling.demand.notify_one();
+        result
     }
 
-    /// One pull request for `want` messages, forwarded as they arrive. The channel
-    /// has room for all of them: only this task sends, and `want` fits.
-    async fn fetch(&self, want: usize) -> Result<(), FetchEnd> {
+    async fn forward(&self, left: &mut usize, want: usize) -> Result<(), FetchEnd> {
         let mut batch = self
             .consumer
             .batch()
@@ -649,6 +726,8 @@ impl Fetcher {
                         if self.tx.send(fetched).await.is_err() {
                             return Err(FetchEnd::Stopped);
                         }
+                        *left = left.saturating_sub(1);
+                        self.pulling.requested.fetch_sub(1, Ordering::SeqCst);
                     }
                     Some(Err(e)) => return Err(FetchEnd::Failed(e.to_string())),
                 },
