@@ -135,8 +135,14 @@ impl WorkerConfig {
 /// its slices run has the rest skipped.
 #[derive(Default)]
 pub struct JobContexts {
-    map: Mutex<HashMap<JobId, Arc<ContextEntry>>>,
+    /// Each job's entry and when a slice of it last came by.
+    map: Mutex<HashMap<JobId, (Arc<ContextEntry>, Instant)>>,
 }
+
+/// A long-lived worker sees many jobs: above this many entries, those idle for
+/// [`CONTEXT_IDLE`] are dropped (a job that comes back is loaded again).
+const CONTEXT_SWEEP_ABOVE: usize = 64;
+const CONTEXT_IDLE: Duration = Duration::from_secs(10 * 60);
 
 #[derive(Default)]
 struct ContextEntry {
@@ -159,7 +165,15 @@ impl JobContexts {
     ) -> Result<Option<Arc<JobContext>>, PortError> {
         let entry = {
             let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-            map.entry(id.clone()).or_default().clone()
+            let now = Instant::now();
+            if map.len() > CONTEXT_SWEEP_ABOVE {
+                map.retain(|_, (_, used)| now.duration_since(*used) < CONTEXT_IDLE);
+            }
+            let slot = map
+                .entry(id.clone())
+                .or_insert_with(|| (Arc::default(), now));
+            slot.1 = now;
+            slot.0.clone()
         };
         let ctx = entry
             .cell
