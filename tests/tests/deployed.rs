@@ -491,3 +491,37 @@ async fn trawl_migrate_applies_the_schema_once_and_says_why_it_cannot() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("applying migrations"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_together_never_spend_past_the_jobs_budget() {
+    let d = Deployment::new(BIN, SimConfig::default()).await;
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let workers: Vec<Role> = (0..3)
+        .map(|i| d.spawn("worker", &format!("worker-{i}")))
+        .collect();
+    let client = d.client(&api.api_url().await);
+    // 30 pages at $0.0015 each against $0.009: six calls' worth, whichever worker
+    // makes them.
+    let urls: Vec<String> = (0..30)
+        .map(|i| format!("\"https://shop.example/p/budget-{i}\""))
+        .collect();
+    let id = client
+        .submit_yaml(&format!(
+            "name: budget\npages:\n  urls: [{}]\n  geos: [us]\n{EXTRACT}budget: {{max_usd: 0.009}}\n",
+            urls.join(", ")
+        ))
+        .await;
+    let mut roles = vec![&api, &scheduler];
+    roles.extend(workers.iter());
+    let job = finished(&client, &id, &roles).await;
+    assert_eq!(job["status"], "partial", "{job}");
+    assert_eq!(job["counts"]["cost_micros"], 9_000, "{job}");
+    assert_eq!(job["counts"]["upstream_calls"], 6, "{job}");
+    assert_eq!(job["counts"]["slices"]["succeeded"], 6, "{job}");
+    assert!(
+        job["reason"].as_str().unwrap().contains("budget exhausted"),
+        "{job}"
+    );
+    assert_eq!(d.sim.stats().ok, 6);
+}

@@ -421,6 +421,18 @@ pub trait Store: Send + Sync {
     async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
         Ok(self.counts(id).await?.slices_open() > 0)
     }
+    /// Reserves `amount` of the job's budget unless its reservations would pass
+    /// `max`; `false` (and nothing reserved) if they would. Reservations are kept
+    /// in the store so that every process spending for the job shares them.
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError>;
+    /// Changes the job's reservations by `delta`: negative to release what a
+    /// failed call did not spend, the difference when a call was billed otherwise.
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError>;
     /// Money spent so far, from the ledger.
     async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
     /// Valid items in slice order.

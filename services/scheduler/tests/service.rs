@@ -154,6 +154,17 @@ impl Store for Hooked {
     async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
         self.inner.spent(id).await
     }
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError> {
+        self.inner.reserve_budget(id, amount, max).await
+    }
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
+        self.inner.adjust_budget(id, delta).await
+    }
     async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
         self.inner.items(id).await
     }

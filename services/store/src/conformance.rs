@@ -56,6 +56,7 @@ macro_rules! suite {
             an_idempotency_key_names_one_job,
             pages_start_strictly_after_their_cursor,
             the_store_answers_a_ping,
+            budget_reservations_are_shared_and_never_pass_the_maximum,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -1136,4 +1137,41 @@ pub(crate) async fn pages_start_strictly_after_their_cursor(f: &dyn Fixture) {
 
 pub(crate) async fn the_store_answers_a_ping(f: &dyn Fixture) {
     f.store().ping().await.unwrap();
+}
+
+pub(crate) async fn budget_reservations_are_shared_and_never_pass_the_maximum(f: &dyn Fixture) {
+    let store = f.store();
+    let store = store.as_ref();
+    let job = new_job(store, 1, &[]).await;
+    let other = new_job(store, 2, &[]).await;
+    let max = Micros(4_500);
+    // Twelve concurrent reservations of 1,500 against 4,500: exactly three granted.
+    let tries = (0..12).map(|_| store.reserve_budget(&job, Micros(1_500), max));
+    let granted = futures_util::future::join_all(tries)
+        .await
+        .into_iter()
+        .filter(|r| *r.as_ref().unwrap())
+        .count();
+    assert_eq!(granted, 3);
+    assert!(!store.reserve_budget(&job, Micros(1), max).await.unwrap());
+    // Another job's budget is its own.
+    assert!(
+        store
+            .reserve_budget(&other, Micros(4_500), max)
+            .await
+            .unwrap()
+    );
+    // Released money can be reserved again; a reservation may be adjusted up too.
+    store.adjust_budget(&job, Micros(-1_500)).await.unwrap();
+    assert!(
+        store
+            .reserve_budget(&job, Micros(1_000), max)
+            .await
+            .unwrap()
+    );
+    store.adjust_budget(&job, Micros(500)).await.unwrap();
+    assert!(!store.reserve_budget(&job, Micros(1), max).await.unwrap());
+    // An unknown job reserves nothing.
+    let nobody = JobId::generate(1, 99);
+    assert!(!store.reserve_budget(&nobody, Micros(1), max).await.unwrap());
 }

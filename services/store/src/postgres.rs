@@ -80,8 +80,14 @@ mod rows;
 
 /// The migrations of the top-level `migrations/` folder: version, description (the
 /// file name after the version), and the file. Append only.
-pub(crate) const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../../../migrations/0001_init.sql"))];
+pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../../migrations/0001_init.sql")),
+    (
+        2,
+        "budget",
+        include_str!("../../../migrations/0002_budget.sql"),
+    ),
+];
 
 /// How long opening a connection may take before the database counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -355,6 +361,35 @@ impl Store for PgStore {
         .port()?
         .ok_or_else(|| no_job(id))?;
         job_counts(&row)
+    }
+
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET budget_reserved = budget_reserved + $1 \
+             WHERE id = $2 AND budget_reserved + $1 <= $3",
+        )
+        .bind(amount.0)
+        .bind(id.as_str())
+        .bind(max.0)
+        .execute(&self.pool)
+        .await
+        .port()?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
+        sqlx::query("UPDATE jobs SET budget_reserved = budget_reserved + $1 WHERE id = $2")
+            .bind(delta.0)
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await
+            .port()?;
+        Ok(())
     }
 
     /// One probe of the pending-slices index instead of an aggregate over the job.

@@ -37,7 +37,11 @@ mod outcomes;
 mod rows;
 
 /// The schema, one script per version; `PRAGMA user_version` says how many are applied.
-const MIGRATIONS: &[&str] = &[include_str!("sqlite.sql"), include_str!("sqlite_v2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("sqlite.sql"),
+    include_str!("sqlite_v2.sql"),
+    include_str!("sqlite_v3.sql"),
+];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
 macro_rules! select_jobs {
@@ -237,6 +241,35 @@ impl Store for SqliteStore {
         if done.rows_affected() == 0 {
             return Err(no_job(id));
         }
+        Ok(())
+    }
+
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET budget_reserved = budget_reserved + ?1 \
+             WHERE id = ?2 AND budget_reserved + ?1 <= ?3",
+        )
+        .bind(amount.0)
+        .bind(id.as_str())
+        .bind(max.0)
+        .execute(&mut *self.conn().await?)
+        .await
+        .port()?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
+        sqlx::query("UPDATE jobs SET budget_reserved = budget_reserved + ? WHERE id = ?")
+            .bind(delta.0)
+            .bind(id.as_str())
+            .execute(&mut *self.conn().await?)
+            .await
+            .port()?;
         Ok(())
     }
 

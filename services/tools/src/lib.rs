@@ -17,50 +17,102 @@ use std::time::{Duration, Instant};
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::Value;
 use trawl_core::cost::Micros;
-use trawl_core::model::{CostEntry, SliceId, TraceStep, now_ms};
-use trawl_core::ports::{ContentCache, LoadFuture, Served, ToolError, ToolProvider};
+use trawl_core::model::{CostEntry, JobId, SliceId, TraceStep, now_ms};
+use trawl_core::ports::{
+    ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
+};
 use trawl_core::retry::RetryPolicy;
 
-/// A job's spending limit, shared by all its calls in this process.
-#[derive(Debug)]
+/// A job's spending limit.
+///
+/// In one process ([`Budget::new`]) reservations are an atomic counter. When
+/// several processes spend for one job ([`Budget::shared`]), they are kept in the
+/// store (`Store::reserve_budget`), so that together they never pass the job's
+/// maximum; a job without a maximum reserves nothing anywhere.
 pub struct Budget {
     max: Option<Micros>,
     reserved: AtomicI64,
+    /// The job and the store holding its reservations, when shared.
+    ledger: Option<(JobId, Arc<dyn Store>)>,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("max", &self.max)
+            .field("reserved", &self.reserved)
+            .field("shared", &self.ledger.is_some())
+            .finish()
+    }
 }
 
 impl Budget {
-    /// `spent` is what the ledger already holds for the job.
+    /// A budget kept in this process; `spent` is what the ledger already holds.
     pub fn new(max: Option<Micros>, spent: Micros) -> Budget {
         Budget {
             max,
             reserved: AtomicI64::new(spent.0),
+            ledger: None,
         }
     }
 
-    /// Reserves `amount` unless that would pass the maximum.
-    pub fn try_reserve(&self, amount: Micros) -> bool {
+    /// A budget whose reservations are kept in `store`, shared with every other
+    /// process spending for `job`.
+    pub fn shared(max: Option<Micros>, job: JobId, store: Arc<dyn Store>) -> Budget {
+        Budget {
+            max,
+            reserved: AtomicI64::new(0),
+            ledger: max.is_some().then_some((job, store)),
+        }
+    }
+
+    /// Reserves `amount` unless that would pass the maximum. `Err` when the shared
+    /// ledger cannot be reached.
+    pub async fn try_reserve(&self, amount: Micros) -> Result<bool, PortError> {
+        if let (Some((job, store)), Some(max)) = (&self.ledger, self.max) {
+            let ok = store.reserve_budget(job, amount, max).await?;
+            if ok {
+                self.reserved.fetch_add(amount.0, Ordering::SeqCst);
+            }
+            return Ok(ok);
+        }
         let Some(max) = self.max else {
             self.reserved.fetch_add(amount.0, Ordering::SeqCst);
-            return true;
+            return Ok(true);
         };
-        self.reserved
+        Ok(self
+            .reserved
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
                 (cur.saturating_add(amount.0) <= max.0).then_some(cur + amount.0)
             })
-            .is_ok()
+            .is_ok())
     }
 
     /// Replaces a reservation by what was actually billed (which may pass the
     /// maximum: the money is spent).
-    pub fn settle(&self, reserved: Micros, billed: Micros) {
-        self.reserved
-            .fetch_add(billed.0 - reserved.0, Ordering::SeqCst);
+    pub async fn settle(&self, reserved: Micros, billed: Micros) {
+        self.adjust(billed.0 - reserved.0).await;
     }
 
-    pub fn release(&self, amount: Micros) {
-        self.reserved.fetch_sub(amount.0, Ordering::SeqCst);
+    pub async fn release(&self, amount: Micros) {
+        self.adjust(-amount.0).await;
     }
 
+    async fn adjust(&self, delta: i64) {
+        if delta == 0 {
+            return;
+        }
+        self.reserved.fetch_add(delta, Ordering::SeqCst);
+        if let Some((job, store)) = &self.ledger {
+            if let Err(e) = store.adjust_budget(job, Micros(delta)).await {
+                // Left as reserved: the job may stop a call early, never overspend.
+                tracing::warn!(job_id = %job, delta, error = %e, "budget adjustment not recorded");
+            }
+        }
+    }
+
+    /// What this process reserved (with what was spent before it, for a budget
+    /// kept in this process).
     pub fn reserved(&self) -> Micros {
         Micros(self.reserved.load(Ordering::SeqCst))
     }
@@ -213,21 +265,28 @@ impl ToolLayer {
         let price = self.provider.price(tool);
         let once = || async {
             let n = attempt.fetch_add(1, Ordering::Relaxed) + 1;
-            if !opts.budget.try_reserve(price) {
-                let e = ToolError::permanent(
-                    "budget_exhausted",
-                    format!(
-                        "the job's budget of {} would be passed by this call ({} reserved)",
-                        opts.budget.max().unwrap_or_default(),
-                        opts.budget.reserved()
-                    ),
-                );
-                return Err(e);
+            match opts.budget.try_reserve(price).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ToolError::permanent(
+                        "budget_exhausted",
+                        format!(
+                            "the job's budget of {} would be passed by this call",
+                            opts.budget.max().unwrap_or_default(),
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err(ToolError::transient(
+                        "budget_unavailable",
+                        format!("the job's budget could not be checked: {e}"),
+                    ));
+                }
             }
             let t = Instant::now();
             match self.provider.call(tool, args).await {
                 Ok(answer) => {
-                    opts.budget.settle(price, answer.cost);
+                    opts.budget.settle(price, answer.cost).await;
                     rec.step(
                         tool,
                         args_digest,
@@ -241,7 +300,7 @@ impl ToolLayer {
                     Ok(answer.body)
                 }
                 Err(e) => {
-                    opts.budget.release(price);
+                    opts.budget.release(price).await;
                     rec.step(
                         tool,
                         args_digest,
@@ -416,10 +475,60 @@ mod tests {
         assert_eq!(budget.reserved(), Micros(3_000));
     }
 
-    #[test]
-    fn budget_already_spent_counts() {
+    #[tokio::test]
+    async fn budget_already_spent_counts() {
         let b = Budget::new(Some(Micros(3_000)), Micros(2_000));
-        assert!(!b.try_reserve(Micros(1_500)));
-        assert!(b.try_reserve(Micros(1_000)));
+        assert!(!b.try_reserve(Micros(1_500)).await.unwrap());
+        assert!(b.try_reserve(Micros(1_000)).await.unwrap());
+    }
+
+    /// A job in a fresh store, for shared budgets.
+    async fn store_with_job() -> (Arc<dyn Store>, JobId) {
+        let store = trawl_store::SqliteStore::memory().await.unwrap();
+        let id = JobId::generate(now_ms(), 1);
+        let job = trawl_core::ports::JobRecord {
+            id: id.clone(),
+            name: "b".into(),
+            spec: serde_json::json!({}),
+            status: trawl_core::model::JobStatus::Running,
+            reason: None,
+            estimate: Micros::ZERO,
+            created_ms: now_ms(),
+            idempotency: None,
+        };
+        store.create_job(&job, &[]).await.unwrap();
+        (Arc::new(store), id)
+    }
+
+    #[tokio::test]
+    async fn processes_sharing_a_budget_never_pass_it_together() {
+        let (store, id) = store_with_job().await;
+        // Two "processes", each with its own Budget over the same store.
+        let a = Budget::shared(Some(Micros(4_500)), id.clone(), store.clone());
+        let b = Budget::shared(Some(Micros(4_500)), id.clone(), store.clone());
+        let mut granted = 0;
+        for _ in 0..3 {
+            granted += u32::from(a.try_reserve(Micros(1_500)).await.unwrap());
+            granted += u32::from(b.try_reserve(Micros(1_500)).await.unwrap());
+        }
+        assert_eq!(granted, 3, "4,500 of budget is three calls of 1,500");
+        // A failed call gives its reservation back to everyone.
+        b.release(Micros(1_500)).await;
+        assert!(a.try_reserve(Micros(1_500)).await.unwrap());
+        assert!(!b.try_reserve(Micros(1)).await.unwrap());
+        // A call billed less than reserved frees the difference.
+        a.settle(Micros(1_500), Micros(500)).await;
+        assert!(b.try_reserve(Micros(1_000)).await.unwrap());
+        assert!(!a.try_reserve(Micros(1)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_shared_budget_without_a_maximum_reserves_nothing_in_the_store() {
+        let (store, id) = store_with_job().await;
+        let a = Budget::shared(None, id.clone(), store.clone());
+        assert!(a.try_reserve(Micros(1_000_000)).await.unwrap());
+        // The store holds no reservation: a budget with a maximum still has all of it.
+        let b = Budget::shared(Some(Micros(1_500)), id, store);
+        assert!(b.try_reserve(Micros(1_500)).await.unwrap());
     }
 }

@@ -256,6 +256,7 @@ impl DeployArgs {
             .with_concurrency(self.concurrency)
             .with_redeliver(self.redeliver.clone())
             .with_stop_grace(self.stop_grace)
+            .with_shared_budget(true)
             .with_heartbeat((self.ack_wait / 3).max(Duration::from_millis(100)));
         Ok(crate::deployed::Settings {
             database_url: self.database_url.clone(),

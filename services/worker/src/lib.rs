@@ -74,6 +74,10 @@ pub struct WorkerConfig {
     /// After a stop is asked for, how long slices in flight may take to finish;
     /// those still running then are handed back to the queue (nak).
     pub stop_grace: Duration,
+    /// Keep the job's budget reservations in the store, shared by every worker
+    /// process (the deployed shape). Off, they are counted in this process only,
+    /// which is exact when it is the only one spending for the job.
+    pub shared_budget: bool,
 }
 
 impl Default for WorkerConfig {
@@ -87,6 +91,7 @@ impl Default for WorkerConfig {
             status_recheck: Duration::from_secs(2),
             redeliver: Vec::new(),
             stop_grace: Duration::from_secs(30),
+            shared_budget: false,
         }
     }
 }
@@ -127,6 +132,11 @@ impl WorkerConfig {
         self.stop_grace = d;
         self
     }
+
+    pub fn with_shared_budget(mut self, shared: bool) -> Self {
+        self.shared_budget = shared;
+        self
+    }
 }
 
 /// Job contexts by id, loaded from the store on first sight. Concurrent first
@@ -159,7 +169,7 @@ impl JobContexts {
     /// skipped).
     async fn get(
         &self,
-        store: &dyn Store,
+        store: &Arc<dyn Store>,
         id: &JobId,
         cfg: &WorkerConfig,
     ) -> Result<Option<Arc<JobContext>>, PortError> {
@@ -211,7 +221,7 @@ impl JobContexts {
 }
 
 async fn load_context(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     id: &JobId,
     cfg: &WorkerConfig,
 ) -> Result<Option<Arc<JobContext>>, PortError> {
@@ -227,14 +237,18 @@ async fn load_context(
         Some(s) => ItemValidator::new(s).map_err(PortError::Corrupt)?,
         None => ItemValidator::accept_all(),
     };
-    let spent = store.spent(id).await?;
+    let budget = if cfg.shared_budget {
+        Budget::shared(spec.budget.max, id.clone(), store.clone())
+    } else {
+        Budget::new(spec.budget.max, store.spent(id).await?)
+    };
     Ok(Some(Arc::new(JobContext {
         id: id.clone(),
         extractor: spec.extract.as_ref().map(Extractor::new),
         validator,
         retry: RetryPolicy::new(spec.max_attempts)
             .with_delays(cfg.retry_base_delay, cfg.retry_max_delay),
-        budget: Budget::new(spec.budget.max, spent),
+        budget,
         spec,
     })))
 }
@@ -356,7 +370,7 @@ impl Worker {
         let msg = &d.message;
         let Some(job) = self
             .jobs
-            .get(self.store.as_ref(), &msg.job_id, &self.config)
+            .get(&self.store, &msg.job_id, &self.config)
             .await?
         else {
             tracing::debug!("job is over or unknown; skipping slice");
