@@ -103,11 +103,12 @@ impl Budget {
             return;
         }
         self.reserved.fetch_add(delta, Ordering::SeqCst);
-        if let Some((job, store)) = &self.ledger {
-            if let Err(e) = store.adjust_budget(job, Micros(delta)).await {
-                // Left as reserved: the job may stop a call early, never overspend.
-                tracing::warn!(job_id = %job, delta, error = %e, "budget adjustment not recorded");
-            }
+        let Some((job, store)) = &self.ledger else {
+            return;
+        };
+        if let Err(e) = store.adjust_budget(job, Micros(delta)).await {
+            // Left as reserved: the job may stop a call early, never overspend.
+            tracing::warn!(job_id = %job, delta, error = %e, "budget adjustment not recorded");
         }
     }
 
