@@ -436,7 +436,7 @@ async fn bad_requests_get_problem_details_and_store_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
+async fn every_role_exits_zero_on_sigterm_and_a_stopped_workers_slices_run_elsewhere() {
     let sim = SimConfig::default().with_latency(Duration::from_millis(50));
     let d = Deployment::new(BIN, sim)
         .await
@@ -456,9 +456,20 @@ async fn a_worker_stops_on_sigterm_within_its_grace_and_exits_zero() {
         .await;
     let status = first.stop(Duration::from_secs(20)).await;
     assert!(status.success(), "worker exit: {status}\n{}", first.log());
-    let second = d.spawn("worker", "second");
+    let mut second = d.spawn("worker", "second");
     let job = finished(&client, &id, &[&api, &scheduler, &second]).await;
     assert_eq!(job["status"], "succeeded", "{job}");
+    // Every role stops on SIGTERM with exit 0.
+    let mut scheduler = scheduler;
+    for role in [&mut second, &mut scheduler, &mut api] {
+        let status = role.stop(Duration::from_secs(20)).await;
+        assert!(
+            status.success(),
+            "{} exit: {status}\n{}",
+            role.name,
+            role.log()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
