@@ -36,7 +36,7 @@ WORKERS = 2
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def job(n: int) -> str:
+def job(n: int, budget: bool = True) -> str:
     urls = ",\n    ".join(f'"https://shop.example/p/bench-{i}"' for i in range(n))
     return f"""name: bench-{n}
 pages:
@@ -58,8 +58,7 @@ schema:
     price: {{type: number, exclusiveMinimum: 0}}
     currency: {{type: string, pattern: "^[A-Z]{{3}}$"}}
 cache: {{max_age: 0}}
-budget: {{max_usd: 1000}}
-"""
+""" + ("budget: {max_usd: 1000}\n" if budget else "")
 
 
 def psql(sql: str) -> None:
@@ -125,7 +124,7 @@ def http(method: str, url: str, key: str, body: bytes = None, ctype: str = None)
         return json.loads(r.read())
 
 
-def trawl_run(binary: str, n: int) -> dict:
+def trawl_run(binary: str, n: int, budget: bool) -> dict:
     tag = f"{random.getrandbits(48):012x}"
     db = f"trawl_bench_{tag}"
     psql(f"CREATE DATABASE {db}")
@@ -165,7 +164,7 @@ def trawl_run(binary: str, n: int) -> dict:
             t0 = time.monotonic()
             cpu0 = machine_cpu()
             svc0 = service_cpu()
-            sub = http("POST", f"{api}/v1/jobs", key, job(n).encode(), "application/yaml")
+            sub = http("POST", f"{api}/v1/jobs", key, job(n, budget).encode(), "application/yaml")
             job_id = sub["job_id"]
             while True:
                 v = http("GET", f"{api}/v1/jobs/{job_id}", key)
@@ -210,6 +209,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slices", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--no-budget", action="store_true",
+                    help="submit the job without max_usd (no budget reservations)")
     args = ap.parse_args()
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl", "--bin", "trawl"], cwd=ROOT, check=True)
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl-tests", "--example", "bare_loop"],
@@ -217,7 +218,7 @@ def main() -> None:
     trawl_bin = os.path.join(ROOT, "target", "release", "trawl")
     bare_bin = os.path.join(ROOT, "target", "release", "examples", "bare_loop")
     for i in range(args.runs):
-        t = trawl_run(trawl_bin, args.slices)
+        t = trawl_run(trawl_bin, args.slices, not args.no_budget)
         b = bare_run(bare_bin, args.slices)
         t_rate = t["slices"] / t["wall_s"]
         b_rate = b["messages"] / b["wall_s"]

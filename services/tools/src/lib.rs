@@ -28,13 +28,25 @@ use trawl_core::retry::RetryPolicy;
 /// In one process ([`Budget::new`]) reservations are an atomic counter. When
 /// several processes spend for one job ([`Budget::shared`]), they are kept in the
 /// store (`Store::reserve_budget`), so that together they never pass the job's
-/// maximum; a job without a maximum reserves nothing anywhere.
+/// maximum: each process takes a lease of several calls' worth at a time (or, near
+/// the end, exactly one call's), and reserves its calls from it. A job without a
+/// maximum reserves nothing anywhere.
 pub struct Budget {
     max: Option<Micros>,
     reserved: AtomicI64,
     /// The job and the store holding its reservations, when shared.
     ledger: Option<(JobId, Arc<dyn Store>)>,
+    /// Shared budgets: money this process took from the store and has not yet
+    /// reserved for a call. Taken [`LEASE_CALLS`] calls' worth at a time, so that
+    /// most calls reserve without a round trip; never given back, so a process
+    /// that stops strands at most one lease (the ledger errs towards spending less).
+    lease: AtomicI64,
+    /// One refill of the lease at a time.
+    refill: tokio::sync::Mutex<()>,
 }
+
+/// How many calls' worth of a shared budget a process takes at a time.
+const LEASE_CALLS: i64 = 16;
 
 impl std::fmt::Debug for Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,6 +65,8 @@ impl Budget {
             max,
             reserved: AtomicI64::new(spent.0),
             ledger: None,
+            lease: AtomicI64::new(0),
+            refill: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -63,6 +77,8 @@ impl Budget {
             max,
             reserved: AtomicI64::new(0),
             ledger: max.is_some().then_some((job, store)),
+            lease: AtomicI64::new(0),
+            refill: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -70,7 +86,20 @@ impl Budget {
     /// ledger cannot be reached.
     pub async fn try_reserve(&self, amount: Micros) -> Result<bool, PortError> {
         if let (Some((job, store)), Some(max)) = (&self.ledger, self.max) {
-            let ok = store.reserve_budget(job, amount, max).await?;
+            let ok = self.take_from_lease(amount) || {
+                let _one = self.refill.lock().await;
+                // Another caller may have refilled it meanwhile.
+                self.take_from_lease(amount) || {
+                    let chunk = Micros(amount.0.saturating_mul(LEASE_CALLS));
+                    if store.reserve_budget(job, chunk, max).await? {
+                        self.lease.fetch_add(chunk.0 - amount.0, Ordering::SeqCst);
+                        true
+                    } else {
+                        // Near the end of the budget: exactly this call, or nothing.
+                        store.reserve_budget(job, amount, max).await?
+                    }
+                }
+            };
             if ok {
                 self.reserved.fetch_add(amount.0, Ordering::SeqCst);
             }
@@ -98,6 +127,15 @@ impl Budget {
         self.adjust(-amount.0).await;
     }
 
+    /// Takes `amount` from this process's lease of a shared budget, if it holds that much.
+    fn take_from_lease(&self, amount: Micros) -> bool {
+        self.lease
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
+                (l >= amount.0).then_some(l - amount.0)
+            })
+            .is_ok()
+    }
+
     async fn adjust(&self, delta: i64) {
         if delta == 0 {
             return;
@@ -106,6 +144,11 @@ impl Budget {
         let Some((job, store)) = &self.ledger else {
             return;
         };
+        if delta < 0 {
+            // Unspent: back to this process's lease, for its next calls.
+            self.lease.fetch_add(-delta, Ordering::SeqCst);
+            return;
+        }
         if let Err(e) = store.adjust_budget(job, Micros(delta)).await {
             // Left as reserved: the job may stop a call early, never overspend.
             tracing::warn!(job_id = %job, delta, error = %e, "budget adjustment not recorded");
@@ -504,7 +547,8 @@ mod tests {
     #[tokio::test]
     async fn processes_sharing_a_budget_never_pass_it_together() {
         let (store, id) = store_with_job().await;
-        // Two "processes", each with its own Budget over the same store.
+        // Two "processes", each with its own Budget over the same store. The
+        // budget is smaller than a lease: every call is reserved in the store.
         let a = Budget::shared(Some(Micros(4_500)), id.clone(), store.clone());
         let b = Budget::shared(Some(Micros(4_500)), id.clone(), store.clone());
         let mut granted = 0;
@@ -513,14 +557,36 @@ mod tests {
             granted += u32::from(b.try_reserve(Micros(1_500)).await.unwrap());
         }
         assert_eq!(granted, 3, "4,500 of budget is three calls of 1,500");
-        // A failed call gives its reservation back to everyone.
+        // A failed call's money stays with the process that reserved it.
         b.release(Micros(1_500)).await;
-        assert!(a.try_reserve(Micros(1_500)).await.unwrap());
-        assert!(!b.try_reserve(Micros(1)).await.unwrap());
-        // A call billed less than reserved frees the difference.
-        a.settle(Micros(1_500), Micros(500)).await;
+        assert!(!a.try_reserve(Micros(1_500)).await.unwrap());
+        assert!(b.try_reserve(Micros(1_500)).await.unwrap());
+        // A call billed less than reserved leaves the difference to its process.
+        b.settle(Micros(1_500), Micros(500)).await;
         assert!(b.try_reserve(Micros(1_000)).await.unwrap());
-        assert!(!a.try_reserve(Micros(1)).await.unwrap());
+        assert!(!b.try_reserve(Micros(1)).await.unwrap());
+        // Billed more than reserved: the store is told, the money is spent.
+        b.settle(Micros(1_000), Micros(1_600)).await;
+        let c = Budget::shared(Some(Micros(5_100)), id, store);
+        assert!(!c.try_reserve(Micros(1)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_process_leases_many_calls_at_once_and_others_get_the_rest() {
+        let (store, id) = store_with_job().await;
+        let max = Some(Micros(100 * 1_500));
+        let a = Budget::shared(max, id.clone(), store.clone());
+        let b = Budget::shared(max, id.clone(), store.clone());
+        for _ in 0..LEASE_CALLS {
+            assert!(a.try_reserve(Micros(1_500)).await.unwrap());
+        }
+        // One lease: the store holds 16 calls' worth for `a`, the rest for others.
+        let mut rest = 0;
+        while b.try_reserve(Micros(1_500)).await.unwrap() {
+            rest += 1;
+        }
+        assert_eq!(rest, 100 - LEASE_CALLS);
+        assert!(!a.try_reserve(Micros(1_500)).await.unwrap());
     }
 
     #[tokio::test]
