@@ -452,6 +452,8 @@ pub trait Store: Send + Sync {
 
     /// Stores the planned slices of a `pending` job and moves it to `status`, in one
     /// transaction. `false` (and nothing written) when the job is not `pending`.
+    /// The slices count as published now: the scheduler publishes every open slice
+    /// of a `queued` job before the job leaves `queued`, so no slice needs a mark.
     async fn plan_job(
         &self,
         id: &JobId,

@@ -7,10 +7,12 @@
 //! - **plan**: a `pending` job (stored by the API) is planned (pure), its slices
 //!   stored, and it moves to `queued`, or `awaiting_approval` with an approval
 //!   asked for;
-//! - **publish**: open slices of a `queued` or `running` job that were never handed
-//!   to the queue (or handed over so long ago that the message must have been
-//!   lost) are published and marked; the queue drops duplicates by message id, so
-//!   publishing twice is harmless;
+//! - **publish**: every open slice of a `queued` job is published before it turns
+//!   `running` (its planned slices need no marks); of a `running` job, slices
+//!   never handed to the queue (children whose worker died before publishing
+//!   them), and, when the queue is empty, slices published long ago without an
+//!   outcome, are published and marked; the queue drops duplicates by message id,
+//!   so publishing twice is harmless;
 //! - **finish**: a `running` job with no open slice ends `succeeded`, `partial` or
 //!   `failed` with its reason;
 //! - **dead letters**: a slice the queue gave up on is recorded failed
@@ -50,9 +52,8 @@ const JOBS_PER_PASS: u32 = 10_000;
 pub struct ServiceConfig {
     /// How often every live job is looked at, events or not.
     pub reconcile_every: Duration,
-    /// An open slice published this long ago without an outcome is published
-    /// again: its message must have been lost. Keep it above the queue's longest
-    /// redelivery schedule (ack wait × max deliver + backoff).
+    /// An open slice published this long ago without an outcome, while the queue
+    /// holds no message at all, is published again: its message was lost.
     pub republish_after: Duration,
     /// How long after a `slice.finished` the job's counts are read, so a burst of
     /// events costs one read.
@@ -63,7 +64,7 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             reconcile_every: Duration::from_secs(2),
-            republish_after: Duration::from_secs(30 * 60),
+            republish_after: Duration::from_secs(60),
             settle: Duration::from_millis(100),
         }
     }
@@ -181,15 +182,36 @@ impl Service {
         if status == JobStatus::Pending {
             status = self.plan_pending(&job).await?;
         }
-        if matches!(status, JobStatus::Queued | JobStatus::Running) {
+        if status == JobStatus::Queued {
+            // Every open slice, however often this runs again: a job leaves
+            // `queued` only once the queue has all of its slices.
+            self.publish_all(&job.id).await?;
+            self.store
+                .set_job_status(&job.id, JobStatus::Running, None)
+                .await?;
+            status = JobStatus::Running;
+        }
+        if status == JobStatus::Running {
             self.publish_open(&job.id).await?;
-            if status == JobStatus::Queued {
-                self.store
-                    .set_job_status(&job.id, JobStatus::Running, None)
-                    .await?;
-            }
             self.finish_if_done(&job).await?;
         }
+        Ok(())
+    }
+
+    /// Publishes every open slice of a job (the queue drops those it has).
+    async fn publish_all(&self, id: &JobId) -> Result<(), PortError> {
+        let open = self.store.open_slices(id).await?;
+        for chunk in open.chunks(PUBLISH_BATCH as usize) {
+            let msgs: Vec<SliceMessage> = chunk
+                .iter()
+                .map(|slice| SliceMessage {
+                    job_id: id.clone(),
+                    slice: slice.clone(),
+                })
+                .collect();
+            self.queue.publish_many(&msgs).await?;
+        }
+        debug!(job_id = %id, slices = open.len(), "published");
         Ok(())
     }
 
@@ -229,9 +251,16 @@ impl Service {
         Ok(status)
     }
 
-    /// Publishes the job's open slices that the queue has not got.
+    /// Publishes the job's open slices that the queue has not got: those never
+    /// published (children whose worker died before publishing them), and, when
+    /// the queue holds nothing at all, those published long ago (their message
+    /// was lost; while the queue has messages, they may just be waiting their turn).
     async fn publish_open(&self, id: &JobId) -> Result<(), PortError> {
-        let stale_before = now_ms() - self.config.republish_after.as_millis() as i64;
+        let stale_before = if self.queue.lag().await? == 0 {
+            now_ms() - self.config.republish_after.as_millis() as i64
+        } else {
+            i64::MIN
+        };
         loop {
             let slices = self
                 .store

@@ -763,10 +763,29 @@ pub(crate) async fn a_pending_job_is_planned_once(f: &dyn Fixture) {
     );
     let back = store.job(&job.id).await.unwrap().unwrap();
     assert_eq!(back.status, JobStatus::AwaitingApproval);
-    assert_eq!(store.open_slices(&job.id).await.unwrap(), sorted(slices));
+    assert_eq!(
+        store.open_slices(&job.id).await.unwrap(),
+        sorted(slices.clone())
+    );
     let counts = store.counts(&job.id).await.unwrap();
     assert_eq!(counts.slices_total, 2);
     assert_eq!(counts, f.recount(&job.id).await);
+    // Planned slices count as published when planned: not "never published"...
+    let planned_at = back.created_ms.max(0);
+    assert!(
+        store
+            .slices_to_publish(&job.id, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // ...and stale once the bound passes their planning time.
+    let later = trawl_core::model::now_ms() + 1;
+    assert!(later > planned_at);
+    assert_eq!(
+        store.slices_to_publish(&job.id, later, 10).await.unwrap(),
+        sorted(slices)
+    );
 
     // No longer pending: planning again writes nothing.
     assert!(

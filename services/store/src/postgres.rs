@@ -283,7 +283,7 @@ impl Store for PgStore {
         .execute(&mut *tx)
         .await
         .port()?;
-        insert_slices(&mut tx, &job.id, slices, now).await?;
+        insert_slices(&mut tx, &job.id, slices, now, None).await?;
         tx.commit().await.port()
     }
 
@@ -537,7 +537,7 @@ impl Store for PgStore {
                 None => Err(no_job(id)),
             };
         }
-        insert_slices(&mut tx, id, slices, now).await?;
+        insert_slices(&mut tx, id, slices, now, Some(now)).await?;
         tx.commit().await.port()?;
         Ok(true)
     }

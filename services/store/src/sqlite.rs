@@ -438,6 +438,13 @@ impl Store for SqliteStore {
         }
         let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
         insert_slices(&mut tx, &rows).await?;
+        // Published as of now (see the trait): the job had no slices before.
+        sqlx::query("UPDATE slices SET published_ms = ? WHERE job_id = ?")
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .port()?;
         tx.commit().await.port()?;
         Ok(true)
     }

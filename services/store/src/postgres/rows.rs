@@ -76,17 +76,20 @@ pub(super) fn to_i64(n: u64) -> i64 {
 }
 
 /// Inserts pending slices of a job; ids the job already has are skipped.
+/// Inserts pending slices, noted as published at `published_ms` if given.
 pub(super) async fn insert_slices(
     conn: &mut PgConnection,
     job: &JobId,
     slices: &[SliceSpec],
     now: i64,
+    published_ms: Option<i64>,
 ) -> Result<(), PortError> {
     for chunk in slices.chunks(SLICES_PER_STATEMENT) {
         let columns = SliceColumns::of(chunk.iter())?;
         sqlx::query(
-            "INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms) \
-             SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $2 \
+            "INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms, \
+                 published_ms) \
+             SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $2, $7 \
              FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[]) \
                  AS t (slice_id, parent_id, kind, spec) \
              ON CONFLICT DO NOTHING",
@@ -97,6 +100,7 @@ pub(super) async fn insert_slices(
         .bind(&columns.parents)
         .bind(&columns.kinds)
         .bind(&columns.specs)
+        .bind(published_ms)
         .execute(&mut *conn)
         .await
         .port()?;
