@@ -21,6 +21,25 @@ use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::watch;
 use trawl_sim::{SimConfig, SimHandle};
 
+/// The extraction and schema of the tests' product-page jobs: JSON-LD name,
+/// price and currency, a CSS title and a regex SKU; the simulator's deliberately
+/// broken pages fail the schema.
+pub const EXTRACT: &str = r#"
+extract:
+  fields:
+    name:     {jsonld: "name"}
+    price:    {jsonld: "offers.price", type: number}
+    currency: {jsonld: "offers.priceCurrency"}
+    title:    {css: "h1"}
+    sku:      {regex: "SKU: ([A-Z0-9-]+)"}
+schema:
+  type: object
+  required: [name, price, currency]
+  properties:
+    price: {type: number, exclusiveMinimum: 0}
+    currency: {type: string, pattern: "^[A-Z]{3}$"}
+"#;
+
 /// Postgres with trust auth, as on the project's machines.
 pub fn postgres_admin_url() -> String {
     std::env::var("TRAWL_TEST_DATABASE_URL")

@@ -21,28 +21,13 @@ use trawl_queue::nats::{NatsConfig, NatsQueue};
 use trawl_sim::SimConfig;
 use trawl_store::PgStore;
 use trawl_tests::{
-    Deployment, NatsServer, RedisServer, Role, is_terminal, item_keys, read_lines, slices_done,
+    Deployment, EXTRACT, NatsServer, RedisServer, Role, is_terminal, item_keys, read_lines,
+    slices_done,
 };
 use trawl_worker::WorkerConfig;
 
 /// The `trawl` command line, built as this package's `trawl-e2e` binary.
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
-
-const EXTRACT: &str = r#"
-extract:
-  fields:
-    name:     {jsonld: "name"}
-    price:    {jsonld: "offers.price", type: number}
-    currency: {jsonld: "offers.priceCurrency"}
-    title:    {css: "h1"}
-    sku:      {regex: "SKU: ([A-Z0-9-]+)"}
-schema:
-  type: object
-  required: [name, price, currency]
-  properties:
-    price: {type: number, exclusiveMinimum: 0}
-    currency: {type: string, pattern: "^[A-Z]{3}$"}
-"#;
 
 /// Searches that spawn page slices, plus direct pages: enough slices that some
 /// pages are malformed on purpose (rejections) and a job takes a while.

@@ -17,6 +17,7 @@ use trawl_core::plan::plan;
 use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
 use trawl_sim::{Faults, SimConfig};
+use trawl_tests::EXTRACT;
 use trawl_worker::WorkerConfig;
 
 const PRICE: i64 = 1_500;
@@ -63,22 +64,6 @@ fn lines(path: &Path) -> Vec<Value> {
 fn spec(text: &str) -> JobSpec {
     JobSpec::parse(text).unwrap()
 }
-
-const EXTRACT: &str = r#"
-extract:
-  fields:
-    name:     {jsonld: "name"}
-    price:    {jsonld: "offers.price", type: number}
-    currency: {jsonld: "offers.priceCurrency"}
-    title:    {css: "h1"}
-    sku:      {regex: "SKU: ([A-Z0-9-]+)"}
-schema:
-  type: object
-  required: [name, price, currency]
-  properties:
-    price: {type: number, exclusiveMinimum: 0}
-    currency: {type: string, pattern: "^[A-Z]{3}$"}
-"#;
 
 fn pages_job(n: usize, geos: &str, extra: &str) -> JobSpec {
     let urls: Vec<String> = (0..n)
