@@ -492,9 +492,23 @@ pub(crate) async fn cancel_job(
             job.status.as_str()
         )));
     }
+    let ended = state
+        .store
+        .end_job(&job.id, JobStatus::Cancelled, Some(CANCEL_REASON))
+        .await?;
+    if !ended {
+        // It ended between the read above and the write: say how.
+        let job = load_job(&state, job.id.as_str()).await?;
+        return Err(ApiError::Conflict(format!(
+            "job {} has already ended: it is {}",
+            job.id,
+            job.status.as_str()
+        )));
+    }
+    // A spend approval it was waiting for is moot now.
     state
         .store
-        .set_job_status(&job.id, JobStatus::Cancelled, Some(CANCEL_REASON))
+        .decide_approval(&job.id, false, "cancelled over the API")
         .await?;
     tracing::info!(job_id = %job.id, "job cancelled over the API");
     emit(

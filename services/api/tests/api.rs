@@ -928,6 +928,35 @@ async fn parked_job(app: &App, name: &str) -> JobId {
 }
 
 #[tokio::test]
+async fn cancelling_a_job_awaiting_approval_declines_its_approval() {
+    let app = spawn_app().await;
+    let job = parked_job(&app, "moot").await;
+    assert_eq!(
+        app.get("/v1/approvals").await.json()["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let c = app.post(&format!("/v1/jobs/{job}/cancel")).await;
+    assert_eq!(
+        c.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&c.body)
+    );
+    assert!(
+        app.get("/v1/approvals").await.json()["approvals"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no approval left pending for a cancelled job"
+    );
+    let all = app.get("/v1/approvals?status=all").await.json();
+    assert_eq!(all["approvals"][0]["status"], "rejected");
+}
+
+#[tokio::test]
 async fn approvals_are_listed_approved_rejected_and_decided_once() {
     let mut app = spawn_app().await;
     let a_job = parked_job(&app, "a").await;

@@ -404,6 +404,15 @@ pub trait Store: Send + Sync {
         status: JobStatus,
         reason: Option<&str>,
     ) -> Result<(), PortError>;
+    /// Ends a job with a terminal `status`, unless it has already ended: `false`
+    /// (nothing written) then, so a cancel and a finish racing each other cannot
+    /// overwrite one another.
+    async fn end_job(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<bool, PortError>;
     /// Slices not yet terminal.
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError>;
     /// Writes a slice's items, rejections, trace, costs, children and status in one

@@ -296,18 +296,16 @@ impl Service {
         if counts.slices_open() > 0 {
             return Ok(());
         }
-        // Read again: a cancel over the API may have ended it meanwhile.
-        let Some(current) = self.store.job(&job.id).await? else {
-            return Ok(());
-        };
-        if current.status.is_terminal() {
-            return Ok(());
-        }
         let status = JobStatus::from_slices(counts.slices_succeeded, counts.slices_failed);
         let reason = reason_for(&counts, &JobSpec::from_value(job.spec.clone()).ok());
-        self.store
-            .set_job_status(&job.id, status, reason.as_deref())
-            .await?;
+        // Only if it has not ended meanwhile (a cancel over the API).
+        if !self
+            .store
+            .end_job(&job.id, status, reason.as_deref())
+            .await?
+        {
+            return Ok(());
+        }
         info!(job_id = %job.id, status = status.as_str(), items = counts.items_valid, "job finished");
         Ok(())
     }

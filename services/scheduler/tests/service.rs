@@ -126,6 +126,14 @@ impl Store for Hooked {
     ) -> Result<(), PortError> {
         self.inner.set_job_status(id, status, reason).await
     }
+    async fn end_job(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<bool, PortError> {
+        self.inner.end_job(id, status, reason).await
+    }
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
         self.inner.open_slices(id).await
     }

@@ -57,6 +57,7 @@ macro_rules! suite {
             pages_start_strictly_after_their_cursor,
             the_store_answers_a_ping,
             budget_reservations_are_shared_and_never_pass_the_maximum,
+            a_job_ends_once,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -1193,4 +1194,33 @@ pub(crate) async fn budget_reservations_are_shared_and_never_pass_the_maximum(f:
     // An unknown job reserves nothing.
     let nobody = JobId::generate(1, 99);
     assert!(!store.reserve_budget(&nobody, Micros(1), max).await.unwrap());
+}
+
+pub(crate) async fn a_job_ends_once(f: &dyn Fixture) {
+    let store = f.store();
+    let store = store.as_ref();
+    let job = new_job(store, 1, &[search("a")]).await;
+    assert!(
+        store
+            .end_job(&job, JobStatus::Cancelled, Some("by a test"))
+            .await
+            .unwrap()
+    );
+    // A finish racing the cancel writes nothing.
+    assert!(
+        !store
+            .end_job(&job, JobStatus::Succeeded, None)
+            .await
+            .unwrap()
+    );
+    let back = store.job(&job).await.unwrap().unwrap();
+    assert_eq!(back.status, JobStatus::Cancelled);
+    assert_eq!(back.reason.as_deref(), Some("by a test"));
+    // Not a terminal status: refused. Unknown job: not found.
+    assert!(store.end_job(&job, JobStatus::Running, None).await.is_err());
+    let nobody = JobId::generate(1, 98);
+    assert!(matches!(
+        store.end_job(&nobody, JobStatus::Failed, None).await,
+        Err(PortError::NotFound(_))
+    ));
 }

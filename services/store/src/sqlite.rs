@@ -273,6 +273,35 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn end_job(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<bool, PortError> {
+        if !status.is_terminal() {
+            return Err(PortError::Corrupt(format!(
+                "end_job of {id} with {}, which is not a terminal status",
+                status.as_str()
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE jobs SET status = ?, reason = ?, updated_ms = ? WHERE id = ? \
+             AND status NOT IN ('succeeded', 'partial', 'failed', 'cancelled')",
+        )
+        .bind(status.as_str())
+        .bind(reason)
+        .bind(now_ms())
+        .bind(id.as_str())
+        .execute(&mut *self.conn().await?)
+        .await
+        .port()?;
+        if done.rows_affected() == 0 && self.job(id).await?.is_none() {
+            return Err(no_job(id));
+        }
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
         let rows = sqlx::query(
             "SELECT spec FROM slices WHERE job_id = ? AND status = 'pending' ORDER BY slice_id",
