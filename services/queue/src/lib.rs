@@ -21,7 +21,7 @@
 //!   expired deliveries are processed lazily by whoever looks at the queue next
 //!   (a puller, a dead-letter reader, an acker or a metrics call), so the queue
 //!   needs no background task.
-//! - [`events`]: [`InProcessEvents`], which forwards `SliceFinished` events into
+//! - [`events`]: [`InProcessEvents`], which forwards every [`Event`](trawl_core::ports::Event) into
 //!   an unbounded channel read by the scheduler.
 //! - [`nats`]: the distributed adapters, [`NatsQueue`] and [`NatsEvents`] on one
 //!   [`Nats`] connection, configured by [`NatsConfig`]; payloads are the protobuf
