@@ -363,7 +363,7 @@ impl SliceQueue for NatsQueue {
     }
 
     /// Sends every message before awaiting any acknowledgement, at most
-    /// [`PUBLISH_WINDOW`] unacknowledged at a time.
+    /// 256 (`PUBLISH_WINDOW`) unacknowledged at a time.
     async fn publish_many(&self, msgs: &[SliceMessage]) -> Result<(), PortError> {
         let link = self.link();
         link.check_up()?;
