@@ -2,7 +2,8 @@
 //! scheduler and worker process of a deployment.
 //!
 //! - this file: connecting, migrations, and the [`Store`] methods;
-//! - `outcomes`: `record_outcome`, one statement per outcome;
+//! - `outcomes`: `record_outcome`, group-committed: one statement per batch of
+//!   outcomes that arrive together;
 //! - `rows`: multi-row inserts (`UNNEST` of arrays) and decoding rows back into
 //!   records.
 //!
@@ -118,6 +119,8 @@ macro_rules! select_approvals {
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Group commit of outcomes (see [`outcomes`]).
+    outcomes: std::sync::Arc<outcomes::Batcher>,
 }
 
 impl PgStore {
@@ -140,7 +143,8 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(|e| cannot_connect(url, e))?;
-        Ok(PgStore { pool })
+        let outcomes = std::sync::Arc::new(outcomes::Batcher::start(pool.clone()));
+        Ok(PgStore { pool, outcomes })
     }
 
     /// Waits for the calls in progress to give their connections back, then closes
@@ -366,7 +370,7 @@ impl Store for PgStore {
         slice: &SliceId,
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
-        outcomes::record(&self.pool, job, slice, outcome).await
+        self.outcomes.record(job, slice, outcome).await
     }
 
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {

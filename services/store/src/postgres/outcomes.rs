@@ -1,108 +1,248 @@
-//! `record_outcome`: one statement, hence one transaction and one round trip, per
-//! outcome.
+//! `record_outcome`, group-committed: outcomes that arrive while others are being
+//! written are written together, in one statement (one transaction, one round
+//! trip) per batch of up to [`BATCH`].
 //!
-//! The statement is a chain of data-modifying CTEs:
+//! Callers hand their outcome to [`Batcher`] and wait for their answer; a few
+//! writer tasks ([`WRITERS`]) each take what is waiting and write it. A write goes
+//! on when its caller is dropped (a worker stopping), so no outcome is half-taken.
 //!
-//! 1. `claim` moves the slice out of `pending` and writes its status, error and
-//!    tallies: `UPDATE slices … WHERE job_id = $1 AND slice_id = $2 AND status =
-//!    'pending'`. Two transactions claiming one slice queue on its row lock; the
-//!    second then sees it terminal and claims nothing.
-//! 2. items, rejections, trace steps and costs are inserted from one array per
-//!    column, each `WHERE EXISTS (SELECT 1 FROM claim)` and `ON CONFLICT DO NOTHING`
-//!    on their (job, slice, seq) keys: no claim, no row.
-//! 3. children are inserted the same way, sorted by id so that two outcomes adding
-//!    the same children wait for each other in one order (never a deadlock), and
+//! The statement is a chain of data-modifying CTEs over one array per column:
+//!
+//! 1. `locked` locks the batch's slices that are still `pending`, in (job, slice)
+//!    order, so two batches claiming overlapping slices wait for each other in one
+//!    order (never a deadlock); a slice another transaction ended meanwhile drops
+//!    out when the lock is granted. `claim` then writes their status, error and
+//!    tallies.
+//! 2. items, rejections, trace steps and costs are inserted only for claimed
+//!    slices, `ON CONFLICT DO NOTHING` on their (job, slice, seq) keys.
+//! 3. children of claimed slices are inserted the same way, sorted by id,
 //!    `RETURNING` the ids that were new.
 //!
-//! The main query says whether the claim moved a row, whether the slice exists at
-//! all (else the answer is `NotFound`), and which children were new.
+//! The answer says which slices were claimed, which exist at all (else
+//! `NotFound`), and which children were new; each caller gets its own part. A batch
+//! never holds one slice twice: a second outcome of a slice waits for the next one,
+//! where it finds the slice terminal and writes nothing.
 //!
 //! Records are de-duplicated by seq (children by id) before they are sent, the
 //! first of each kept, as the SQLite store's `ON CONFLICT DO NOTHING` keeps the
 //! first: the tallies written on the slice row then equal the rows stored.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use sqlx::postgres::PgPool;
+use tokio::sync::{Mutex, mpsc, oneshot};
 use trawl_core::model::{JobId, SliceId, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::ports::{PortError, Recorded};
 
-use super::rows::{SliceColumns, get, json, text, to_i64};
+use super::rows::{get, json, text, to_i64};
 use crate::error::ResultExt;
 
+/// Outcomes written by one statement, at most.
+const BATCH: usize = 64;
+/// Statements in flight at once, each on its own connection.
+const WRITERS: usize = 4;
+
 const RECORD: &str = "\
-WITH claim AS (
-    UPDATE slices SET status = $3, error_code = $4, error_message = $5, finished_ms = $6,
-        items_valid = $7, items_rejected = $8, upstream_calls = $9, cache_hits = $10,
-        cost = $11
-    WHERE job_id = $1 AND slice_id = $2 AND status = 'pending'
-    RETURNING 1
+WITH input AS (
+    SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+            $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
+        AS t (job_id, slice_id, status, error_code, error_message, items_valid,
+            items_rejected, upstream_calls, cache_hits, cost)
+), locked AS (
+    SELECT s.job_id, s.slice_id FROM slices s
+    JOIN input i ON s.job_id = i.job_id AND s.slice_id = i.slice_id
+    WHERE s.status = 'pending'
+    ORDER BY s.job_id, s.slice_id
+    FOR UPDATE OF s
+), claim AS (
+    UPDATE slices s SET status = i.status, error_code = i.error_code,
+        error_message = i.error_message, finished_ms = $11, items_valid = i.items_valid,
+        items_rejected = i.items_rejected, upstream_calls = i.upstream_calls,
+        cache_hits = i.cache_hits, cost = i.cost
+    FROM input i, locked l
+    WHERE s.job_id = l.job_id AND s.slice_id = l.slice_id
+        AND i.job_id = l.job_id AND i.slice_id = l.slice_id
+    RETURNING s.job_id, s.slice_id
 ), new_items AS (
     INSERT INTO items (job_id, slice_id, seq, kind, url, geo, data)
-    SELECT $1, $2, t.seq, t.kind, t.url, t.geo, t.data::jsonb
-    FROM UNNEST($12::bigint[], $13::text[], $14::text[], $15::text[], $16::text[])
-        AS t (seq, kind, url, geo, data)
-    WHERE EXISTS (SELECT 1 FROM claim)
+    SELECT t.job_id, t.slice_id, t.seq, t.kind, t.url, t.geo, t.data::jsonb
+    FROM UNNEST($12::text[], $13::text[], $14::bigint[], $15::text[], $16::text[],
+            $17::text[], $18::text[])
+        AS t (job_id, slice_id, seq, kind, url, geo, data)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_rejections AS (
     INSERT INTO rejections (job_id, slice_id, seq, url, geo, data, errors)
-    SELECT $1, $2, t.seq, t.url, t.geo, t.data::jsonb, t.errors::jsonb
-    FROM UNNEST($17::bigint[], $18::text[], $19::text[], $20::text[], $21::text[])
-        AS t (seq, url, geo, data, errors)
-    WHERE EXISTS (SELECT 1 FROM claim)
+    SELECT t.job_id, t.slice_id, t.seq, t.url, t.geo, t.data::jsonb, t.errors::jsonb
+    FROM UNNEST($19::text[], $20::text[], $21::bigint[], $22::text[], $23::text[],
+            $24::text[], $25::text[])
+        AS t (job_id, slice_id, seq, url, geo, data, errors)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_trace AS (
     INSERT INTO trace_steps (job_id, slice_id, seq, tool, args_digest, cache_hit, attempt,
         status, error, latency_us, cost, at_ms)
-    SELECT $1, $2, t.seq, t.tool, t.args_digest, t.cache_hit, t.attempt, t.status, t.error,
-        t.latency_us, t.cost, t.at_ms
-    FROM UNNEST($22::bigint[], $23::text[], $24::text[], $25::bool[], $26::bigint[],
-            $27::text[], $28::text[], $29::bigint[], $30::bigint[], $31::bigint[])
-        AS t (seq, tool, args_digest, cache_hit, attempt, status, error, latency_us, cost,
-            at_ms)
-    WHERE EXISTS (SELECT 1 FROM claim)
+    SELECT t.job_id, t.slice_id, t.seq, t.tool, t.args_digest, t.cache_hit, t.attempt,
+        t.status, t.error, t.latency_us, t.cost, t.at_ms
+    FROM UNNEST($26::text[], $27::text[], $28::bigint[], $29::text[], $30::text[],
+            $31::bool[], $32::bigint[], $33::text[], $34::text[], $35::bigint[],
+            $36::bigint[], $37::bigint[])
+        AS t (job_id, slice_id, seq, tool, args_digest, cache_hit, attempt, status, error,
+            latency_us, cost, at_ms)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_costs AS (
     INSERT INTO costs (job_id, slice_id, seq, product, amount)
-    SELECT $1, $2, t.seq, t.product, t.amount
-    FROM UNNEST($32::bigint[], $33::text[], $34::bigint[]) AS t (seq, product, amount)
-    WHERE EXISTS (SELECT 1 FROM claim)
+    SELECT t.job_id, t.slice_id, t.seq, t.product, t.amount
+    FROM UNNEST($38::text[], $39::text[], $40::bigint[], $41::text[], $42::bigint[])
+        AS t (job_id, slice_id, seq, product, amount)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_children AS (
     INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms)
-    SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $6
-    FROM UNNEST($35::text[], $36::text[], $37::text[], $38::text[])
-        AS t (slice_id, parent_id, kind, spec)
-    WHERE EXISTS (SELECT 1 FROM claim)
-    ORDER BY t.slice_id COLLATE \"C\"
+    SELECT t.job_id, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $11
+    FROM UNNEST($43::text[], $44::text[], $45::text[], $46::text[], $47::text[],
+            $48::text[])
+        AS t (job_id, from_slice, slice_id, parent_id, kind, spec)
+    WHERE (t.job_id, t.from_slice) IN (SELECT job_id, slice_id FROM claim)
+    ORDER BY t.job_id COLLATE \"C\", t.slice_id COLLATE \"C\"
     ON CONFLICT DO NOTHING
-    RETURNING slice_id
+    RETURNING job_id, slice_id
 )
-SELECT EXISTS (SELECT 1 FROM claim) AS claimed,
-    EXISTS (SELECT 1 FROM slices WHERE job_id = $1 AND slice_id = $2) AS known,
-    ARRAY(SELECT slice_id FROM new_children) AS new_children";
+SELECT ARRAY(SELECT job_id || ' ' || slice_id FROM claim) AS claimed,
+    ARRAY(SELECT s.job_id || ' ' || s.slice_id FROM slices s
+        JOIN input i ON s.job_id = i.job_id AND s.slice_id = i.slice_id) AS known,
+    ARRAY(SELECT job_id || ' ' || slice_id FROM new_children) AS new_children";
 
-/// The records of `of`, first of each key kept, in their order.
-fn first_of_each<'a, T, K: std::hash::Hash + Eq>(
-    records: &'a [T],
-    key: impl Fn(&'a T) -> K,
-) -> Vec<&'a T> {
-    let mut seen = HashSet::with_capacity(records.len());
-    records.iter().filter(|r| seen.insert(key(r))).collect()
+/// One outcome waiting to be written, and where its answer goes.
+struct Pending {
+    job: JobId,
+    slice: SliceId,
+    outcome: SliceOutcome,
+    answer: oneshot::Sender<Result<Recorded, PortError>>,
 }
 
-fn count(n: usize) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
+/// Hands outcomes to the writer tasks. The tasks end when the last clone of the
+/// store (and so of the sender) is dropped.
+#[derive(Debug)]
+pub(super) struct Batcher {
+    tx: mpsc::UnboundedSender<Pending>,
 }
 
-/// Writes `outcome` for `slice` if the slice is still pending (see the module doc).
-pub(super) async fn record(
-    pool: &PgPool,
-    job: &JobId,
-    slice: &SliceId,
-    outcome: &SliceOutcome,
-) -> Result<Recorded, PortError> {
-    let o = outcome;
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("job", &self.job)
+            .field("slice", &self.slice)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Batcher {
+    pub(super) fn start(pool: PgPool) -> Batcher {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..WRITERS {
+            tokio::spawn(writer(pool.clone(), Arc::clone(&rx)));
+        }
+        Batcher { tx }
+    }
+
+    /// Writes `outcome` for `slice` if the slice is still pending (see the module doc).
+    pub(super) async fn record(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        outcome: &SliceOutcome,
+    ) -> Result<Recorded, PortError> {
+        let (answer, rx) = oneshot::channel();
+        self.tx
+            .send(Pending {
+                job: job.clone(),
+                slice: slice.clone(),
+                outcome: outcome.clone(),
+                answer,
+            })
+            .map_err(|_| PortError::Unavailable("the store is closed".into()))?;
+        rx.await
+            .map_err(|_| PortError::Unavailable("the outcome writer stopped".into()))?
+    }
+}
+
+/// Takes what is waiting (one slice once per batch), writes it, answers each caller.
+async fn writer(pool: PgPool, rx: Arc<Mutex<mpsc::UnboundedReceiver<Pending>>>) {
+    let mut deferred: Vec<Pending> = Vec::new();
+    loop {
+        let mut batch: Vec<Pending> = Vec::with_capacity(BATCH);
+        let mut keys: HashSet<(JobId, SliceId)> = HashSet::new();
+        let mut later: Vec<Pending> = Vec::new();
+        for p in deferred.drain(..) {
+            if batch.len() < BATCH && keys.insert((p.job.clone(), p.slice.clone())) {
+                batch.push(p);
+            } else {
+                later.push(p);
+            }
+        }
+        // An idle writer holds the receiver while it waits for the next outcome;
+        // one that has deferred outcomes to write only adds what it can get
+        // without waiting for that lock.
+        let mut rx = if batch.is_empty() {
+            let mut rx = rx.lock().await;
+            match rx.recv().await {
+                Some(p) => {
+                    keys.insert((p.job.clone(), p.slice.clone()));
+                    batch.push(p);
+                }
+                None => return,
+            }
+            Some(rx)
+        } else {
+            rx.try_lock().ok()
+        };
+        while let Some(rx) = rx.as_mut() {
+            if batch.len() >= BATCH {
+                break;
+            }
+            let Ok(p) = rx.try_recv() else { break };
+            if keys.insert((p.job.clone(), p.slice.clone())) {
+                batch.push(p);
+            } else {
+                later.push(p);
+            }
+        }
+        drop(rx);
+        deferred = later;
+        write(&pool, batch).await;
+    }
+}
+
+/// Writes one batch and answers every caller in it.
+async fn write(pool: &PgPool, batch: Vec<Pending>) {
+    match write_batch(pool, &batch).await {
+        Ok(answers) => {
+            for (p, a) in batch.into_iter().zip(answers) {
+                let _ = p.answer.send(a);
+            }
+        }
+        Err(e) => {
+            for p in batch {
+                let _ = p.answer.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// One outcome's records, de-duplicated, as the statement wants them.
+struct Prepared<'a> {
+    items: Vec<&'a trawl_core::model::Item>,
+    rejections: Vec<&'a trawl_core::model::Rejection>,
+    trace: Vec<&'a trawl_core::model::TraceStep>,
+    costs: Vec<&'a trawl_core::model::CostEntry>,
+    children: Vec<&'a SliceSpec>,
+}
+
+fn prepare<'a>(job: &JobId, slice: &SliceId, o: &'a SliceOutcome) -> Prepared<'a> {
     let strays = o.items.iter().filter(|r| &r.slice_id != slice).count()
         + o.rejections.iter().filter(|r| &r.slice_id != slice).count()
         + o.trace.iter().filter(|r| &r.slice_id != slice).count()
@@ -113,126 +253,259 @@ pub(super) async fn record(
         tracing::warn!(job_id = %job, slice_id = %slice, strays,
             "outcome records name another slice; stored under this one");
     }
-    let items = first_of_each(&o.items, |r| r.seq);
-    let rejections = first_of_each(&o.rejections, |r| r.seq);
-    let trace = first_of_each(&o.trace, |r| r.seq);
-    let costs = first_of_each(&o.costs, |r| r.seq);
-    let children: Vec<&SliceSpec> = first_of_each(&o.children, |c| &c.id);
-    let upstream = trace.iter().filter(|t| !t.cache_hit).count();
-    let cost: i64 = costs
+    Prepared {
+        items: first_of_each(&o.items, |r| r.seq),
+        rejections: first_of_each(&o.rejections, |r| r.seq),
+        trace: first_of_each(&o.trace, |r| r.seq),
+        costs: first_of_each(&o.costs, |r| r.seq),
+        children: first_of_each(&o.children, |c| &c.id),
+    }
+}
+
+/// The columns of a batch, one vector per statement parameter.
+#[derive(Default)]
+struct Columns {
+    // slices
+    s_job: Vec<String>,
+    s_slice: Vec<String>,
+    s_status: Vec<&'static str>,
+    s_code: Vec<Option<String>>,
+    s_message: Vec<Option<String>>,
+    s_valid: Vec<i64>,
+    s_rejected: Vec<i64>,
+    s_upstream: Vec<i64>,
+    s_hits: Vec<i64>,
+    s_cost: Vec<i64>,
+    // items
+    i_job: Vec<String>,
+    i_slice: Vec<String>,
+    i_seq: Vec<i64>,
+    i_kind: Vec<&'static str>,
+    i_url: Vec<String>,
+    i_geo: Vec<String>,
+    i_data: Vec<String>,
+    // rejections
+    r_job: Vec<String>,
+    r_slice: Vec<String>,
+    r_seq: Vec<i64>,
+    r_url: Vec<String>,
+    r_geo: Vec<String>,
+    r_data: Vec<String>,
+    r_errors: Vec<String>,
+    // trace steps
+    t_job: Vec<String>,
+    t_slice: Vec<String>,
+    t_seq: Vec<i64>,
+    t_tool: Vec<String>,
+    t_digest: Vec<String>,
+    t_hit: Vec<bool>,
+    t_attempt: Vec<i64>,
+    t_status: Vec<String>,
+    t_error: Vec<Option<String>>,
+    t_latency: Vec<i64>,
+    t_cost: Vec<i64>,
+    t_at: Vec<i64>,
+    // costs
+    c_job: Vec<String>,
+    c_slice: Vec<String>,
+    c_seq: Vec<i64>,
+    c_product: Vec<String>,
+    c_amount: Vec<i64>,
+    // children
+    k_job: Vec<String>,
+    k_from: Vec<String>,
+    k_slice: Vec<String>,
+    k_parent: Vec<Option<String>>,
+    k_kind: Vec<&'static str>,
+    k_spec: Vec<String>,
+}
+
+impl Columns {
+    fn add(
+        &mut self,
+        job: &JobId,
+        slice: &SliceId,
+        o: &SliceOutcome,
+        p: &Prepared<'_>,
+    ) -> Result<(), PortError> {
+        let (j, s) = (job.as_str(), slice.as_str());
+        let upstream = p.trace.iter().filter(|t| !t.cache_hit).count();
+        let cost: i64 = p
+            .costs
+            .iter()
+            .map(|c| c.amount.0)
+            .fold(0, i64::saturating_add);
+        self.s_job.push(j.into());
+        self.s_slice.push(s.into());
+        self.s_status.push(o.status().as_str());
+        self.s_code
+            .push(o.error.as_ref().map(|e| text(&e.code).into_owned()));
+        self.s_message
+            .push(o.error.as_ref().map(|e| text(&e.message).into_owned()));
+        self.s_valid.push(to_i64(p.items.len() as u64));
+        self.s_rejected.push(to_i64(p.rejections.len() as u64));
+        self.s_upstream.push(to_i64(upstream as u64));
+        self.s_hits.push(to_i64((p.trace.len() - upstream) as u64));
+        self.s_cost.push(cost);
+        for r in &p.items {
+            self.i_job.push(j.into());
+            self.i_slice.push(s.into());
+            self.i_seq.push(i64::from(r.seq));
+            self.i_kind.push(r.kind.as_str());
+            self.i_url.push(text(&r.url).into_owned());
+            self.i_geo.push(r.geo.as_str().into());
+            self.i_data.push(json(&r.data)?);
+        }
+        for r in &p.rejections {
+            self.r_job.push(j.into());
+            self.r_slice.push(s.into());
+            self.r_seq.push(i64::from(r.seq));
+            self.r_url.push(text(&r.url).into_owned());
+            self.r_geo.push(r.geo.as_str().into());
+            self.r_data.push(json(&r.data)?);
+            self.r_errors.push(json(&r.errors)?);
+        }
+        for t in &p.trace {
+            self.t_job.push(j.into());
+            self.t_slice.push(s.into());
+            self.t_seq.push(i64::from(t.seq));
+            self.t_tool.push(text(&t.tool).into_owned());
+            self.t_digest.push(text(&t.args_digest).into_owned());
+            self.t_hit.push(t.cache_hit);
+            self.t_attempt.push(i64::from(t.attempt));
+            self.t_status.push(text(&t.status).into_owned());
+            self.t_error
+                .push(t.error.as_deref().map(|e| text(e).into_owned()));
+            self.t_latency.push(to_i64(t.latency_us));
+            self.t_cost.push(t.cost.0);
+            self.t_at.push(t.at_ms);
+        }
+        for c in &p.costs {
+            self.c_job.push(j.into());
+            self.c_slice.push(s.into());
+            self.c_seq.push(i64::from(c.seq));
+            self.c_product.push(text(&c.product).into_owned());
+            self.c_amount.push(c.amount.0);
+        }
+        for c in &p.children {
+            self.k_job.push(j.into());
+            self.k_from.push(s.into());
+            self.k_slice.push(c.id.as_str().into());
+            self.k_parent
+                .push(c.parent.as_ref().map(|p| p.as_str().to_owned()));
+            self.k_kind.push(c.kind.name());
+            self.k_spec.push(json(c)?);
+        }
+        Ok(())
+    }
+}
+
+/// Writes a batch; one answer per outcome, in order.
+async fn write_batch(
+    pool: &PgPool,
+    batch: &[Pending],
+) -> Result<Vec<Result<Recorded, PortError>>, PortError> {
+    let prepared: Vec<Prepared<'_>> = batch
         .iter()
-        .map(|c| c.amount.0)
-        .fold(0, i64::saturating_add);
-    let error = o.error.as_ref();
-
-    let mut data = Vec::with_capacity(items.len());
-    for it in &items {
-        data.push(json(&it.data)?);
+        .map(|p| prepare(&p.job, &p.slice, &p.outcome))
+        .collect();
+    let mut c = Columns::default();
+    for (p, pr) in batch.iter().zip(&prepared) {
+        c.add(&p.job, &p.slice, &p.outcome, pr)?;
     }
-    let mut rejected_data = Vec::with_capacity(rejections.len());
-    let mut violations = Vec::with_capacity(rejections.len());
-    for r in &rejections {
-        rejected_data.push(json(&r.data)?);
-        violations.push(json(&r.errors)?);
-    }
-    let child_columns = SliceColumns::of(children.iter().copied())?;
-
     let row = sqlx::query(RECORD)
-        .bind(job.as_str())
-        .bind(slice.as_str())
-        .bind(o.status().as_str())
-        .bind(error.map(|e| text(&e.code)))
-        .bind(error.map(|e| text(&e.message)))
+        .bind(&c.s_job)
+        .bind(&c.s_slice)
+        .bind(&c.s_status)
+        .bind(&c.s_code)
+        .bind(&c.s_message)
+        .bind(&c.s_valid)
+        .bind(&c.s_rejected)
+        .bind(&c.s_upstream)
+        .bind(&c.s_hits)
+        .bind(&c.s_cost)
         .bind(now_ms())
-        .bind(count(items.len()))
-        .bind(count(rejections.len()))
-        .bind(count(upstream))
-        .bind(count(trace.len() - upstream))
-        .bind(cost)
-        // items
-        .bind(items.iter().map(|r| i64::from(r.seq)).collect::<Vec<_>>())
-        .bind(items.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>())
-        .bind(items.iter().map(|r| text(&r.url)).collect::<Vec<_>>())
-        .bind(items.iter().map(|r| r.geo.as_str()).collect::<Vec<_>>())
-        .bind(&data)
-        // rejections
-        .bind(
-            rejections
-                .iter()
-                .map(|r| i64::from(r.seq))
-                .collect::<Vec<_>>(),
-        )
-        .bind(rejections.iter().map(|r| text(&r.url)).collect::<Vec<_>>())
-        .bind(
-            rejections
-                .iter()
-                .map(|r| r.geo.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(&rejected_data)
-        .bind(&violations)
-        // trace steps
-        .bind(trace.iter().map(|t| i64::from(t.seq)).collect::<Vec<_>>())
-        .bind(trace.iter().map(|t| text(&t.tool)).collect::<Vec<_>>())
-        .bind(
-            trace
-                .iter()
-                .map(|t| text(&t.args_digest))
-                .collect::<Vec<_>>(),
-        )
-        .bind(trace.iter().map(|t| t.cache_hit).collect::<Vec<_>>())
-        .bind(
-            trace
-                .iter()
-                .map(|t| i64::from(t.attempt))
-                .collect::<Vec<_>>(),
-        )
-        .bind(trace.iter().map(|t| text(&t.status)).collect::<Vec<_>>())
-        .bind(
-            trace
-                .iter()
-                .map(|t| t.error.as_deref().map(text))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            trace
-                .iter()
-                .map(|t| to_i64(t.latency_us))
-                .collect::<Vec<_>>(),
-        )
-        .bind(trace.iter().map(|t| t.cost.0).collect::<Vec<_>>())
-        .bind(trace.iter().map(|t| t.at_ms).collect::<Vec<_>>())
-        // costs
-        .bind(costs.iter().map(|c| i64::from(c.seq)).collect::<Vec<_>>())
-        .bind(costs.iter().map(|c| text(&c.product)).collect::<Vec<_>>())
-        .bind(costs.iter().map(|c| c.amount.0).collect::<Vec<_>>())
-        // children
-        .bind(&child_columns.ids)
-        .bind(&child_columns.parents)
-        .bind(&child_columns.kinds)
-        .bind(&child_columns.specs)
+        .bind(&c.i_job)
+        .bind(&c.i_slice)
+        .bind(&c.i_seq)
+        .bind(&c.i_kind)
+        .bind(&c.i_url)
+        .bind(&c.i_geo)
+        .bind(&c.i_data)
+        .bind(&c.r_job)
+        .bind(&c.r_slice)
+        .bind(&c.r_seq)
+        .bind(&c.r_url)
+        .bind(&c.r_geo)
+        .bind(&c.r_data)
+        .bind(&c.r_errors)
+        .bind(&c.t_job)
+        .bind(&c.t_slice)
+        .bind(&c.t_seq)
+        .bind(&c.t_tool)
+        .bind(&c.t_digest)
+        .bind(&c.t_hit)
+        .bind(&c.t_attempt)
+        .bind(&c.t_status)
+        .bind(&c.t_error)
+        .bind(&c.t_latency)
+        .bind(&c.t_cost)
+        .bind(&c.t_at)
+        .bind(&c.c_job)
+        .bind(&c.c_slice)
+        .bind(&c.c_seq)
+        .bind(&c.c_product)
+        .bind(&c.c_amount)
+        .bind(&c.k_job)
+        .bind(&c.k_from)
+        .bind(&c.k_slice)
+        .bind(&c.k_parent)
+        .bind(&c.k_kind)
+        .bind(&c.k_spec)
         .fetch_one(pool)
         .await
         .port()?;
-
-    let claimed: bool = get(&row, "claimed")?;
-    if !claimed {
-        let known: bool = get(&row, "known")?;
-        if !known {
-            return Err(PortError::NotFound(format!("slice {slice} of job {job}")));
-        }
-        tracing::debug!(job_id = %job, slice_id = %slice, "slice already terminal; outcome not written");
-        return Ok(Recorded::default());
-    }
-    let inserted: HashSet<String> = get::<Vec<String>>(&row, "new_children")?
+    let claimed: HashSet<String> = get::<Vec<String>>(&row, "claimed")?.into_iter().collect();
+    let known: HashSet<String> = get::<Vec<String>>(&row, "known")?.into_iter().collect();
+    let mut new_children: HashSet<String> = get::<Vec<String>>(&row, "new_children")?
         .into_iter()
         .collect();
-    Ok(Recorded {
-        written: true,
-        new_children: children
-            .into_iter()
-            .filter(|c| inserted.contains(c.id.as_str()))
-            .cloned()
-            .collect(),
-    })
+    let mut answers = Vec::with_capacity(batch.len());
+    // A new child goes to the first claimed outcome of the batch that lists it.
+    for (p, pr) in batch.iter().zip(&prepared) {
+        let key = format!("{} {}", p.job.as_str(), p.slice.as_str());
+        if !claimed.contains(&key) {
+            if !known.contains(&key) {
+                answers.push(Err(PortError::NotFound(format!(
+                    "slice {} of job {}",
+                    p.slice, p.job
+                ))));
+            } else {
+                tracing::debug!(job_id = %p.job, slice_id = %p.slice, "slice already terminal; outcome not written");
+                answers.push(Ok(Recorded::default()));
+            }
+            continue;
+        }
+        let mut mine = Vec::new();
+        for child in &pr.children {
+            let ck = format!("{} {}", p.job.as_str(), child.id.as_str());
+            if new_children.remove(&ck) {
+                mine.push((*child).clone());
+            }
+        }
+        answers.push(Ok(Recorded {
+            written: true,
+            new_children: mine,
+        }));
+    }
+    Ok(answers)
+}
+
+/// The records of `of`, first of each key kept, in their order.
+fn first_of_each<'a, T, K: std::hash::Hash + Eq>(
+    records: &'a [T],
+    key: impl Fn(&'a T) -> K,
+) -> Vec<&'a T> {
+    let mut seen = HashSet::with_capacity(records.len());
+    records.iter().filter(|r| seen.insert(key(r))).collect()
 }

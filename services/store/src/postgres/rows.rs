@@ -75,8 +75,8 @@ pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Inserts pending slices of a job; ids the job already has are skipped.
-/// Inserts pending slices, noted as published at `published_ms` if given.
+/// Inserts pending slices of a job, noted as published at `published_ms` if given;
+/// ids the job already has are skipped.
 pub(super) async fn insert_slices(
     conn: &mut PgConnection,
     job: &JobId,
