@@ -59,7 +59,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{MigrateError, Migration, MigrationType, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
@@ -124,6 +124,29 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// One page of a per-slice table (`sql` takes the job, the cursor's slice and
+    /// seq, and the limit): rows after `after` in slice order, every row from the
+    /// start when `None` (slice ids are never empty, seqs never negative).
+    async fn page<T>(
+        &self,
+        sql: &'static str,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+        decode: fn(&PgRow) -> Result<T, PortError>,
+    ) -> Result<Vec<T>, PortError> {
+        let (slice, seq) = after.map_or(("", -1), |(slice, seq)| (slice.as_str(), i64::from(*seq)));
+        let rows = sqlx::query(sql)
+            .bind(id.as_str())
+            .bind(slice)
+            .bind(seq)
+            .bind(self::limit(limit))
+            .fetch_all(&self.pool)
+            .await
+            .port()?;
+        rows.iter().map(decode).collect()
+    }
+
     /// Connects to the database at `url` (`postgres://user:password@host/db`),
     /// applies the migrations it has not seen (see the module doc), and keeps a pool
     /// of at most `max_connections` (at least one). A URL that does not parse, a
@@ -252,12 +275,6 @@ fn no_job(id: &JobId) -> PortError {
 /// A page limit as SQL wants it.
 fn limit(n: u32) -> i64 {
     i64::from(n)
-}
-
-/// The bounds of a page after `after`: every row when `None` (slice ids are never
-/// empty, seqs never negative).
-fn cursor(after: Option<&RowCursor>) -> (&str, i64) {
-    after.map_or(("", -1), |(slice, seq)| (slice.as_str(), i64::from(*seq)))
 }
 
 // ---------------------------------------------------------------------------
@@ -675,20 +692,10 @@ impl Store for PgStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<Item>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, kind, url, geo, data::text AS data FROM items \
-             WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
-             ORDER BY slice_id, seq LIMIT $4",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(self::limit(limit))
-        .fetch_all(&self.pool)
-        .await
-        .port()?;
-        rows.iter().map(item).collect()
+        let sql = "SELECT slice_id, seq, kind, url, geo, data::text AS data FROM items \
+                 WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
+                 ORDER BY slice_id, seq LIMIT $4";
+        self.page(sql, id, after, limit, item).await
     }
 
     async fn rejections_page(
@@ -697,20 +704,10 @@ impl Store for PgStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<Rejection>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, url, geo, data::text AS data, errors::text AS errors \
-             FROM rejections WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
-             ORDER BY slice_id, seq LIMIT $4",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(self::limit(limit))
-        .fetch_all(&self.pool)
-        .await
-        .port()?;
-        rows.iter().map(rejection).collect()
+        let sql = "SELECT slice_id, seq, url, geo, data::text AS data, errors::text AS errors \
+                 FROM rejections WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
+                 ORDER BY slice_id, seq LIMIT $4";
+        self.page(sql, id, after, limit, rejection).await
     }
 
     async fn trace_page(
@@ -719,21 +716,11 @@ impl Store for PgStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<TraceStep>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
-             latency_us, cost, at_ms FROM trace_steps \
-             WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
-             ORDER BY slice_id, seq LIMIT $4",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(self::limit(limit))
-        .fetch_all(&self.pool)
-        .await
-        .port()?;
-        rows.iter().map(trace_step).collect()
+        let sql = "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
+                 latency_us, cost, at_ms FROM trace_steps \
+                 WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
+                 ORDER BY slice_id, seq LIMIT $4";
+        self.page(sql, id, after, limit, trace_step).await
     }
 
     /// Newest first by the time they were (last) requested, then by id.

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, ConnectOptions, Connection};
 use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use tracing::instrument;
@@ -65,12 +67,6 @@ macro_rules! select_approvals {
     };
 }
 
-/// The bounds of a page after `after`: every row when `None` (slice ids are never
-/// empty, seqs never negative).
-fn cursor(after: Option<&RowCursor>) -> (&str, i64) {
-    after.map_or(("", -1), |(slice, seq)| (slice.as_str(), i64::from(*seq)))
-}
-
 /// How long a statement waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -94,6 +90,29 @@ impl std::fmt::Debug for SqliteStore {
 }
 
 impl SqliteStore {
+    /// One page of a per-slice table (`sql` takes the job, the cursor's slice and
+    /// seq, and the limit): rows after `after` in slice order, every row from the
+    /// start when `None` (slice ids are never empty, seqs never negative).
+    async fn page<T>(
+        &self,
+        sql: &'static str,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+        decode: fn(&SqliteRow) -> Result<T, PortError>,
+    ) -> Result<Vec<T>, PortError> {
+        let (slice, seq) = after.map_or(("", -1), |(slice, seq)| (slice.as_str(), i64::from(*seq)));
+        let rows = sqlx::query(sql)
+            .bind(id.as_str())
+            .bind(slice)
+            .bind(seq)
+            .bind(limit)
+            .fetch_all(&mut *self.conn().await?)
+            .await
+            .port()?;
+        rows.iter().map(decode).collect()
+    }
+
     /// Opens (creating if missing) the database at `path` and brings its schema up
     /// to date. WAL journal, `synchronous = NORMAL` (a power loss may lose the last
     /// transactions, never consistency), foreign keys on, 5 s busy timeout.
@@ -574,19 +593,9 @@ impl Store for SqliteStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<Item>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, kind, url, geo, data FROM items \
-             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .port()?;
-        rows.iter().map(item).collect()
+        let sql = "SELECT slice_id, seq, kind, url, geo, data FROM items \
+                 WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?";
+        self.page(sql, id, after, limit, item).await
     }
 
     async fn rejections_page(
@@ -595,19 +604,9 @@ impl Store for SqliteStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<Rejection>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, url, geo, data, errors FROM rejections \
-             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .port()?;
-        rows.iter().map(rejection).collect()
+        let sql = "SELECT slice_id, seq, url, geo, data, errors FROM rejections \
+                 WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?";
+        self.page(sql, id, after, limit, rejection).await
     }
 
     async fn trace_page(
@@ -616,20 +615,10 @@ impl Store for SqliteStore {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<TraceStep>, PortError> {
-        let (slice, seq) = cursor(after);
-        let rows = sqlx::query(
-            "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
-             latency_us, cost, at_ms FROM trace_steps \
-             WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?",
-        )
-        .bind(id.as_str())
-        .bind(slice)
-        .bind(seq)
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .port()?;
-        rows.iter().map(trace_step).collect()
+        let sql = "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
+                 latency_us, cost, at_ms FROM trace_steps \
+                 WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?";
+        self.page(sql, id, after, limit, trace_step).await
     }
 
     /// Newest first by the time they were (last) requested, then by id.
