@@ -27,6 +27,8 @@ import tempfile
 import time
 import urllib.request
 
+from embedded_bench import job as embedded_job
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PG_ADMIN = os.environ.get("TRAWL_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 NATS = os.environ.get("TRAWL_TEST_NATS_URL", "nats://127.0.0.1:4222")
@@ -37,28 +39,10 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def job(n: int, budget: bool = True) -> str:
-    urls = ",\n    ".join(f'"https://shop.example/p/bench-{i}"' for i in range(n))
-    return f"""name: bench-{n}
-pages:
-  urls: [
-    {urls}
-  ]
-  geos: [us]
-extract:
-  fields:
-    name:     {{jsonld: "name"}}
-    price:    {{jsonld: "offers.price", type: number}}
-    currency: {{jsonld: "offers.priceCurrency"}}
-    title:    {{css: "h1"}}
-    sku:      {{regex: "SKU: ([A-Z0-9-]+)"}}
-schema:
-  type: object
-  required: [name, price, currency]
-  properties:
-    price: {{type: number, exclusiveMinimum: 0}}
-    currency: {{type: string, pattern: "^[A-Z]{{3}}$"}}
-cache: {{max_age: 0}}
-""" + ("budget: {max_usd: 1000}\n" if budget else "")
+    """The embedded benchmark's job (same pages, extraction, schema, no cache),
+    with or without its `max_usd`."""
+    text = embedded_job(n)
+    return text if budget else text.replace("budget: {max_usd: 1000}\n", "")
 
 
 def psql(sql: str) -> None:

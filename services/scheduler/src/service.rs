@@ -146,9 +146,14 @@ impl Service {
     #[instrument(skip_all)]
     pub async fn reconcile(&self) -> Result<(), PortError> {
         let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
-        for job in self.store.jobs_with_status(&live, JOBS_PER_PASS).await? {
+        let jobs = self.store.jobs_with_status(&live, JOBS_PER_PASS).await?;
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let stale_before = self.stale_before().await?;
+        for job in jobs {
             let id = job.id.clone();
-            if let Err(e) = self.advance(job).await {
+            if let Err(e) = self.advance(job, stale_before).await {
                 warn!(job_id = %id, error = %e, "could not advance job");
             }
         }
@@ -157,7 +162,7 @@ impl Service {
 
     async fn advance_id(&self, id: &JobId) -> Result<(), PortError> {
         match self.store.job(id).await? {
-            Some(job) => self.advance(job).await,
+            Some(job) => self.advance(job, self.stale_before().await?).await,
             None => {
                 debug!(job_id = %id, "event for an unknown job; ignored");
                 Ok(())
@@ -177,7 +182,7 @@ impl Service {
 
     /// Moves a job as far as the store allows: plan, publish, finish.
     #[instrument(skip_all, fields(job_id = %job.id, status = job.status.as_str()))]
-    async fn advance(&self, job: JobRecord) -> Result<(), PortError> {
+    async fn advance(&self, job: JobRecord, stale_before: i64) -> Result<(), PortError> {
         let mut status = job.status;
         if status == JobStatus::Pending {
             status = self.plan_pending(&job).await?;
@@ -192,7 +197,7 @@ impl Service {
             status = JobStatus::Running;
         }
         if status == JobStatus::Running {
-            self.publish_open(&job.id).await?;
+            self.publish_open(&job.id, stale_before).await?;
             self.finish_if_done(&job).await?;
         }
         Ok(())
@@ -251,16 +256,22 @@ impl Service {
         Ok(status)
     }
 
+    /// Slices published before this are republished: one read of the queue for a
+    /// whole pass. Only while the queue holds no message at all (a slice may be
+    /// waiting its turn otherwise); never, as `i64::MIN`, while it holds some.
+    async fn stale_before(&self) -> Result<i64, PortError> {
+        Ok(if self.queue.lag().await? == 0 {
+            now_ms() - self.config.republish_after.as_millis() as i64
+        } else {
+            i64::MIN
+        })
+    }
+
     /// Publishes the job's open slices that the queue has not got: those never
     /// published (children whose worker died before publishing them), and, when
     /// the queue holds nothing at all, those published long ago (their message
     /// was lost; while the queue has messages, they may just be waiting their turn).
-    async fn publish_open(&self, id: &JobId) -> Result<(), PortError> {
-        let stale_before = if self.queue.lag().await? == 0 {
-            now_ms() - self.config.republish_after.as_millis() as i64
-        } else {
-            i64::MIN
-        };
+    async fn publish_open(&self, id: &JobId, stale_before: i64) -> Result<(), PortError> {
         loop {
             let slices = self
                 .store
