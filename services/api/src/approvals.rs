@@ -36,10 +36,15 @@ pub struct ApprovalsQuery {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ApprovalView {
     pub id: i64,
-    /// What is asked: `job_budget` (the job's estimate is above its threshold).
+    /// What is asked: `job_budget` (the job's estimate is above its threshold),
+    /// `tool_change` (a pinned tool's definition changed: the tool is quarantined)
+    /// or `new_tool` (a server added a tool and its policy asks for approval).
     pub kind: String,
-    #[schema(value_type = String)]
-    pub job_id: JobId,
+    /// The job, for `job_budget`.
+    #[schema(value_type = Option<String>)]
+    pub job_id: Option<JobId>,
+    /// The namespaced tool, for `tool_change` and `new_tool`.
+    pub tool: Option<String>,
     /// `pending`, `approved` or `rejected`.
     pub status: String,
     /// The amount at stake; for display.
@@ -47,6 +52,9 @@ pub struct ApprovalView {
     /// The same in millionths of a dollar; exact.
     pub amount_micros: i64,
     pub reason: String,
+    /// For tool approvals: the pinned and the new definition, and their differences.
+    #[schema(value_type = Option<Object>)]
+    pub detail: Option<serde_json::Value>,
     /// Who decided (`api`, or the API key's label `key-…`); null while pending.
     pub decided_by: Option<String>,
     /// RFC 3339, UTC.
@@ -61,12 +69,13 @@ pub struct ApprovalView {
 pub struct ApprovalLinks {
     pub approve: String,
     pub reject: String,
-    pub job: String,
+    /// The job, for `job_budget`.
+    pub job: Option<String>,
 }
 
 impl From<ApprovalRecord> for ApprovalView {
     fn from(r: ApprovalRecord) -> ApprovalView {
-        let status = match r.approval.approved {
+        let status = match r.approved {
             None => "pending",
             Some(true) => "approved",
             Some(false) => "rejected",
@@ -75,16 +84,18 @@ impl From<ApprovalRecord> for ApprovalView {
             links: ApprovalLinks {
                 approve: format!("/v1/approvals/{}/approve", r.id),
                 reject: format!("/v1/approvals/{}/reject", r.id),
-                job: format!("/v1/jobs/{}", r.approval.job_id),
+                job: r.job_id.as_ref().map(|j| format!("/v1/jobs/{j}")),
             },
             id: r.id,
             kind: r.kind,
-            job_id: r.approval.job_id,
+            job_id: r.job_id,
+            tool: r.tool,
             status: status.to_owned(),
-            amount_usd: r.approval.amount.usd(),
-            amount_micros: r.approval.amount.0,
-            reason: r.approval.reason,
-            decided_by: r.approval.decided_by,
+            amount_usd: r.amount.usd(),
+            amount_micros: r.amount.0,
+            reason: r.reason,
+            detail: r.detail,
+            decided_by: r.decided_by,
             requested: rfc3339(r.requested_ms),
             decided: r.decided_ms.map(rfc3339),
         }
@@ -102,9 +113,10 @@ pub struct ApprovalsList {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Decision {
     pub approval: ApprovalView,
-    /// `queued` when approved, `cancelled` when rejected.
-    #[schema(value_type = String, example = "queued")]
-    pub job_status: JobStatus,
+    /// For `job_budget`: `queued` when approved, `cancelled` when rejected.
+    #[schema(value_type = Option<String>, example = "queued")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_status: Option<JobStatus>,
 }
 
 /// Approvals, newest first.
@@ -194,14 +206,42 @@ async fn decide(
     let not_found = || ApiError::NotFound(format!("approval {raw}"));
     let id: i64 = raw.parse().map_err(|_| not_found())?;
     let record = state.store.approval(id).await?.ok_or_else(not_found)?;
-    if let Some(was) = record.approval.approved {
-        return Err(ApiError::Conflict(format!(
+    let already = |r: &ApprovalRecord| {
+        ApiError::Conflict(format!(
             "approval {id} was already {} by {}",
-            if was { "approved" } else { "rejected" },
-            record.approval.decided_by.as_deref().unwrap_or("someone"),
-        )));
+            if r.approved == Some(true) {
+                "approved"
+            } else {
+                "rejected"
+            },
+            r.decided_by.as_deref().unwrap_or("someone"),
+        ))
+    };
+    if record.approved.is_some() {
+        return Err(already(&record));
     }
-    let job_id = record.approval.job_id.clone();
+    let Some(job_id) = record.job_id.clone() else {
+        // A tool approval: the store applies it to the tool's pin; workers see it
+        // when they next read the pins.
+        return match state
+            .store
+            .decide_tool_approval(id, approved, &caller.label)
+            .await?
+        {
+            Some(decided) => {
+                tracing::info!(tool = ?decided.tool, approved, "tool approval decided");
+                Ok(Decision {
+                    approval: decided.into(),
+                    job_status: None,
+                })
+            }
+            // Decided by someone else meanwhile.
+            None => {
+                let now = state.store.approval(id).await?.ok_or_else(not_found)?;
+                Err(already(&now))
+            }
+        };
+    };
     let scheduler = Scheduler {
         store: state.store.as_ref(),
         queue: state.queue.as_ref(),
@@ -236,6 +276,6 @@ async fn decide(
     let record = state.store.approval(id).await?.ok_or_else(not_found)?;
     Ok(Decision {
         approval: record.into(),
-        job_status,
+        job_status: Some(job_status),
     })
 }

@@ -1,6 +1,8 @@
 //! Bright Data client: Web Unlocker and SERP API through the unified
-//! `POST /request` endpoint, as a [`ToolProvider`] with two tools,
-//! `brightdata.fetch` and `brightdata.search`.
+//! `POST /request` endpoint, as a [`ToolProvider`] with four tools:
+//! `brightdata.web_search` (SERP API), `brightdata.fetch_page` (Web Unlocker, raw
+//! HTML or markdown), and a batch form of each that the tool layer runs as single
+//! calls (each cached, retried and billed on its own).
 //!
 //! Follows Bright Data's documentation:
 //! - request body (`zone`, `url`, `format`, `data_format`, `country`) and bearer
@@ -30,13 +32,19 @@ use serde_json::{Value, json};
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{Engine, normalize_query, normalize_url};
-use trawl_core::ports::{CacheKey, ToolAnswer, ToolDescriptor, ToolError, ToolProvider};
+use trawl_core::ports::{
+    BatchOf, CacheKey, ToolAnswer, ToolDef, ToolError, ToolOffer, ToolProvider,
+};
 
 pub use config::BrightDataConfig;
 
 /// Tool names.
-pub const FETCH: &str = "brightdata.fetch";
-pub const SEARCH: &str = "brightdata.search";
+pub const FETCH: &str = "brightdata.fetch_page";
+pub const SEARCH: &str = "brightdata.web_search";
+pub const FETCH_BATCH: &str = "brightdata.fetch_page_batch";
+pub const SEARCH_BATCH: &str = "brightdata.web_search_batch";
+/// The most calls one batch may hold.
+pub const BATCH_MAX: usize = 20;
 
 /// The body of `POST /request`.
 #[derive(Serialize)]
@@ -160,35 +168,154 @@ fn markdown_arg(args: &Value) -> Result<bool, ToolError> {
 
 #[async_trait]
 impl ToolProvider for BrightData {
-    fn tools(&self) -> Vec<ToolDescriptor> {
-        vec![
-            ToolDescriptor {
-                name: SEARCH.into(),
-                description: "Search Google or Bing from a country through Bright Data's SERP API; returns the organic results (rank, title, link, description).".into(),
-                input_schema: json!({
-                    "type": "object",
-                    "required": ["query", "geo"],
-                    "properties": {
-                        "query": {"type": "string", "minLength": 1},
-                        "geo": {"type": "string", "pattern": "^[a-z]{2}$"},
-                        "engine": {"enum": ["google", "bing"]}
-                    },
-                    "additionalProperties": false
-                }),
+    fn tools(&self) -> Vec<ToolOffer> {
+        let per_1k = |m: Micros| {
+            format!(
+                "{} per 1,000 successful requests; failed requests are free",
+                Micros(m.0.saturating_mul(1_000))
+            )
+        };
+        let annotations = |title: &str| {
+            json!({
+                "title": title,
+                "readOnlyHint": true,
+                "destructiveHint": false,
+                "idempotentHint": true,
+                "openWorldHint": true
+            })
+        };
+        let search_args = json!({
+            "type": "object",
+            "required": ["query", "geo"],
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "What to search for, as typed into the engine."},
+                "geo": {"type": "string", "pattern": "^[a-z]{2}$", "description": "Country to search from: ISO 3166-1 alpha-2, lower case (de, us, jp)."},
+                "engine": {"enum": ["google", "bing"], "default": "google", "description": "Search engine."}
             },
-            ToolDescriptor {
-                name: FETCH.into(),
-                description: "Fetch a web page from a country through Bright Data's Web Unlocker; returns its HTML, or markdown.".into(),
-                input_schema: json!({
-                    "type": "object",
-                    "required": ["url", "geo"],
-                    "properties": {
-                        "url": {"type": "string", "format": "uri"},
-                        "geo": {"type": "string", "pattern": "^[a-z]{2}$"},
-                        "format": {"enum": ["raw", "markdown"]}
-                    },
-                    "additionalProperties": false
-                }),
+            "additionalProperties": false
+        });
+        let fetch_args = json!({
+            "type": "object",
+            "required": ["url", "geo"],
+            "properties": {
+                "url": {"type": "string", "format": "uri", "pattern": "^https?://", "description": "The page to fetch (http or https)."},
+                "geo": {"type": "string", "pattern": "^[a-z]{2}$", "description": "Country to fetch from: ISO 3166-1 alpha-2, lower case."},
+                "format": {"enum": ["raw", "markdown"], "default": "raw", "description": "raw: the page's HTML; markdown: the page converted to markdown."}
+            },
+            "additionalProperties": false
+        });
+        let organic = json!({
+            "type": "object",
+            "required": ["organic"],
+            "properties": {
+                "organic": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "rank": {"type": "integer"},
+                            "title": {"type": "string"},
+                            "link": {"type": "string"},
+                            "description": {"type": ["string", "null"]}
+                        }
+                    }
+                }
+            }
+        });
+        let batch_of = |items: &str, one: &Value| {
+            json!({
+                "type": "object",
+                "required": [items],
+                "properties": {
+                    items: {"type": "array", "minItems": 1, "maxItems": BATCH_MAX, "items": one}
+                },
+                "additionalProperties": false
+            })
+        };
+        let batch_out = |one: Value| {
+            json!({
+                "type": "object",
+                "required": ["results"],
+                "properties": {
+                    "results": {
+                        "type": "array",
+                        "description": "One per call, in order: its result, or its error.",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "result": one,
+                                "error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
+                            }
+                        }
+                    }
+                }
+            })
+        };
+        let prices = &self.config.prices;
+        vec![
+            ToolOffer {
+                def: ToolDef {
+                    name: SEARCH.into(),
+                    title: Some("Web search".into()),
+                    description: "Search Google or Bing from a country through Bright Data's SERP API. Returns the organic results as JSON: rank, title, link and description of each.".into(),
+                    input_schema: search_args.clone(),
+                    output_schema: Some(organic.clone()),
+                    annotations: annotations("Web search (Bright Data SERP API)"),
+                    input_examples: vec![
+                        json!({"query": "thinkpad x1 carbon price", "geo": "de", "engine": "google"}),
+                        json!({"query": "best running shoes 2026", "geo": "us"}),
+                    ],
+                },
+                cost_model: per_1k(prices.serp),
+                batch: None,
+            },
+            ToolOffer {
+                def: ToolDef {
+                    name: FETCH.into(),
+                    title: Some("Fetch page".into()),
+                    description: "Fetch a web page from a country through Bright Data's Web Unlocker, which handles blocks and CAPTCHAs. Returns the page's HTML (format raw) or the page as markdown.".into(),
+                    input_schema: fetch_args.clone(),
+                    output_schema: None,
+                    annotations: annotations("Fetch page (Bright Data Web Unlocker)"),
+                    input_examples: vec![
+                        json!({"url": "https://shop.example/p/42", "geo": "fr", "format": "raw"}),
+                        json!({"url": "https://news.example/article", "geo": "us", "format": "markdown"}),
+                    ],
+                },
+                cost_model: per_1k(prices.unlocker),
+                batch: None,
+            },
+            ToolOffer {
+                def: ToolDef {
+                    name: SEARCH_BATCH.into(),
+                    title: Some("Web search, batch".into()),
+                    description: format!("Run up to {BATCH_MAX} web searches (Google or Bing, from a country) in one call. Each search is cached, retried and billed on its own; returns one result or error per search, in order."),
+                    input_schema: batch_of("searches", &search_args),
+                    output_schema: Some(batch_out(organic)),
+                    annotations: annotations("Web search batch (Bright Data SERP API)"),
+                    input_examples: vec![json!({"searches": [
+                        {"query": "espresso machine", "geo": "it"},
+                        {"query": "espresso machine", "geo": "de", "engine": "bing"}
+                    ]})],
+                },
+                cost_model: format!("each search: {}", per_1k(prices.serp)),
+                batch: Some(BatchOf { tool: SEARCH.into(), items_field: "searches" }),
+            },
+            ToolOffer {
+                def: ToolDef {
+                    name: FETCH_BATCH.into(),
+                    title: Some("Fetch pages, batch".into()),
+                    description: format!("Fetch up to {BATCH_MAX} web pages (each from a country, as HTML or markdown) in one call. Each page is cached, retried and billed on its own; returns one result or error per page, in order."),
+                    input_schema: batch_of("pages", &fetch_args),
+                    output_schema: Some(batch_out(json!({"type": "string"}))),
+                    annotations: annotations("Fetch pages batch (Bright Data Web Unlocker)"),
+                    input_examples: vec![json!({"pages": [
+                        {"url": "https://shop.example/p/1", "geo": "gb"},
+                        {"url": "https://shop.example/p/2", "geo": "gb", "format": "markdown"}
+                    ]})],
+                },
+                cost_model: format!("each page: {}", per_1k(prices.unlocker)),
+                batch: Some(BatchOf { tool: FETCH.into(), items_field: "pages" }),
             },
         ]
     }

@@ -369,6 +369,32 @@ pub struct TraceStep {
     pub at_ms: i64,
 }
 
+/// What the tool layer decided about one call, and how the call went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// The job and slice the call was made for; `None` for calls made outside a job
+    /// (the command line, an MCP client).
+    pub job_id: Option<JobId>,
+    pub slice_id: Option<SliceId>,
+    /// Order within the slice (or the caller's batch).
+    pub seq: u32,
+    pub tool: String,
+    /// sha256 of the arguments.
+    pub args_digest: String,
+    /// `allow`, or why not: `deny`, `needs_approval`, `isolated_only`,
+    /// `quarantined`, `blocked`, `unknown_tool`, `bad_arguments`.
+    pub decision: String,
+    pub reason: String,
+    /// Who asked: `worker`, `cli`, `mcp:<client>`.
+    pub caller: String,
+    pub latency_us: u64,
+    /// Bytes returned to the caller, after the result sanitizer.
+    pub result_bytes: u64,
+    /// The error code and message, when the call was made and failed.
+    pub error: Option<String>,
+    pub at_ms: i64,
+}
+
 /// Money spent by one successful upstream call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CostEntry {
@@ -386,6 +412,8 @@ pub struct SliceOutcome {
     pub trace: Vec<TraceStep>,
     pub costs: Vec<CostEntry>,
     pub children: Vec<SliceSpec>,
+    /// One row per tool call the slice asked the tool layer for, allowed or not.
+    pub audit: Vec<AuditRecord>,
     /// `None` when the slice succeeded.
     pub error: Option<SliceError>,
 }

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::cost::Micros;
 use crate::model::{
-    Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome, SliceSpec,
-    TraceStep,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome,
+    SliceSpec, TraceStep,
 };
 use crate::retry::ErrorClass;
 
@@ -291,13 +291,50 @@ impl ToolError {
     }
 }
 
-/// What a provider offers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolDescriptor {
-    /// Namespaced: `brightdata.search`.
+/// A tool as the catalog knows it: what a model is shown, and what is pinned.
+///
+/// Serialized the way MCP's `tools/list` carries a tool (`inputSchema`,
+/// `outputSchema`, `annotations`), plus `input_examples`: example arguments, each
+/// checked against the input schema when the tool is registered.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDef {
+    /// Namespaced by its server: `brightdata.web_search`, `everything.echo`.
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default)]
     pub description: String,
     pub input_schema: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// MCP tool annotations (`readOnlyHint`, `openWorldHint`, ...), an object or null.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub annotations: Value,
+    #[serde(
+        default,
+        rename = "input_examples",
+        alias = "inputExamples",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub input_examples: Vec<Value>,
+}
+
+/// Several calls of one tool made as one: a batch tool's argument `items_field`
+/// is an array of arguments of `tool`, each called (and cached) on its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchOf {
+    pub tool: String,
+    pub items_field: &'static str,
+}
+
+/// What a provider offers: the tool, and how the layer calls it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolOffer {
+    pub def: ToolDef,
+    /// How calls are billed, in words, for the catalog (`$1.50 per 1,000 successful requests`).
+    pub cost_model: String,
+    pub batch: Option<BatchOf>,
 }
 
 /// A successful call.
@@ -312,7 +349,7 @@ pub struct ToolAnswer {
 
 #[async_trait]
 pub trait ToolProvider: Send + Sync {
-    fn tools(&self) -> Vec<ToolDescriptor>;
+    fn tools(&self) -> Vec<ToolOffer>;
     /// The cache key of a call, or `None` if its answers must not be cached.
     fn cache_key(&self, tool: &str, args: &Value) -> Option<CacheKey>;
     /// The price of one successful call, reserved against the budget before it runs.
@@ -352,10 +389,22 @@ pub struct Idempotency {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ApprovalRecord {
     pub id: i64,
-    /// What is asked: `job_budget` for now.
+    /// What is asked: `job_budget`, `tool_change` (a pinned tool's definition
+    /// changed), `new_tool` (a server added a tool and its policy is `approve`) or
+    /// `tool_call` (a call of a tool whose policy asks for approval per call).
     pub kind: String,
-    #[serde(flatten)]
-    pub approval: Approval,
+    /// The job, for `job_budget`.
+    pub job_id: Option<JobId>,
+    /// The namespaced tool, for `tool_change` and `new_tool`.
+    pub tool: Option<String>,
+    /// The money at stake, for `job_budget`.
+    pub amount: Micros,
+    pub reason: String,
+    /// For tool approvals: the old and new definitions and their differences.
+    pub detail: Option<Value>,
+    /// `None` while pending.
+    pub approved: Option<bool>,
+    pub decided_by: Option<String>,
     pub requested_ms: i64,
     pub decided_ms: Option<i64>,
 }
@@ -372,6 +421,95 @@ pub struct Approval {
     /// `None` while pending.
     pub approved: Option<bool>,
     pub decided_by: Option<String>,
+}
+
+/// Where a tool stands with the tool layer's pins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PinStatus {
+    /// The pinned definition is the one approved; the tool is listed and callable
+    /// while the server offers exactly it.
+    Active,
+    /// The server changed the definition: neither listed nor callable until a
+    /// `tool_change` approval re-pins it.
+    Quarantined,
+    /// A tool first seen on a server whose policy for new tools is `approve`: held
+    /// until a `new_tool` approval.
+    Awaiting,
+    /// The pending definition was rejected; it stays out until the server offers
+    /// the pinned definition again (or a new change is approved).
+    Rejected,
+}
+
+impl PinStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinStatus::Active => "active",
+            PinStatus::Quarantined => "quarantined",
+            PinStatus::Awaiting => "awaiting",
+            PinStatus::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PinStatus> {
+        Some(match s {
+            "active" => PinStatus::Active,
+            "quarantined" => PinStatus::Quarantined,
+            "awaiting" => PinStatus::Awaiting,
+            "rejected" => PinStatus::Rejected,
+            _ => return None,
+        })
+    }
+}
+
+/// A tool's pin: the definition approved for it, and a change waiting for a decision.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolPin {
+    /// Namespaced: `everything.echo`.
+    pub tool: String,
+    pub server: String,
+    pub status: PinStatus,
+    /// sha256 of the canonical JSON of the approved definition; `None` for a new
+    /// tool not yet approved.
+    pub hash: Option<String>,
+    pub definition: Option<Value>,
+    /// A definition seen since and not (yet) approved.
+    pub pending_hash: Option<String>,
+    pub pending_definition: Option<Value>,
+    /// The approval deciding the pending definition.
+    pub approval_id: Option<i64>,
+    /// When the approved definition was pinned, and by whom (`first-sight`,
+    /// `policy:auto`, or the person who approved a change).
+    pub pinned_ms: i64,
+    pub approved_by: Option<String>,
+}
+
+/// A change to the pins, decided by the tool layer from a listing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PinChange {
+    /// Pin `definition` as approved (first sight of a server, or policy `auto`).
+    /// A pin already stored for the tool is left as it is.
+    Pin {
+        tool: String,
+        server: String,
+        hash: String,
+        definition: Value,
+        by: String,
+    },
+    /// Hold `definition` back and raise an approval of `kind` (`tool_change` or
+    /// `new_tool`) with `detail`; a pending approval for the tool is replaced.
+    Hold {
+        tool: String,
+        server: String,
+        kind: &'static str,
+        hash: String,
+        definition: Value,
+        reason: String,
+        detail: Value,
+    },
+    /// The server offers the pinned definition again: the tool is active, and a
+    /// pending approval for it is closed as superseded.
+    Restore { tool: String },
 }
 
 /// What writing an outcome did.
@@ -519,6 +657,42 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError>;
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError>;
+
+    // --- the tool layer: pins and audit
+
+    /// Every tool's pin, by tool name.
+    async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError>;
+    /// Applies pin changes in one transaction, raising approvals as they ask.
+    async fn save_pins(&self, changes: &[PinChange]) -> Result<(), PortError>;
+    /// Decides a pending `tool_change`, `new_tool` or `tool_call` approval; a
+    /// decision on a definition is applied to the tool's pin in the same transaction: approving pins the pending definition, rejecting
+    /// marks it rejected. `None` when there is no such pending tool approval.
+    async fn decide_tool_approval(
+        &self,
+        id: i64,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<ApprovalRecord>, PortError>;
+    /// The decision on calling `tool` with the arguments of `args_digest` (a tool
+    /// whose policy asks for approval per call): the first time, a pending
+    /// `tool_call` approval with `detail` is stored. Its id and decision.
+    async fn tool_call_approval(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        reason: &str,
+        detail: &Value,
+    ) -> Result<(i64, Option<bool>), PortError>;
+    /// Audit rows of calls made outside a slice (a slice's rows are written with
+    /// its outcome).
+    async fn record_audit(&self, rows: &[AuditRecord]) -> Result<(), PortError>;
+    /// Audit rows after row `after` (by id, oldest first), at most `limit`, with their ids.
+    async fn audit_page(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, PortError>;
+
     /// Whether the backend answers, for readiness probes.
     async fn ping(&self) -> Result<(), PortError>;
 }

@@ -14,10 +14,12 @@ use serde_json::json;
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    CostEntry, Engine, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
-    SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
+    AuditRecord, CostEntry, Engine, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection,
+    SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
 };
-use trawl_core::ports::{Approval, Idempotency, JobRecord, PortError, RowCursor, Store};
+use trawl_core::ports::{
+    Approval, Idempotency, JobRecord, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
+};
 
 /// A store under test, and ways to look at what it stored without its own methods.
 #[async_trait]
@@ -58,6 +60,11 @@ macro_rules! suite {
             the_store_answers_a_ping,
             budget_reservations_are_shared_and_never_pass_the_maximum,
             a_job_ends_once,
+            first_sight_pins_and_a_change_is_held_for_approval,
+            a_rejected_change_stays_out_and_a_restore_closes_the_approval,
+            a_new_tool_awaits_approval,
+            audit_rows_are_written_with_outcomes_and_on_their_own,
+            a_tool_call_is_approved_once_per_arguments,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -253,6 +260,7 @@ pub(crate) async fn an_outcome_is_written_once_and_a_redelivery_writes_nothing(f
         page("https://shop.example/p/1", &root),
     ];
     let outcome = SliceOutcome {
+        audit: Vec::new(),
         items: vec![item(&root, 0), item(&root, 1)],
         rejections: vec![rejection(&root, 2)],
         trace: vec![
@@ -414,6 +422,7 @@ pub(crate) async fn records_repeating_a_seq_are_stored_once(f: &dyn Fixture) {
     second.url = "https://shop.example/second".into();
     let child = page("https://shop.example/child", &s);
     let outcome = SliceOutcome {
+        audit: Vec::new(),
         items: vec![item(&s, 0), second, item(&s, 1)],
         rejections: vec![rejection(&s, 0), rejection(&s, 0)],
         trace: vec![step(&s, 0, false), step(&s, 0, true), step(&s, 1, true)],
@@ -702,28 +711,28 @@ pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fix
     store.decide_approval(&b, true, "alice").await.unwrap();
 
     let all = store.approvals(false, 10).await.unwrap();
-    let jobs: Vec<&JobId> = all.iter().map(|r| &r.approval.job_id).collect();
+    let jobs: Vec<&JobId> = all.iter().map(|r| r.job_id.as_ref().unwrap()).collect();
     assert_eq!(jobs, vec![&c, &b, &a]);
     let pending = store.approvals(true, 10).await.unwrap();
-    let jobs: Vec<&JobId> = pending.iter().map(|r| &r.approval.job_id).collect();
+    let jobs: Vec<&JobId> = pending.iter().map(|r| r.job_id.as_ref().unwrap()).collect();
     assert_eq!(jobs, vec![&c, &a]);
     assert_eq!(store.approvals(false, 1).await.unwrap().len(), 1);
     assert!(store.approvals(false, 0).await.unwrap().is_empty());
 
-    let rb = all.iter().find(|r| r.approval.job_id == b).unwrap();
+    let rb = all.iter().find(|r| r.job_id.as_ref() == Some(&b)).unwrap();
     assert_eq!(rb.kind, "job_budget");
-    assert_eq!(rb.approval.amount, Micros(2_000));
-    assert_eq!(rb.approval.reason, "over budget");
-    assert_eq!(rb.approval.approved, Some(true));
-    assert_eq!(rb.approval.decided_by.as_deref(), Some("alice"));
+    assert_eq!(rb.amount, Micros(2_000));
+    assert_eq!(rb.reason, "over budget");
+    assert_eq!(rb.approved, Some(true));
+    assert_eq!(rb.decided_by.as_deref(), Some("alice"));
     assert!(rb.requested_ms >= before);
     assert!(rb.decided_ms.is_some_and(|d| d >= rb.requested_ms));
     assert_eq!(store.approval(rb.id).await.unwrap().as_ref(), Some(rb));
 
     let ra = store.approval(all[2].id).await.unwrap().unwrap();
-    assert_eq!(ra.approval.job_id, a);
-    assert_eq!(ra.approval.approved, None);
-    assert_eq!(ra.approval.decided_by, None);
+    assert_eq!(ra.job_id.as_ref(), Some(&a));
+    assert_eq!(ra.approved, None);
+    assert_eq!(ra.decided_by, None);
     assert_eq!(ra.decided_ms, None);
     let ids: HashSet<i64> = all.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 3);
@@ -737,7 +746,7 @@ pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fix
         .unwrap();
     let newest = &store.approvals(true, 1).await.unwrap()[0];
     assert_eq!(
-        (&newest.approval.job_id, newest.id, newest.approval.amount),
+        (newest.job_id.as_ref().unwrap(), newest.id, newest.amount),
         (&a, ra.id, Micros(1_500))
     );
 }
@@ -1223,4 +1232,295 @@ pub(crate) async fn a_job_ends_once(f: &dyn Fixture) {
         store.end_job(&nobody, JobStatus::Failed, None).await,
         Err(PortError::NotFound(_))
     ));
+}
+
+// ---------------------------------------------------------------------------
+// The tool layer: pins, tool approvals, audit
+
+fn pin(tool: &str, hash: &str) -> PinChange {
+    PinChange::Pin {
+        tool: tool.into(),
+        server: "up".into(),
+        hash: hash.into(),
+        definition: json!({"name": tool, "v": hash}),
+        by: "first-sight".into(),
+    }
+}
+
+fn hold(tool: &str, kind: &'static str, hash: &str) -> PinChange {
+    PinChange::Hold {
+        tool: tool.into(),
+        server: "up".into(),
+        kind,
+        hash: hash.into(),
+        definition: json!({"name": tool, "v": hash}),
+        reason: format!("{tool} changed"),
+        detail: json!({"changes": [hash]}),
+    }
+}
+
+fn pin_of(pins: &[ToolPin], tool: &str) -> ToolPin {
+    pins.iter().find(|p| p.tool == tool).cloned().unwrap()
+}
+
+pub(crate) async fn first_sight_pins_and_a_change_is_held_for_approval(f: &dyn Fixture) {
+    let store = f.store();
+    assert!(store.tool_pins().await.unwrap().is_empty());
+    store
+        .save_pins(&[pin("up.a", "h1"), pin("up.b", "h2")])
+        .await
+        .unwrap();
+    // A second first sight (another worker) changes nothing.
+    store.save_pins(&[pin("up.a", "other")]).await.unwrap();
+    let pins = store.tool_pins().await.unwrap();
+    assert_eq!(pins.len(), 2);
+    let a = pin_of(&pins, "up.a");
+    assert_eq!(a.status, PinStatus::Active);
+    assert_eq!(a.hash.as_deref(), Some("h1"));
+    assert_eq!(a.definition, Some(json!({"name": "up.a", "v": "h1"})));
+    assert_eq!(a.approved_by.as_deref(), Some("first-sight"));
+
+    store
+        .save_pins(&[hold("up.a", "tool_change", "h1x")])
+        .await
+        .unwrap();
+    // Seen again by another worker: the same approval, not a second one.
+    store
+        .save_pins(&[hold("up.a", "tool_change", "h1y")])
+        .await
+        .unwrap();
+    let pending = store.approvals(true, 10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    let ap = &pending[0];
+    assert_eq!(
+        (ap.kind.as_str(), ap.tool.as_deref()),
+        ("tool_change", Some("up.a"))
+    );
+    assert_eq!(ap.job_id, None);
+    assert_eq!(ap.detail, Some(json!({"changes": ["h1y"]})));
+    let a = pin_of(&store.tool_pins().await.unwrap(), "up.a");
+    assert_eq!(a.status, PinStatus::Quarantined);
+    assert_eq!(
+        a.hash.as_deref(),
+        Some("h1"),
+        "the approved definition stays pinned"
+    );
+    assert_eq!(a.pending_hash.as_deref(), Some("h1y"));
+    assert_eq!(a.approval_id, Some(ap.id));
+
+    // A job approval cannot be decided as a tool approval.
+    let job = new_job(&*store, 1, &[]).await;
+    store
+        .request_approval(&ask(&job, 10, "budget"))
+        .await
+        .unwrap();
+    let job_ap = store.approvals(true, 10).await.unwrap();
+    let job_ap = job_ap.iter().find(|r| r.job_id.is_some()).unwrap();
+    assert_eq!(
+        store
+            .decide_tool_approval(job_ap.id, true, "x")
+            .await
+            .unwrap(),
+        None
+    );
+
+    let decided = store
+        .decide_tool_approval(ap.id, true, "alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (decided.approved, decided.decided_by.as_deref()),
+        (Some(true), Some("alice"))
+    );
+    // Decided once.
+    assert_eq!(
+        store
+            .decide_tool_approval(ap.id, false, "bob")
+            .await
+            .unwrap(),
+        None
+    );
+    let a = pin_of(&store.tool_pins().await.unwrap(), "up.a");
+    assert_eq!(a.status, PinStatus::Active);
+    assert_eq!(a.hash.as_deref(), Some("h1y"));
+    assert_eq!(a.definition, Some(json!({"name": "up.a", "v": "h1y"})));
+    assert_eq!((a.pending_hash, a.approval_id), (None, None));
+    assert_eq!(a.approved_by.as_deref(), Some("alice"));
+}
+
+pub(crate) async fn a_rejected_change_stays_out_and_a_restore_closes_the_approval(f: &dyn Fixture) {
+    let store = f.store();
+    store.save_pins(&[pin("up.a", "h1")]).await.unwrap();
+    store
+        .save_pins(&[hold("up.a", "tool_change", "h2")])
+        .await
+        .unwrap();
+    let id = store.approvals(true, 1).await.unwrap()[0].id;
+    store
+        .decide_tool_approval(id, false, "bob")
+        .await
+        .unwrap()
+        .unwrap();
+    let a = pin_of(&store.tool_pins().await.unwrap(), "up.a");
+    assert_eq!(a.status, PinStatus::Rejected);
+    assert_eq!(
+        (a.hash.as_deref(), a.pending_hash.as_deref()),
+        (Some("h1"), Some("h2"))
+    );
+
+    // Another change: held again, with a new approval.
+    store
+        .save_pins(&[hold("up.a", "tool_change", "h3")])
+        .await
+        .unwrap();
+    let again = store.approvals(true, 10).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_ne!(again[0].id, id);
+    // The server goes back to the pinned definition: active, approval closed.
+    store
+        .save_pins(&[PinChange::Restore {
+            tool: "up.a".into(),
+        }])
+        .await
+        .unwrap();
+    let a = pin_of(&store.tool_pins().await.unwrap(), "up.a");
+    assert_eq!((a.status, a.pending_hash), (PinStatus::Active, None));
+    assert!(store.approvals(true, 10).await.unwrap().is_empty());
+    let closed = store.approval(again[0].id).await.unwrap().unwrap();
+    assert_eq!(closed.approved, Some(false));
+    assert!(
+        closed
+            .decided_by
+            .unwrap()
+            .contains("pinned definition again")
+    );
+}
+
+pub(crate) async fn a_new_tool_awaits_approval(f: &dyn Fixture) {
+    let store = f.store();
+    store
+        .save_pins(&[hold("up.n", "new_tool", "n1")])
+        .await
+        .unwrap();
+    let n = pin_of(&store.tool_pins().await.unwrap(), "up.n");
+    assert_eq!(n.status, PinStatus::Awaiting);
+    assert_eq!((n.hash, n.definition), (None, None));
+    // Restoring a tool never approved does not activate it.
+    store
+        .save_pins(&[PinChange::Restore {
+            tool: "up.n".into(),
+        }])
+        .await
+        .unwrap();
+    let n = pin_of(&store.tool_pins().await.unwrap(), "up.n");
+    assert_eq!(n.status, PinStatus::Awaiting);
+    let ap = store.approvals(true, 1).await.unwrap();
+    assert_eq!(ap[0].kind, "new_tool");
+    store
+        .decide_tool_approval(ap[0].id, true, "carol")
+        .await
+        .unwrap()
+        .unwrap();
+    let n = pin_of(&store.tool_pins().await.unwrap(), "up.n");
+    assert_eq!(
+        (n.status, n.hash.as_deref()),
+        (PinStatus::Active, Some("n1"))
+    );
+}
+
+fn audit(job: Option<&JobId>, slice: Option<&SliceId>, seq: u32, decision: &str) -> AuditRecord {
+    AuditRecord {
+        job_id: job.cloned(),
+        slice_id: slice.cloned(),
+        seq,
+        tool: "brightdata.fetch_page".into(),
+        args_digest: format!("d{seq}"),
+        decision: decision.into(),
+        reason: "policy".into(),
+        caller: "worker".into(),
+        latency_us: 120,
+        result_bytes: 2048,
+        error: (decision != "allow").then(|| "denied".into()),
+        at_ms: 1_700_000_000_000 + i64::from(seq),
+    }
+}
+
+pub(crate) async fn audit_rows_are_written_with_outcomes_and_on_their_own(f: &dyn Fixture) {
+    let store = f.store();
+    let s = search("q");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+    let outcome = SliceOutcome {
+        audit: vec![
+            audit(Some(&job), Some(&s.id), 0, "allow"),
+            audit(Some(&job), Some(&s.id), 1, "deny"),
+        ],
+        ..SliceOutcome::default()
+    };
+    store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    // A redelivered outcome writes nothing more.
+    store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    store
+        .record_audit(&[audit(None, None, 0, "quarantined")])
+        .await
+        .unwrap();
+    store.record_audit(&[]).await.unwrap();
+    let rows = store.audit_page(None, 10).await.unwrap();
+    let got: Vec<_> = rows.iter().map(|(_, a)| a.clone()).collect();
+    assert_eq!(
+        got,
+        vec![
+            audit(Some(&job), Some(&s.id), 0, "allow"),
+            audit(Some(&job), Some(&s.id), 1, "deny"),
+            audit(None, None, 0, "quarantined"),
+        ]
+    );
+    let after_first = store.audit_page(Some(rows[0].0), 10).await.unwrap();
+    assert_eq!(after_first.len(), 2);
+    assert_eq!(store.audit_page(None, 1).await.unwrap().len(), 1);
+}
+
+pub(crate) async fn a_tool_call_is_approved_once_per_arguments(f: &dyn Fixture) {
+    let store = f.store();
+    let detail = json!({"arguments": {"x": 1}});
+    let (id, decided) = store
+        .tool_call_approval("up.send", "d1", "needs approval", &detail)
+        .await
+        .unwrap();
+    assert_eq!(decided, None);
+    // Asked again: the same approval, still pending; other arguments: another one.
+    assert_eq!(
+        store
+            .tool_call_approval("up.send", "d1", "again", &detail)
+            .await
+            .unwrap(),
+        (id, None)
+    );
+    let (other, _) = store
+        .tool_call_approval("up.send", "d2", "needs approval", &detail)
+        .await
+        .unwrap();
+    assert_ne!(other, id);
+    // A pending definition change of the same tool does not collide with them.
+    store
+        .save_pins(&[hold("up.send", "tool_change", "h")])
+        .await
+        .unwrap();
+    assert_eq!(store.approvals(true, 10).await.unwrap().len(), 3);
+    let r = store
+        .decide_tool_approval(id, true, "dana")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.kind.as_str(), r.approved), ("tool_call", Some(true)));
+    assert_eq!(
+        store
+            .tool_call_approval("up.send", "d1", "again", &detail)
+            .await
+            .unwrap(),
+        (id, Some(true))
+    );
+    // The change is still pending: deciding a call does not touch the pin.
+    let p = pin_of(&store.tool_pins().await.unwrap(), "up.send");
+    assert_eq!(p.status, PinStatus::Quarantined);
 }

@@ -63,11 +63,12 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
-    Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec, TraceStep,
-    now_ms,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec,
+    TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalRecord, FailedSlice, JobRecord, PortError, Recorded, RowCursor, Store,
+    Approval, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError, Recorded, RowCursor,
+    Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -78,6 +79,7 @@ use rows::{
 
 mod outcomes;
 mod rows;
+mod tools;
 
 /// The migrations of the top-level `migrations/` folder: version, description (the
 /// file name after the version), and the file. Append only.
@@ -87,6 +89,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         2,
         "budget",
         include_str!("../../../migrations/0002_budget.sql"),
+    ),
+    (
+        3,
+        "tools",
+        include_str!("../../../migrations/0003_tools.sql"),
     ),
 ];
 
@@ -108,8 +115,8 @@ macro_rules! select_jobs {
 macro_rules! select_approvals {
     ($tail:literal) => {
         concat!(
-            "SELECT id, kind, job_id, amount, reason, approved, decided_by, requested_ms, \
-             decided_ms FROM approvals ",
+            "SELECT id, kind, job_id, tool, amount, reason, detail::text AS detail, approved, \
+             decided_by, requested_ms, decided_ms FROM approvals ",
             $tail
         )
     };
@@ -749,6 +756,50 @@ impl Store for PgStore {
             .await
             .port()?;
         row.as_ref().map(approval_record).transpose()
+    }
+
+    async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {
+        tools::tool_pins(&self.pool).await
+    }
+
+    #[instrument(skip_all, fields(changes = changes.len()))]
+    async fn save_pins(&self, changes: &[PinChange]) -> Result<(), PortError> {
+        tools::save_pins(&self.pool, changes).await
+    }
+
+    #[instrument(skip_all, fields(approval = id, approved))]
+    async fn decide_tool_approval(
+        &self,
+        id: i64,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<ApprovalRecord>, PortError> {
+        tools::decide_tool_approval(&self.pool, id, approved, by).await
+    }
+
+    async fn tool_call_approval(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        reason: &str,
+        detail: &serde_json::Value,
+    ) -> Result<(i64, Option<bool>), PortError> {
+        tools::tool_call_approval(&self.pool, tool, args_digest, reason, detail).await
+    }
+
+    async fn record_audit(&self, rows: &[AuditRecord]) -> Result<(), PortError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        tools::record_audit(&self.pool, rows).await
+    }
+
+    async fn audit_page(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
+        tools::audit_page(&self.pool, after, limit).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -22,11 +22,12 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
-    Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec, TraceStep,
-    now_ms,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec,
+    TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalRecord, FailedSlice, JobRecord, PortError, Recorded, RowCursor, Store,
+    Approval, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError, Recorded, RowCursor,
+    Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -37,12 +38,14 @@ use rows::{
 
 mod outcomes;
 mod rows;
+pub(crate) mod tools;
 
 /// The schema, one script per version; `PRAGMA user_version` says how many are applied.
 const MIGRATIONS: &[&str] = &[
     include_str!("sqlite.sql"),
     include_str!("sqlite_v2.sql"),
     include_str!("sqlite_v3.sql"),
+    include_str!("sqlite_v4.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -60,8 +63,8 @@ macro_rules! select_jobs {
 macro_rules! select_approvals {
     ($tail:literal) => {
         concat!(
-            "SELECT id, kind, job_id, amount, reason, approved, decided_by, requested_ms, \
-             decided_ms FROM approvals ",
+            "SELECT id, kind, job_id, tool, amount, reason, detail, approved, decided_by, \
+             requested_ms, decided_ms FROM approvals ",
             $tail
         )
     };
@@ -647,6 +650,50 @@ impl Store for SqliteStore {
             .await
             .port()?;
         row.as_ref().map(approval_record).transpose()
+    }
+
+    async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {
+        tools::tool_pins(&mut *self.conn().await?).await
+    }
+
+    #[instrument(skip_all, fields(changes = changes.len()))]
+    async fn save_pins(&self, changes: &[PinChange]) -> Result<(), PortError> {
+        tools::save_pins(&mut *self.conn().await?, changes).await
+    }
+
+    #[instrument(skip_all, fields(approval = id, approved))]
+    async fn decide_tool_approval(
+        &self,
+        id: i64,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<ApprovalRecord>, PortError> {
+        tools::decide_tool_approval(&mut *self.conn().await?, id, approved, by).await
+    }
+
+    async fn tool_call_approval(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        reason: &str,
+        detail: &serde_json::Value,
+    ) -> Result<(i64, Option<bool>), PortError> {
+        tools::tool_call_approval(&mut *self.conn().await?, tool, args_digest, reason, detail).await
+    }
+
+    async fn record_audit(&self, rows: &[AuditRecord]) -> Result<(), PortError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        tools::record_audit(&mut *self.conn().await?, rows).await
+    }
+
+    async fn audit_page(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
+        tools::audit_page(&mut *self.conn().await?, after, limit).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

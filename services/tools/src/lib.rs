@@ -1,26 +1,46 @@
 //! The tool layer: the one place every tool call of every sub-agent passes.
 //!
-//! For now it does the call itself (stage 6 of the design's tool layer): the content
-//! cache with coalescing, bounded retries with jittered exponential backoff
-//! (`backon`), `Retry-After`, the job's budget, and one trace step per attempt or
-//! cache answer, plus a cost entry per billed call. Catalog, guard, search and
-//! sandbox join here in later stages.
+//! It knows every tool, trusts none by default, and keeps a model's context small:
+//!
+//! - [`catalog`]: built-in tools (Bright Data) and the tools of upstream MCP
+//!   servers ([`mcp`], over stdio or Streamable HTTP), namespaced by server
+//!   ([`name`]), each checked at registration (schemas, `input_examples`).
+//! - guard: [`canonical`] hashes pin each upstream definition (a change
+//!   quarantines the tool and raises a `tool_change` approval with the diff);
+//!   [`scan`] finds poisoned descriptions and sanitizes results; [`config`] holds
+//!   the per-server and per-tool policies; every call is audited.
+//! - [`search`]: BM25 over the catalog behind the `tool_search` meta-tool;
+//!   [`tokens`] counts what a model would be shown.
+//! - the call itself, here: the content cache with coalescing, bounded retries
+//!   with jittered exponential backoff (`backon`), `Retry-After`, the job's
+//!   budget, one trace step per attempt or cache answer, and a cost entry per
+//!   billed call.
 //!
 //! Layout: [`Budget`] (money reserved before a call, released if it fails),
-//! [`Recorder`] (a slice's trace and costs), [`ToolLayer::call`].
+//! [`Recorder`] (a slice's trace, costs and audit), [`ToolLayer`] (the catalog,
+//! the guard and [`ToolLayer::call`]).
+
+pub mod canonical;
+pub mod catalog;
+pub mod config;
+mod layer;
+pub mod mcp;
+pub mod name;
+pub mod scan;
+pub mod search;
+pub mod tokens;
+
+pub use catalog::{Catalog, Entry, ToolState};
+pub use layer::{Pool, RefreshReport, TOOL_SEARCH, ToolLayer};
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
-use serde_json::Value;
 use trawl_core::cost::Micros;
-use trawl_core::model::{CostEntry, JobId, SliceId, TraceStep, now_ms};
-use trawl_core::ports::{
-    ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
-};
+use trawl_core::model::{AuditRecord, CostEntry, JobId, SliceId, TraceStep, now_ms};
+use trawl_core::ports::{PortError, Store, ToolError};
 use trawl_core::retry::RetryPolicy;
 
 /// A job's spending limit.
@@ -166,25 +186,86 @@ impl Budget {
     }
 }
 
-/// A slice's trace steps and cost entries, numbered in order.
+/// A slice's trace steps, cost entries and audit rows, numbered in order.
 #[derive(Debug)]
 pub struct Recorder {
+    job_id: Option<JobId>,
     slice_id: SliceId,
-    inner: Mutex<(Vec<TraceStep>, Vec<CostEntry>)>,
+    /// Whether the calls belong to a slice (else `slice_id` is a placeholder).
+    in_slice: bool,
+    caller: String,
+    inner: Mutex<(Vec<TraceStep>, Vec<CostEntry>, Vec<AuditRecord>)>,
     seq: AtomicU32,
+    audit_seq: AtomicU32,
+}
+
+/// What a [`Recorder`] recorded.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub trace: Vec<TraceStep>,
+    pub costs: Vec<CostEntry>,
+    pub audit: Vec<AuditRecord>,
 }
 
 impl Recorder {
-    pub fn new(slice_id: SliceId) -> Recorder {
+    /// The calls of a slice of a job, made by a worker.
+    pub fn new(job_id: JobId, slice_id: SliceId) -> Recorder {
+        Recorder::make(Some(job_id), slice_id, true, "worker".to_owned())
+    }
+
+    /// Calls made outside any job (the command line, an MCP client): their audit
+    /// rows name no job or slice and are written with `Store::record_audit`.
+    pub fn detached(caller: impl Into<String>) -> Recorder {
+        Recorder::make(None, SliceId::from_stored("-".into()), false, caller.into())
+    }
+
+    fn make(job_id: Option<JobId>, slice_id: SliceId, in_slice: bool, caller: String) -> Recorder {
         Recorder {
+            job_id,
             slice_id,
-            inner: Mutex::new((Vec::new(), Vec::new())),
+            in_slice,
+            caller,
+            inner: Mutex::new((Vec::new(), Vec::new(), Vec::new())),
             seq: AtomicU32::new(0),
+            audit_seq: AtomicU32::new(0),
         }
     }
 
+    /// One audit row for a call asked of the layer.
     #[allow(clippy::too_many_arguments)]
-    fn step(
+    fn audit(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        decision: &str,
+        reason: &str,
+        latency: Duration,
+        result_bytes: usize,
+        error: Option<&ToolError>,
+    ) {
+        let row = AuditRecord {
+            job_id: self.job_id.clone(),
+            slice_id: self.in_slice.then(|| self.slice_id.clone()),
+            seq: self.audit_seq.fetch_add(1, Ordering::Relaxed),
+            tool: tool.to_owned(),
+            args_digest: args_digest.to_owned(),
+            decision: decision.to_owned(),
+            reason: reason.to_owned(),
+            caller: self.caller.clone(),
+            latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
+            result_bytes: result_bytes as u64,
+            error: error.map(|e| format!("{}: {}", e.code, e.message)),
+            at_ms: now_ms(),
+        };
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .2
+            .push(row);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn step(
         &self,
         tool: &str,
         args_digest: &str,
@@ -221,9 +302,14 @@ impl Recorder {
         g.0.push(step);
     }
 
-    /// The trace steps and cost entries recorded so far.
-    pub fn finish(self) -> (Vec<TraceStep>, Vec<CostEntry>) {
-        self.inner.into_inner().unwrap_or_else(|p| p.into_inner())
+    /// Everything recorded.
+    pub fn finish(self) -> Records {
+        let (trace, costs, audit) = self.inner.into_inner().unwrap_or_else(|p| p.into_inner());
+        Records {
+            trace,
+            costs,
+            audit,
+        }
     }
 }
 
@@ -235,153 +321,16 @@ pub struct CallOptions<'a> {
     pub budget: &'a Budget,
 }
 
-/// Tools behind the cache, retries, budget and trace.
-pub struct ToolLayer {
-    provider: Arc<dyn ToolProvider>,
-    cache: Arc<dyn ContentCache>,
-}
-
-impl ToolLayer {
-    pub fn new(provider: Arc<dyn ToolProvider>, cache: Arc<dyn ContentCache>) -> ToolLayer {
-        ToolLayer { provider, cache }
-    }
-
-    /// Calls `tool` with `args`: from the cache when fresh, else upstream with
-    /// bounded retries; every attempt and every cache answer is recorded.
-    pub async fn call(
-        &self,
-        tool: &str,
-        args: &Value,
-        opts: &CallOptions<'_>,
-        rec: &Recorder,
-    ) -> Result<Vec<u8>, ToolError> {
-        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
-        let started = Instant::now();
-        let ran = AtomicBool::new(false);
-        let upstream = self.upstream(tool, args, &args_digest, opts, rec, &ran);
-        let Some(key) = self.provider.cache_key(tool, args) else {
-            return upstream.await;
-        };
-        let load: LoadFuture<'_> = Box::pin(upstream);
-        let result = self.cache.get_or_load(&key, opts.max_age, load).await;
-        let served_here = |r: Result<(), &ToolError>| {
-            rec.step(
-                tool,
-                &args_digest,
-                true,
-                0,
-                r,
-                started.elapsed(),
-                Micros::ZERO,
-                "",
-            );
-        };
-        match result {
-            Ok((body, Served::Loaded)) => Ok(body),
-            Ok((body, Served::Hit | Served::Coalesced)) => {
-                served_here(Ok(()));
-                Ok(body)
-            }
-            Err(e) => {
-                // Our own attempts are already recorded; a waiter that got the
-                // leader's failure records that it got it, without a call.
-                if !ran.load(Ordering::Relaxed) {
-                    served_here(Err(&e));
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// The upstream call with retries, as a future the cache runs at most once per key.
-    async fn upstream(
-        &self,
-        tool: &str,
-        args: &Value,
-        args_digest: &str,
-        opts: &CallOptions<'_>,
-        rec: &Recorder,
-        ran: &AtomicBool,
-    ) -> Result<Vec<u8>, ToolError> {
-        ran.store(true, Ordering::Relaxed);
-        let policy = opts.retry;
-        let attempt = AtomicU32::new(0);
-        let price = self.provider.price(tool);
-        let once = || async {
-            let n = attempt.fetch_add(1, Ordering::Relaxed) + 1;
-            match opts.budget.try_reserve(price).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(ToolError::permanent(
-                        "budget_exhausted",
-                        format!(
-                            "the job's budget of {} would be passed by this call",
-                            opts.budget.max().unwrap_or_default(),
-                        ),
-                    ));
-                }
-                Err(e) => {
-                    return Err(ToolError::transient(
-                        "budget_unavailable",
-                        format!("the job's budget could not be checked: {e}"),
-                    ));
-                }
-            }
-            let t = Instant::now();
-            match self.provider.call(tool, args).await {
-                Ok(answer) => {
-                    opts.budget.settle(price, answer.cost).await;
-                    rec.step(
-                        tool,
-                        args_digest,
-                        false,
-                        n,
-                        Ok(()),
-                        t.elapsed(),
-                        answer.cost,
-                        answer.product,
-                    );
-                    Ok(answer.body)
-                }
-                Err(e) => {
-                    opts.budget.release(price).await;
-                    rec.step(
-                        tool,
-                        args_digest,
-                        false,
-                        n,
-                        Err(&e),
-                        t.elapsed(),
-                        Micros::ZERO,
-                        "",
-                    );
-                    Err(e)
-                }
-            }
-        };
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(policy.base_delay)
-            .with_max_delay(policy.max_delay)
-            .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
-            .with_jitter();
-        once.retry(backoff)
-            .sleep(tokio::time::sleep)
-            .when(|e: &ToolError| e.is_transient())
-            .adjust(|e: &ToolError, next: Option<Duration>| {
-                next.map(|d| policy.wait(d, e.retry_after))
-            })
-            .await
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::collections::VecDeque;
 
     use async_trait::async_trait;
-    use serde_json::json;
-    use trawl_core::ports::{CacheKey, ToolAnswer, ToolDescriptor};
+    use serde_json::{Value, json};
+    use trawl_core::ports::{
+        CacheKey, ContentCache, LoadFuture, Served, ToolAnswer, ToolDef, ToolOffer, ToolProvider,
+    };
 
     use super::*;
 
@@ -410,8 +359,16 @@ mod tests {
 
     #[async_trait]
     impl ToolProvider for Scripted {
-        fn tools(&self) -> Vec<ToolDescriptor> {
-            Vec::new()
+        fn tools(&self) -> Vec<ToolOffer> {
+            vec![ToolOffer {
+                def: ToolDef {
+                    name: "brightdata.t".into(),
+                    input_schema: json!({"type": "object"}),
+                    ..ToolDef::default()
+                },
+                cost_model: String::new(),
+                batch: None,
+            }]
         }
         fn cache_key(&self, _: &str, _: &Value) -> Option<CacheKey> {
             None
@@ -446,15 +403,18 @@ mod tests {
         budget: &Budget,
     ) -> (Result<Vec<u8>, ToolError>, Vec<TraceStep>, Vec<CostEntry>) {
         let layer = ToolLayer::new(p.clone(), Arc::new(NoCache));
-        let rec = Recorder::new(SliceId::from_stored("s_1".into()));
+        let rec = Recorder::new(JobId::generate(1, 1), SliceId::from_stored("s_1".into()));
         let opts = CallOptions {
             retry: RetryPolicy::new(max_attempts),
             max_age: Duration::from_secs(60),
             budget,
         };
-        let r = layer.call("t", &json!({"a": 1}), &opts, &rec).await;
-        let (trace, costs) = rec.finish();
-        (r, trace, costs)
+        let r = layer
+            .call("brightdata.t", &json!({"a": 1}), &opts, &rec)
+            .await;
+        let records = rec.finish();
+        assert_eq!(records.audit.len(), 1, "one audit row per call");
+        (r, records.trace, records.costs)
     }
 
     #[tokio::test(start_paused = true)]

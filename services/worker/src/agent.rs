@@ -11,8 +11,8 @@ use trawl_tools::{CallOptions, Recorder, ToolLayer};
 use crate::JobContext;
 
 /// Tool names this agent uses (the Bright Data provider's).
-const SEARCH: &str = "brightdata.search";
-const FETCH: &str = "brightdata.fetch";
+const SEARCH: &str = "brightdata.web_search";
+const FETCH: &str = "brightdata.fetch_page";
 
 /// Runs a slice to its outcome. Never fails: a failed tool call becomes the
 /// slice's error, with the trace of every attempt. The second value says whether
@@ -22,7 +22,7 @@ pub async fn run_slice(
     tools: &ToolLayer,
     slice: &SliceSpec,
 ) -> (SliceOutcome, bool) {
-    let rec = Recorder::new(slice.id.clone());
+    let rec = Recorder::new(job.id.clone(), slice.id.clone());
     let opts = CallOptions {
         retry: job.retry,
         max_age: job.spec.max_age,
@@ -55,7 +55,8 @@ pub async fn run_slice(
         transient = e.is_transient();
         out.error = Some(e.to_slice_error());
     }
-    (out.trace, out.costs) = rec.finish();
+    let records = rec.finish();
+    (out.trace, out.costs, out.audit) = (records.trace, records.costs, records.audit);
     (out, transient)
 }
 

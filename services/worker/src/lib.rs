@@ -5,8 +5,8 @@
 //!
 //! 1. Pull a slice; skip it (term) if its job is already over.
 //! 2. Run the sub-agent ([`agent`]): deterministic here: a search slice calls
-//!    `brightdata.search` and yields its organic rows as `serp` items and page
-//!    slices for its top results; a page slice calls `brightdata.fetch`, extracts
+//!    `brightdata.web_search` and yields its organic rows as `serp` items and page
+//!    slices for its top results; a page slice calls `brightdata.fetch_page`, extracts
 //!    one item and validates it on its own.
 //! 3. Write the outcome in one store transaction keyed by the slice id (a
 //!    redelivery writes nothing), publish new child slices, emit `slice.finished`,

@@ -13,7 +13,7 @@
 //!    order (never a deadlock); a slice another transaction ended meanwhile drops
 //!    out when the lock is granted. `claim` then writes their status, error and
 //!    tallies.
-//! 2. items, rejections, trace steps and costs are inserted only for claimed
+//! 2. items, rejections, trace steps, costs and audit rows are inserted only for claimed
 //!    slices, `ON CONFLICT DO NOTHING` on their (job, slice, seq) keys.
 //! 3. children of claimed slices are inserted the same way, sorted by id,
 //!    `RETURNING` the ids that were new.
@@ -97,6 +97,18 @@ WITH input AS (
     SELECT t.job_id, t.slice_id, t.seq, t.product, t.amount
     FROM UNNEST($38::text[], $39::text[], $40::bigint[], $41::text[], $42::bigint[])
         AS t (job_id, slice_id, seq, product, amount)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
+    ON CONFLICT DO NOTHING
+), new_audit AS (
+    INSERT INTO tool_audit (job_id, slice_id, seq, tool, args_digest, decision, reason,
+        caller, latency_us, result_bytes, error, at_ms)
+    SELECT t.job_id, t.slice_id, t.seq, t.tool, t.args_digest, t.decision, t.reason,
+        t.caller, t.latency_us, t.result_bytes, t.error, t.at_ms
+    FROM UNNEST($49::text[], $50::text[], $51::bigint[], $52::text[], $53::text[],
+            $54::text[], $55::text[], $56::text[], $57::bigint[], $58::bigint[],
+            $59::text[], $60::bigint[])
+        AS t (job_id, slice_id, seq, tool, args_digest, decision, reason, caller,
+            latency_us, result_bytes, error, at_ms)
     WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_children AS (
@@ -239,6 +251,7 @@ struct Prepared<'a> {
     rejections: Vec<&'a trawl_core::model::Rejection>,
     trace: Vec<&'a trawl_core::model::TraceStep>,
     costs: Vec<&'a trawl_core::model::CostEntry>,
+    audit: Vec<&'a trawl_core::model::AuditRecord>,
     children: Vec<&'a SliceSpec>,
 }
 
@@ -258,6 +271,7 @@ fn prepare<'a>(job: &JobId, slice: &SliceId, o: &'a SliceOutcome) -> Prepared<'a
         rejections: first_of_each(&o.rejections, |r| r.seq),
         trace: first_of_each(&o.trace, |r| r.seq),
         costs: first_of_each(&o.costs, |r| r.seq),
+        audit: first_of_each(&o.audit, |r| r.seq),
         children: first_of_each(&o.children, |c| &c.id),
     }
 }
@@ -311,6 +325,19 @@ struct Columns {
     c_seq: Vec<i64>,
     c_product: Vec<String>,
     c_amount: Vec<i64>,
+    // audit
+    a_job: Vec<String>,
+    a_slice: Vec<String>,
+    a_seq: Vec<i64>,
+    a_tool: Vec<String>,
+    a_digest: Vec<String>,
+    a_decision: Vec<String>,
+    a_reason: Vec<String>,
+    a_caller: Vec<String>,
+    a_latency: Vec<i64>,
+    a_bytes: Vec<i64>,
+    a_error: Vec<Option<String>>,
+    a_at: Vec<i64>,
     // children
     k_job: Vec<String>,
     k_from: Vec<String>,
@@ -387,6 +414,21 @@ impl Columns {
             self.c_product.push(text(&c.product).into_owned());
             self.c_amount.push(c.amount.0);
         }
+        for a in &p.audit {
+            self.a_job.push(j.into());
+            self.a_slice.push(s.into());
+            self.a_seq.push(i64::from(a.seq));
+            self.a_tool.push(text(&a.tool).into_owned());
+            self.a_digest.push(text(&a.args_digest).into_owned());
+            self.a_decision.push(text(&a.decision).into_owned());
+            self.a_reason.push(text(&a.reason).into_owned());
+            self.a_caller.push(text(&a.caller).into_owned());
+            self.a_latency.push(to_i64(a.latency_us));
+            self.a_bytes.push(to_i64(a.result_bytes));
+            self.a_error
+                .push(a.error.as_deref().map(|e| text(e).into_owned()));
+            self.a_at.push(a.at_ms);
+        }
         for c in &p.children {
             self.k_job.push(j.into());
             self.k_from.push(s.into());
@@ -462,6 +504,18 @@ async fn write_batch(
         .bind(&c.k_parent)
         .bind(&c.k_kind)
         .bind(&c.k_spec)
+        .bind(&c.a_job)
+        .bind(&c.a_slice)
+        .bind(&c.a_seq)
+        .bind(&c.a_tool)
+        .bind(&c.a_digest)
+        .bind(&c.a_decision)
+        .bind(&c.a_reason)
+        .bind(&c.a_caller)
+        .bind(&c.a_latency)
+        .bind(&c.a_bytes)
+        .bind(&c.a_error)
+        .bind(&c.a_at)
         .fetch_one(pool)
         .await
         .port()?;

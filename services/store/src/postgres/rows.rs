@@ -15,10 +15,12 @@ use sqlx::{Postgres, Row};
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceKind,
-    SliceSpec, TraceStep, Violation,
+    AuditRecord, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
+    SliceKind, SliceSpec, TraceStep, Violation,
 };
-use trawl_core::ports::{Approval, ApprovalRecord, FailedSlice, Idempotency, JobRecord, PortError};
+use trawl_core::ports::{
+    ApprovalRecord, FailedSlice, Idempotency, JobRecord, PinStatus, PortError, ToolPin,
+};
 
 use crate::error::ResultExt;
 
@@ -235,19 +237,70 @@ pub(super) fn trace_step(row: &PgRow) -> Result<TraceStep, PortError> {
 }
 
 pub(super) fn approval_record(row: &PgRow) -> Result<ApprovalRecord, PortError> {
+    let job: Option<String> = get(row, "job_id")?;
+    let detail: Option<String> = get(row, "detail")?;
     Ok(ApprovalRecord {
         id: get(row, "id")?,
         kind: get(row, "kind")?,
-        approval: Approval {
-            job_id: job_id(row, "job_id")?,
-            amount: Micros(get(row, "amount")?),
-            reason: get(row, "reason")?,
-            approved: get(row, "approved")?,
-            decided_by: get(row, "decided_by")?,
-        },
+        job_id: job
+            .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
+            .transpose()?,
+        tool: get(row, "tool")?,
+        amount: Micros(get(row, "amount")?),
+        reason: get(row, "reason")?,
+        detail: detail
+            .map(|d| serde_json::from_str(&d).map_err(|e| corrupt("approval detail", e)))
+            .transpose()?,
+        approved: get(row, "approved")?,
+        decided_by: get(row, "decided_by")?,
         requested_ms: get(row, "requested_ms")?,
         decided_ms: get(row, "decided_ms")?,
     })
+}
+
+pub(super) fn tool_pin(row: &PgRow) -> Result<ToolPin, PortError> {
+    let status: String = get(row, "status")?;
+    let doc = |col: &str| -> Result<Option<Value>, PortError> {
+        let s: Option<String> = get(row, col)?;
+        s.map(|s| serde_json::from_str(&s).map_err(|e| corrupt(col, e)))
+            .transpose()
+    };
+    Ok(ToolPin {
+        tool: get(row, "tool")?,
+        server: get(row, "server")?,
+        status: PinStatus::parse(&status).ok_or_else(|| corrupt("pin status", &status))?,
+        hash: get(row, "hash")?,
+        definition: doc("definition")?,
+        pending_hash: get(row, "pending_hash")?,
+        pending_definition: doc("pending_definition")?,
+        approval_id: get(row, "approval_id")?,
+        pinned_ms: get(row, "pinned_ms")?,
+        approved_by: get(row, "approved_by")?,
+    })
+}
+
+pub(super) fn audit_record(row: &PgRow) -> Result<(i64, AuditRecord), PortError> {
+    let job: Option<String> = get(row, "job_id")?;
+    let slice: Option<String> = get(row, "slice_id")?;
+    Ok((
+        get(row, "id")?,
+        AuditRecord {
+            job_id: job
+                .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
+                .transpose()?,
+            slice_id: slice.map(SliceId::from_stored),
+            seq: get_u32(row, "seq")?,
+            tool: get(row, "tool")?,
+            args_digest: get(row, "args_digest")?,
+            decision: get(row, "decision")?,
+            reason: get(row, "reason")?,
+            caller: get(row, "caller")?,
+            latency_us: get_u64(row, "latency_us")?,
+            result_bytes: get_u64(row, "result_bytes")?,
+            error: get(row, "error")?,
+            at_ms: get(row, "at_ms")?,
+        },
+    ))
 }
 
 pub(super) fn failed_slice(row: &PgRow) -> Result<FailedSlice, PortError> {

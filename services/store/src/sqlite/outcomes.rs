@@ -25,7 +25,8 @@ use trawl_core::model::{JobId, SliceId, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::ports::{PortError, Recorded};
 
 use super::rows::{
-    Owned, insert_costs, insert_items, insert_new_slices, insert_rejections, insert_trace_steps,
+    Owned, insert_audit, insert_costs, insert_items, insert_new_slices, insert_rejections,
+    insert_trace_steps,
 };
 use crate::error::ResultExt;
 
@@ -209,6 +210,11 @@ async fn write_batch(
     insert_rejections(&mut tx, &rows(&claimed, |o| &o.rejections)).await?;
     insert_trace_steps(&mut tx, &rows(&claimed, |o| &o.trace)).await?;
     insert_costs(&mut tx, &rows(&claimed, |o| &o.costs)).await?;
+    let audit: Vec<_> = rows(&claimed, |o| &o.audit)
+        .into_iter()
+        .map(|(job, slice, a)| (Some(job), Some(slice), a))
+        .collect();
+    insert_audit(&mut tx, &audit).await?;
 
     let children: Vec<(&JobId, &SliceSpec, i64)> = claimed
         .iter()

@@ -10,10 +10,12 @@ use sqlx::{AssertSqlSafe, Row, Sqlite};
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
-    SliceKind, SliceSpec, TraceStep, Violation,
+    AuditRecord, CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError,
+    SliceId, SliceKind, SliceSpec, TraceStep, Violation,
 };
-use trawl_core::ports::{Approval, ApprovalRecord, FailedSlice, Idempotency, JobRecord, PortError};
+use trawl_core::ports::{
+    ApprovalRecord, FailedSlice, Idempotency, JobRecord, PinStatus, PortError, ToolPin,
+};
 
 use crate::error::ResultExt;
 
@@ -105,6 +107,14 @@ const REJECTIONS: Insert = Insert {
 const TRACE_STEPS: Insert = Insert {
     head: "INSERT INTO trace_steps (job_id, slice_id, seq, tool, args_digest, cache_hit, \
            attempt, status, error, latency_us, cost, at_ms)",
+    row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    params: 12,
+    tail: SKIP,
+};
+
+const AUDIT: Insert = Insert {
+    head: "INSERT INTO tool_audit (job_id, slice_id, seq, tool, args_digest, decision, reason, \
+           caller, latency_us, result_bytes, error, at_ms)",
     row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     params: 12,
     tail: SKIP,
@@ -231,6 +241,76 @@ pub(super) async fn insert_trace_steps(
     Ok(())
 }
 
+/// Audit rows; a slice's rows are stored under that slice whatever they name.
+pub(super) async fn insert_audit(
+    conn: &mut SqliteConnection,
+    rows: &[(Option<&JobId>, Option<&SliceId>, &AuditRecord)],
+) -> Result<(), PortError> {
+    let statements = AUDIT.statements(rows, |q, (job, slice, a)| {
+        Ok(q.bind(job.map(JobId::as_str))
+            .bind(slice.map(SliceId::as_str))
+            .bind(a.seq)
+            .bind(a.tool.as_str())
+            .bind(a.args_digest.as_str())
+            .bind(a.decision.as_str())
+            .bind(a.reason.as_str())
+            .bind(a.caller.as_str())
+            .bind(to_i64(a.latency_us))
+            .bind(to_i64(a.result_bytes))
+            .bind(a.error.as_deref())
+            .bind(a.at_ms))
+    });
+    for q in statements {
+        q?.execute(&mut *conn).await.port()?;
+    }
+    Ok(())
+}
+
+pub(super) fn audit_record(row: &SqliteRow) -> Result<(i64, AuditRecord), PortError> {
+    let job: Option<String> = get(row, "job_id")?;
+    let slice: Option<String> = get(row, "slice_id")?;
+    Ok((
+        get(row, "id")?,
+        AuditRecord {
+            job_id: job
+                .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
+                .transpose()?,
+            slice_id: slice.map(SliceId::from_stored),
+            seq: get_u32(row, "seq")?,
+            tool: get(row, "tool")?,
+            args_digest: get(row, "args_digest")?,
+            decision: get(row, "decision")?,
+            reason: get(row, "reason")?,
+            caller: get(row, "caller")?,
+            latency_us: get_u64(row, "latency_us")?,
+            result_bytes: get_u64(row, "result_bytes")?,
+            error: get(row, "error")?,
+            at_ms: get(row, "at_ms")?,
+        },
+    ))
+}
+
+pub(super) fn tool_pin(row: &SqliteRow) -> Result<ToolPin, PortError> {
+    let status: String = get(row, "status")?;
+    let json = |col: &str| -> Result<Option<serde_json::Value>, PortError> {
+        let s: Option<String> = get(row, col)?;
+        s.map(|s| serde_json::from_str(&s).map_err(|e| corrupt(col, e)))
+            .transpose()
+    };
+    Ok(ToolPin {
+        tool: get(row, "tool")?,
+        server: get(row, "server")?,
+        status: PinStatus::parse(&status).ok_or_else(|| corrupt("pin status", &status))?,
+        hash: get(row, "hash")?,
+        definition: json("definition")?,
+        pending_hash: get(row, "pending_hash")?,
+        pending_definition: json("pending_definition")?,
+        approval_id: get(row, "approval_id")?,
+        pinned_ms: get(row, "pinned_ms")?,
+        approved_by: get(row, "approved_by")?,
+    })
+}
+
 pub(super) async fn insert_costs(
     conn: &mut SqliteConnection,
     rows: &[Owned<'_, CostEntry>],
@@ -348,17 +428,22 @@ pub(super) fn trace_step(row: &SqliteRow) -> Result<TraceStep, PortError> {
 }
 
 pub(super) fn approval_record(row: &SqliteRow) -> Result<ApprovalRecord, PortError> {
-    let job_id: String = get(row, "job_id")?;
+    let job_id: Option<String> = get(row, "job_id")?;
+    let detail: Option<String> = get(row, "detail")?;
     Ok(ApprovalRecord {
         id: get(row, "id")?,
         kind: get(row, "kind")?,
-        approval: Approval {
-            job_id: JobId::parse(&job_id).map_err(|e| corrupt("job id", e))?,
-            amount: Micros(get(row, "amount")?),
-            reason: get(row, "reason")?,
-            approved: get(row, "approved")?,
-            decided_by: get(row, "decided_by")?,
-        },
+        job_id: job_id
+            .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
+            .transpose()?,
+        tool: get(row, "tool")?,
+        amount: Micros(get(row, "amount")?),
+        reason: get(row, "reason")?,
+        detail: detail
+            .map(|d| serde_json::from_str(&d).map_err(|e| corrupt("approval detail", e)))
+            .transpose()?,
+        approved: get(row, "approved")?,
+        decided_by: get(row, "decided_by")?,
         requested_ms: get(row, "requested_ms")?,
         decided_ms: get(row, "decided_ms")?,
     })

@@ -1,0 +1,513 @@
+//! The catalog: every tool the layer knows, checked, scanned and held against its
+//! pin, and the search index over those that may be listed.
+//!
+//! [`assemble`] is a pure function from listings (what each server offered) and the
+//! stored pins to a [`Catalog`] and the pin changes to store. For each tool, in
+//! order:
+//!
+//! 1. **register**: the namespaced name follows the MCP rule; the input schema (and
+//!    output schema) compiles as JSON Schema; every `input_examples` entry
+//!    validates against the input schema. A tool failing any of these is refused
+//!    with a [`Refusal`] naming it; the rest of the catalog is unaffected.
+//! 2. **scan**: descriptions, parameter descriptions and examples go through the
+//!    [`scan`](crate::scan) rules; the server's [`ScanPolicy`] turns each finding's
+//!    severity into flag, strip or block.
+//! 3. **pin** (upstream servers only; the built-in tools are part of trawl): the
+//!    sha256 of the definition's canonical JSON is compared with the stored pin.
+//!    First sight of a server pins all its tools; a changed definition is
+//!    quarantined and a `tool_change` approval raised with the differences; a tool
+//!    new to a known server is pinned or held per the server's `new_tools` policy.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
+
+use crate::canonical::{definition_hash, diff, render};
+use crate::config::{NewTools, ScanAction, ScanPolicy};
+use crate::name::{ServerName, ToolName};
+use crate::scan::{Finding, ScanContext, scan_definitions, strip_definition};
+use crate::search::SearchIndex;
+
+/// Where a tool stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ToolState {
+    /// Listed and callable (policy permitting).
+    Listed,
+    /// Its definition changed since it was pinned; a `tool_change` approval decides.
+    Quarantined { approval: Option<i64> },
+    /// New on a server whose new tools need a `new_tool` approval.
+    Awaiting { approval: Option<i64> },
+    /// A change (or a new tool) that was rejected.
+    Rejected,
+    /// A scanner finding whose policy is `block`.
+    Blocked { rules: Vec<&'static str> },
+}
+
+impl ToolState {
+    /// The audit decision of a call to a tool in this state, when not listed.
+    pub fn refusal(&self) -> Option<&'static str> {
+        match self {
+            ToolState::Listed => None,
+            ToolState::Quarantined { .. } => Some("quarantined"),
+            ToolState::Awaiting { .. } => Some("awaiting_approval"),
+            ToolState::Rejected => Some("rejected"),
+            ToolState::Blocked { .. } => Some("blocked"),
+        }
+    }
+}
+
+/// A tool of the catalog.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub name: ToolName,
+    pub builtin: bool,
+    /// What a model is shown: namespaced, with stripped spans removed.
+    pub def: ToolDef,
+    /// sha256 of the server's own definition (before stripping).
+    pub hash: String,
+    pub state: ToolState,
+    pub findings: Vec<Finding>,
+    pub cost_model: String,
+    pub batch: Option<BatchOf>,
+    pub result_max_bytes: usize,
+    pub(crate) validator: Arc<jsonschema::Validator>,
+}
+
+/// A tool refused at registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    pub server: String,
+    /// The tool's name as the server gave it (or a placeholder when it gave none).
+    pub tool: String,
+    pub error: String,
+}
+
+/// A server as the catalog last saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerState {
+    pub name: String,
+    /// `builtin`, `stdio` or `http`.
+    pub transport: &'static str,
+    /// Why it could not be listed, if it could not.
+    pub error: Option<String>,
+    pub tools: usize,
+}
+
+/// What one server offered.
+#[derive(Clone, Debug)]
+pub struct Listing {
+    pub server: ServerName,
+    pub transport: &'static str,
+    pub builtin: bool,
+    /// The `tools/list` entries, with the server's own names.
+    pub tools: Vec<Offered>,
+    pub scan: ScanPolicy,
+    pub allow_hosts: Vec<String>,
+    pub new_tools: NewTools,
+    pub result_max_bytes: usize,
+    /// The server could not be listed: its tools keep the state their pins say,
+    /// but none is listed.
+    pub error: Option<String>,
+}
+
+/// One tool a server offered.
+#[derive(Clone, Debug)]
+pub struct Offered {
+    pub raw: Value,
+    pub cost_model: String,
+    pub batch: Option<BatchOf>,
+}
+
+/// Every tool the layer knows.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    entries: Vec<Entry>,
+    by_name: HashMap<String, usize>,
+    /// Entries that are listed, in name order; the search index covers these.
+    listed: Vec<usize>,
+    index: SearchIndex,
+    pub refused: Vec<Refusal>,
+    pub servers: Vec<ServerState>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.by_name.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// Every entry, listed or not, in name order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The tools a model may be shown.
+    pub fn listed(&self) -> impl Iterator<Item = &Entry> {
+        self.listed.iter().map(|&i| &self.entries[i])
+    }
+
+    /// The best `limit` listed tools for `query` (BM25 over names, descriptions,
+    /// parameters and examples), with their scores.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<(&Entry, f32)> {
+        self.index
+            .search(query, limit)
+            .into_iter()
+            .map(|h| (&self.entries[self.listed[h.index]], h.score))
+            .collect()
+    }
+
+    /// Tokens (o200k_base) of the definitions of `loaded` (models are shown these)
+    /// and of every listed tool.
+    pub fn context_tokens<'a>(
+        &self,
+        loaded: impl IntoIterator<Item = &'a ToolDef>,
+    ) -> (usize, usize) {
+        let part = loaded.into_iter().map(crate::tokens::def_tokens).sum();
+        let whole = self
+            .listed()
+            .map(|e| crate::tokens::def_tokens(&e.def))
+            .sum();
+        (part, whole)
+    }
+}
+
+/// The definition of the `tool_search` meta-tool, the one tool an agent starts with.
+pub fn tool_search_def() -> ToolDef {
+    ToolDef {
+        name: crate::TOOL_SEARCH.into(),
+        title: Some("Search the tools".into()),
+        description: "Find the tools for a task. Returns the definitions of the best matches; \
+                      call the tools it returns by their names."
+            .into(),
+        input_schema: json!({
+            "type": "object",
+            "required": ["query"],
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "description": "What the tool should do, in a few words."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5, "description": "How many tools to return."}
+            },
+            "additionalProperties": false
+        }),
+        output_schema: None,
+        annotations: json!({"readOnlyHint": true, "openWorldHint": false}),
+        input_examples: vec![json!({"query": "fetch a web page as markdown", "limit": 3})],
+    }
+}
+
+/// A definition for a model that takes no `input_examples` field: the examples
+/// rendered into the description.
+pub fn with_examples_in_description(def: &ToolDef) -> ToolDef {
+    let mut out = def.clone();
+    if !out.input_examples.is_empty() {
+        out.description.push_str("\n\nExamples of arguments:");
+        for ex in &out.input_examples {
+            out.description.push_str("\n- ");
+            out.description.push_str(&ex.to_string());
+        }
+        out.input_examples.clear();
+    }
+    out
+}
+
+/// Checks one offered tool: name, schemas, examples.
+fn register(
+    server: &ServerName,
+    raw: &Value,
+) -> Result<(ToolName, ToolDef, jsonschema::Validator), Refusal> {
+    let given = raw.get("name").and_then(Value::as_str);
+    let refuse = |error: String| Refusal {
+        server: server.to_string(),
+        tool: given.map_or_else(|| "(no name)".to_owned(), |n| n.chars().take(160).collect()),
+        error,
+    };
+    let bare = given.ok_or_else(|| refuse("the tool has no name".into()))?;
+    let name = ToolName::namespaced(server, bare).map_err(|e| refuse(e.to_string()))?;
+    let mut def: ToolDef = serde_json::from_value(raw.clone())
+        .map_err(|e| refuse(format!("not a tool definition: {e}")))?;
+    def.name = name.to_string();
+    // SDKs that model tools strictly drop unknown top-level fields; examples may
+    // then travel in `_meta`.
+    if def.input_examples.is_empty()
+        && let Some(ex) = raw
+            .pointer("/_meta/input_examples")
+            .and_then(Value::as_array)
+    {
+        def.input_examples = ex.clone();
+    }
+    if def.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(refuse(
+            "inputSchema must be a JSON Schema object with \"type\": \"object\"".into(),
+        ));
+    }
+    let validator = jsonschema::validator_for(&def.input_schema)
+        .map_err(|e| refuse(format!("invalid inputSchema: {e}")))?;
+    if let Some(out) = &def.output_schema {
+        jsonschema::validator_for(out).map_err(|e| refuse(format!("invalid outputSchema: {e}")))?;
+    }
+    for (i, ex) in def.input_examples.iter().enumerate() {
+        if let Some(e) = validator.iter_errors(ex).next() {
+            let at = e.instance_path().to_string();
+            return Err(refuse(format!(
+                "input_examples[{i}] {ex} does not match the input schema: {}{e}",
+                if at.is_empty() {
+                    String::new()
+                } else {
+                    format!("at {at}: ")
+                },
+            )));
+        }
+    }
+    Ok((name, def, validator))
+}
+
+/// Builds the catalog from what the servers offered and the stored pins (`None`:
+/// nothing is pinned, as for a layer without a store), and the pin changes to store.
+pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec<PinChange>) {
+    let mut catalog = Catalog::default();
+    let mut changes = Vec::new();
+    let pinning = pins.is_some();
+    let pins: HashMap<&str, &ToolPin> = pins
+        .unwrap_or_default()
+        .iter()
+        .map(|p| (p.tool.as_str(), p))
+        .collect();
+    let known_servers: HashSet<&str> = pins.values().map(|p| p.server.as_str()).collect();
+
+    // Register first: shadowing is judged against every other server's tools.
+    let mut registered: Vec<Vec<(usize, ToolName, ToolDef, jsonschema::Validator)>> = Vec::new();
+    for l in listings {
+        let mut ok = Vec::new();
+        let mut seen = HashSet::new();
+        for (i, o) in l.tools.iter().enumerate() {
+            match register(&l.server, &o.raw) {
+                Ok((name, def, v)) if seen.insert(name.clone()) => ok.push((i, name, def, v)),
+                Ok((name, ..)) => catalog.refused.push(Refusal {
+                    server: l.server.to_string(),
+                    tool: name.bare().to_owned(),
+                    error: "listed twice by its server; the first is kept".into(),
+                }),
+                Err(r) => catalog.refused.push(r),
+            }
+        }
+        registered.push(ok);
+    }
+    let all_names: Vec<(String, String)> = listings
+        .iter()
+        .zip(&registered)
+        .flat_map(|(l, r)| {
+            r.iter()
+                .map(|(_, n, ..)| (l.server.to_string(), n.to_string()))
+        })
+        .collect();
+
+    for (l, tools) in listings.iter().zip(registered) {
+        catalog.servers.push(ServerState {
+            name: l.server.to_string(),
+            transport: l.transport,
+            error: l.error.clone(),
+            tools: tools.len(),
+        });
+        let other_tools: Vec<String> = all_names
+            .iter()
+            .filter(|(s, _)| s != l.server.as_str())
+            .map(|(_, n)| n.clone())
+            .collect();
+        let ctx = ScanContext {
+            server: l.server.as_str(),
+            allow_hosts: &l.allow_hosts,
+            other_tools: &other_tools,
+        };
+        let raws: Vec<Value> = tools
+            .iter()
+            .map(|(i, ..)| l.tools[*i].raw.clone())
+            .collect();
+        let findings = scan_definitions(&raws, &ctx);
+        let server_known = known_servers.contains(l.server.as_str());
+        for ((i, name, mut def, validator), found) in tools.into_iter().zip(findings) {
+            let offered = &l.tools[i];
+            let hash = definition_hash(&offered.raw);
+            let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
+            let mut state = ToolState::Listed;
+            if worst == Some(ScanAction::Block) {
+                let mut rules: Vec<&'static str> = found
+                    .iter()
+                    .filter(|f| l.scan.action(f.severity) == ScanAction::Block)
+                    .map(|f| f.rule)
+                    .collect();
+                rules.dedup();
+                state = ToolState::Blocked { rules };
+            } else if worst == Some(ScanAction::Strip) {
+                let strip: Vec<Finding> = found
+                    .iter()
+                    .filter(|f| l.scan.action(f.severity) == ScanAction::Strip)
+                    .cloned()
+                    .collect();
+                let cleaned = strip_definition(&offered.raw, &strip);
+                if let Ok(mut d) = serde_json::from_value::<ToolDef>(cleaned) {
+                    d.name = name.to_string();
+                    def = d;
+                }
+            }
+            if pinning
+                && !l.builtin
+                && let Some(held) = pin(
+                    &name,
+                    l,
+                    &offered.raw,
+                    &hash,
+                    pins.get(name.as_str()).copied(),
+                    server_known,
+                    &mut changes,
+                )
+                && state == ToolState::Listed
+            {
+                state = held;
+            }
+            catalog.entries.push(Entry {
+                name,
+                builtin: l.builtin,
+                def,
+                hash,
+                state,
+                findings: found,
+                cost_model: offered.cost_model.clone(),
+                batch: offered.batch.clone(),
+                result_max_bytes: l.result_max_bytes,
+                validator: Arc::new(validator),
+            });
+        }
+    }
+    catalog.entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for (i, e) in catalog.entries.iter().enumerate() {
+        catalog.by_name.insert(e.name.to_string(), i);
+    }
+    let failed: HashSet<&str> = listings
+        .iter()
+        .filter(|l| l.error.is_some())
+        .map(|l| l.server.as_str())
+        .collect();
+    catalog.listed = (0..catalog.entries.len())
+        .filter(|&i| {
+            let e = &catalog.entries[i];
+            e.state == ToolState::Listed && !failed.contains(e.name.server())
+        })
+        .collect();
+    let defs: Vec<ToolDef> = catalog
+        .listed
+        .iter()
+        .map(|&i| catalog.entries[i].def.clone())
+        .collect();
+    catalog.index = SearchIndex::build(&defs);
+    (catalog, changes)
+}
+
+/// Holds one upstream tool against its pin: the state it is held in (`None`:
+/// listed), with the change to store, if any, added to `changes`.
+fn pin(
+    name: &ToolName,
+    l: &Listing,
+    raw: &Value,
+    hash: &str,
+    stored: Option<&ToolPin>,
+    server_known: bool,
+    changes: &mut Vec<PinChange>,
+) -> Option<ToolState> {
+    let tool = name.to_string();
+    let server = l.server.to_string();
+    let Some(p) = stored else {
+        if !server_known || l.new_tools == NewTools::Auto {
+            changes.push(PinChange::Pin {
+                tool,
+                server,
+                hash: hash.to_owned(),
+                definition: raw.clone(),
+                by: if server_known {
+                    "policy:auto"
+                } else {
+                    "first-sight"
+                }
+                .into(),
+            });
+            return None;
+        }
+        changes.push(PinChange::Hold {
+            reason: format!(
+                "{server} offers a new tool, {tool}; its policy for new tools is approve"
+            ),
+            detail: json!({"server": server, "tool": tool, "new": raw}),
+            tool,
+            server,
+            kind: "new_tool",
+            hash: hash.to_owned(),
+            definition: raw.clone(),
+        });
+        return Some(ToolState::Awaiting { approval: None });
+    };
+    if p.hash.as_deref() == Some(hash) {
+        if p.status != PinStatus::Active {
+            changes.push(PinChange::Restore { tool });
+        }
+        return None;
+    }
+    if p.pending_hash.as_deref() == Some(hash) {
+        // Seen before: its approval is pending, or it was rejected.
+        return Some(match p.status {
+            PinStatus::Awaiting => ToolState::Awaiting {
+                approval: p.approval_id,
+            },
+            PinStatus::Rejected => ToolState::Rejected,
+            _ => ToolState::Quarantined {
+                approval: p.approval_id,
+            },
+        });
+    }
+    let Some(old) = &p.definition else {
+        // A new tool held for approval changed again before a decision.
+        changes.push(PinChange::Hold {
+            reason: format!(
+                "{server} offers a new tool, {tool}; its policy for new tools is approve"
+            ),
+            detail: json!({"server": server, "tool": tool, "new": raw}),
+            tool,
+            server,
+            kind: "new_tool",
+            hash: hash.to_owned(),
+            definition: raw.clone(),
+        });
+        return Some(ToolState::Awaiting { approval: None });
+    };
+    let changed = diff(old, raw);
+    let fields: Vec<&str> = {
+        let mut f: Vec<&str> = changed
+            .iter()
+            .map(|c| c.path.split(['.', '[']).next().unwrap_or_default())
+            .collect();
+        f.dedup();
+        f
+    };
+    changes.push(PinChange::Hold {
+        reason: format!(
+            "{tool} changed since it was pinned ({}): quarantined until approved",
+            fields.join(", ")
+        ),
+        detail: json!({
+            "server": server,
+            "tool": tool,
+            "old_hash": p.hash,
+            "new_hash": hash,
+            "old": old,
+            "new": raw,
+            "changes": changed,
+            "diff": render(&changed),
+        }),
+        tool,
+        server,
+        kind: "tool_change",
+        hash: hash.to_owned(),
+        definition: raw.clone(),
+    });
+    Some(ToolState::Quarantined { approval: None })
+}

@@ -1,0 +1,438 @@
+//! The tool layer's configuration: upstream MCP servers and the policies that
+//! govern them, read from a YAML file (`TRAWL_TOOLS_CONFIG`).
+//!
+//! ```yaml
+//! servers:
+//!   everything:
+//!     command: node                      # stdio: a child process
+//!     args: [node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]
+//!     env: {}                            # the only variables it gets beyond PATH, HOME, ...
+//!     new_tools: approve                 # auto (default) | approve
+//!     scan: {high: block, medium: strip, low: flag}   # the defaults
+//!     allow_hosts: [example.com]         # hosts its descriptions may send data to
+//!     result_max_bytes: 262144
+//!   docs:
+//!     url: http://127.0.0.1:3001/mcp     # Streamable HTTP
+//!     headers: {X-Team: research}
+//! policy:
+//!   default: allow                       # allow | deny | approve | isolated
+//!   tools:
+//!     "everything.longRunningOperation": deny
+//!     "*.send_*": approve                # `*` matches any run of characters
+//! ```
+//!
+//! Browser and computer-use tools (`*browser*`, `*computer*`) are `isolated`
+//! unless a rule says otherwise: they never run outside an isolated worker pool.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::mcp::{Transport, UpstreamConfig};
+use crate::name::{NameError, ServerName};
+use crate::scan::Severity;
+
+/// The server name of the built-in Bright Data tools.
+pub const BUILTIN_SERVER: &str = "brightdata";
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// What happens to a tool a scanner finding of some severity was found in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanAction {
+    /// Noted in the catalog; the tool is listed unchanged.
+    Flag,
+    /// The offending text is removed from what models are shown.
+    Strip,
+    /// The tool is neither listed nor callable.
+    Block,
+}
+
+/// Per severity, what happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScanPolicy {
+    #[serde(default = "block")]
+    pub high: ScanAction,
+    #[serde(default = "strip")]
+    pub medium: ScanAction,
+    #[serde(default = "flag")]
+    pub low: ScanAction,
+}
+
+fn block() -> ScanAction {
+    ScanAction::Block
+}
+fn strip() -> ScanAction {
+    ScanAction::Strip
+}
+fn flag() -> ScanAction {
+    ScanAction::Flag
+}
+
+impl Default for ScanPolicy {
+    fn default() -> ScanPolicy {
+        ScanPolicy {
+            high: ScanAction::Block,
+            medium: ScanAction::Strip,
+            low: ScanAction::Flag,
+        }
+    }
+}
+
+impl ScanPolicy {
+    pub fn action(&self, s: Severity) -> ScanAction {
+        match s {
+            Severity::High => self.high,
+            Severity::Medium => self.medium,
+            Severity::Low => self.low,
+        }
+    }
+}
+
+/// What happens to a tool a server adds after its first listing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NewTools {
+    /// Pinned on sight.
+    #[default]
+    Auto,
+    /// Held until a `new_tool` approval.
+    Approve,
+}
+
+/// Who may call a tool, and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Allow,
+    Deny,
+    /// Each call (tool and arguments) needs a `tool_call` approval.
+    Approve,
+    /// Only in an isolated worker pool (browser, computer use).
+    Isolated,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Allow => "allow",
+            Access::Deny => "deny",
+            Access::Approve => "approve",
+            Access::Isolated => "isolated",
+        }
+    }
+}
+
+/// One upstream MCP server.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub name: ServerName,
+    pub upstream: UpstreamConfig,
+    pub new_tools: NewTools,
+    pub scan: ScanPolicy,
+    pub allow_hosts: Vec<String>,
+    pub result_max_bytes: usize,
+}
+
+/// The whole configuration, checked.
+#[derive(Clone, Debug, Default)]
+pub struct ToolsConfig {
+    pub servers: Vec<ServerConfig>,
+    /// Scanning policy of the built-in tools.
+    pub builtin_scan: ScanPolicy,
+    pub policy: Policy,
+}
+
+/// Per-tool access rules.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub default: Access,
+    /// `(pattern, access)`; an exact name wins over patterns, a longer pattern over
+    /// a shorter one.
+    pub rules: Vec<(String, Access)>,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            default: Access::Allow,
+            rules: default_rules(),
+        }
+    }
+}
+
+fn default_rules() -> Vec<(String, Access)> {
+    vec![
+        ("*browser*".to_owned(), Access::Isolated),
+        ("*computer*".to_owned(), Access::Isolated),
+    ]
+}
+
+impl Policy {
+    /// The access of `tool`, and the rule that decided it.
+    pub fn access(&self, tool: &str) -> (Access, String) {
+        if let Some((p, a)) = self.rules.iter().find(|(p, _)| p == tool) {
+            return (*a, format!("policy rule {p:?}"));
+        }
+        self.rules
+            .iter()
+            .filter(|(p, _)| p.contains('*') && glob(p, tool))
+            .max_by_key(|(p, _)| p.len())
+            .map_or_else(
+                || (self.default, "policy default".to_owned()),
+                |(p, a)| (*a, format!("policy rule {p:?}")),
+            )
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    if !name.starts_with(first) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    if !name.ends_with(last) {
+        return false;
+    }
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+// --- the file
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    servers: BTreeMap<String, ServerFile>,
+    #[serde(default)]
+    builtin: Option<BuiltinFile>,
+    #[serde(default)]
+    policy: Option<PolicyFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BuiltinFile {
+    #[serde(default)]
+    scan: ScanPolicy,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerFile {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    new_tools: NewTools,
+    #[serde(default)]
+    scan: ScanPolicy,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
+    result_max_bytes: Option<usize>,
+    /// Per request, e.g. `30s`.
+    timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default = "allow")]
+    default: Access,
+    #[serde(default)]
+    tools: BTreeMap<String, Access>,
+}
+
+fn allow() -> Access {
+    Access::Allow
+}
+
+/// The default cap on a tool result given back to a caller.
+pub const RESULT_MAX_BYTES: usize = 256 * 1024;
+/// The default per-request timeout of an upstream server.
+pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ToolsConfig {
+    pub fn load(path: &Path) -> Result<ToolsConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        // Relative commands and working directories are relative to the file.
+        let base = path.parent().unwrap_or(Path::new("."));
+        ToolsConfig::parse(&text, base).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses the YAML text; every problem is named with its server.
+    pub fn parse(text: &str, base: &Path) -> Result<ToolsConfig, String> {
+        let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let mut servers = Vec::new();
+        let mut problems = Vec::new();
+        for (name, s) in file.servers {
+            match server(&name, s, base) {
+                Ok(s) => servers.push(s),
+                Err(e) => problems.push(format!("servers.{name}: {e}")),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        let mut policy = Policy::default();
+        if let Some(p) = file.policy {
+            policy.default = p.default;
+            // Configured rules first: an exact name or a longer pattern wins anyway,
+            // and a configured pattern equal to a default one replaces it.
+            policy.rules.retain(|(d, _)| !p.tools.contains_key(d));
+            policy.rules.extend(p.tools);
+        }
+        Ok(ToolsConfig {
+            servers,
+            builtin_scan: file.builtin.map(|b| b.scan).unwrap_or_default(),
+            policy,
+        })
+    }
+}
+
+fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String> {
+    let server = ServerName::parse(name).map_err(|e: NameError| e.to_string())?;
+    if name == BUILTIN_SERVER {
+        return Err(format!("{BUILTIN_SERVER} is the built-in server's name"));
+    }
+    let transport = match (s.command, s.url) {
+        (Some(command), None) => {
+            // A relative path with a slash is relative to the file; a bare program
+            // name is looked up in PATH.
+            let command = if command.contains('/') && Path::new(&command).is_relative() {
+                base.join(&command).to_string_lossy().into_owned()
+            } else {
+                command
+            };
+            Transport::Stdio {
+                command,
+                args: s.args,
+                env: s.env,
+                cwd: Some(s.cwd.map_or_else(|| base.to_owned(), |c| base.join(c))),
+            }
+        }
+        (None, Some(url)) => {
+            let parsed = url::Url::parse(&url).map_err(|e| format!("url {url:?}: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(format!("url {url:?}: http or https"));
+            }
+            Transport::Http {
+                url,
+                headers: s.headers,
+            }
+        }
+        (Some(_), Some(_)) => return Err("command (stdio) or url (HTTP), not both".into()),
+        (None, None) => return Err("command (stdio) or url (HTTP) is required".into()),
+    };
+    let timeout = match s.timeout {
+        Some(t) => humantime::parse_duration(&t).map_err(|e| format!("timeout {t:?}: {e}"))?,
+        None => UPSTREAM_TIMEOUT,
+    };
+    Ok(ServerConfig {
+        upstream: UpstreamConfig {
+            server: name.to_owned(),
+            transport,
+            timeout,
+        },
+        name: server,
+        new_tools: s.new_tools,
+        scan: s.scan,
+        allow_hosts: s.allow_hosts,
+        result_max_bytes: s.result_max_bytes.unwrap_or(RESULT_MAX_BYTES),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_runs_of_characters() {
+        assert!(glob("*browser*", "pw.browser_click"));
+        assert!(glob("*.send_*", "mail.send_message"));
+        assert!(!glob("*.send_*", "mail.resend"));
+        assert!(glob("a*", "a"));
+        assert!(!glob("a*b", "ab_c"));
+        assert!(glob("exact", "exact"));
+    }
+
+    #[test]
+    fn policy_rules_exact_then_longest_pattern_then_default() {
+        let cfg = ToolsConfig::parse(
+            "policy:\n  default: deny\n  tools:\n    \"up.*\": allow\n    \"up.send_*\": approve\n    up.send_now: deny\n",
+            Path::new("."),
+        )
+        .unwrap();
+        let p = &cfg.policy;
+        assert_eq!(p.access("up.read").0, Access::Allow);
+        assert_eq!(p.access("up.send_mail").0, Access::Approve);
+        assert_eq!(p.access("up.send_now").0, Access::Deny);
+        assert_eq!(p.access("other.x").0, Access::Deny);
+        assert_eq!(p.access("up.browser_open").0, Access::Isolated);
+    }
+
+    #[test]
+    fn servers_are_checked_and_named_in_errors() {
+        let cfg = ToolsConfig::parse(
+            "servers:\n  a:\n    command: node\n    args: [x.js]\n    new_tools: approve\n    scan: {medium: block}\n  b:\n    url: http://127.0.0.1:9/mcp\n",
+            Path::new("/etc/trawl"),
+        )
+        .unwrap();
+        assert_eq!(cfg.servers.len(), 2);
+        assert_eq!(cfg.servers[0].new_tools, NewTools::Approve);
+        assert_eq!(cfg.servers[0].scan.medium, ScanAction::Block);
+        assert_eq!(cfg.servers[0].scan.high, ScanAction::Block);
+        let e = ToolsConfig::parse(
+            "servers:\n  brightdata:\n    command: x\n  bad.name:\n    command: x\n  c: {}\n  d:\n    url: ftp://x\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+        for part in [
+            "servers.brightdata",
+            "servers.bad.name",
+            "servers.c: command",
+            "servers.d: url",
+        ] {
+            assert!(e.contains(part), "{part} in {e}");
+        }
+        assert!(ToolsConfig::parse("servers:\n  a:\n    comand: x\n", Path::new(".")).is_err());
+    }
+}

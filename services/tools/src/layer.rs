@@ -1,0 +1,707 @@
+//! [`ToolLayer`]: the catalog, the guard in front of every call, and the call.
+//!
+//! A call passes, in order: the catalog (an unknown tool is refused), the tool's
+//! state (quarantined, awaiting approval, rejected or blocked tools are refused),
+//! the policy (deny, approval per call, isolated pool only), the input schema,
+//! then the cache, retries and budget, then the result sanitizer. Every call,
+//! refused or made, leaves one audit row in the [`Recorder`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+use serde_json::{Value, json};
+use trawl_core::cost::Micros;
+use trawl_core::ports::{
+    ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
+};
+
+use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def};
+use crate::config::{Access, BUILTIN_SERVER, NewTools, Policy, ServerConfig, ToolsConfig};
+use crate::mcp::{Transport, Upstream};
+use crate::name::ServerName;
+use crate::scan::sanitize_result;
+use crate::{CallOptions, Recorder};
+
+/// The meta-tool that finds tools: an agent's context holds it and the few tools
+/// it found, never the whole catalog.
+pub const TOOL_SEARCH: &str = "tool_search";
+
+/// The cap on a built-in tool's result: whole pages, for extraction.
+const BUILTIN_RESULT_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Where the layer runs: browser and computer-use tools (policy `isolated`) run
+/// only in an isolated worker pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pool {
+    #[default]
+    Standard,
+    Isolated,
+}
+
+/// What a refresh found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RefreshReport {
+    pub tools: usize,
+    pub listed: usize,
+    pub refused: usize,
+    /// Pin changes stored: first sights, holds, restores.
+    pub pin_changes: usize,
+    /// Servers that could not be reached or listed, with why.
+    pub server_errors: Vec<(String, String)>,
+}
+
+/// Tools behind the guard, the cache, retries, budget, trace and audit.
+pub struct ToolLayer {
+    builtin: Arc<dyn ToolProvider>,
+    cache: Arc<dyn ContentCache>,
+    store: Option<Arc<dyn Store>>,
+    config: ToolsConfig,
+    pool: Pool,
+    upstreams: RwLock<HashMap<String, Arc<Upstream>>>,
+    catalog: RwLock<Arc<Catalog>>,
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl ToolLayer {
+    /// The built-in tools only, with the default policy and no pins.
+    pub fn new(provider: Arc<dyn ToolProvider>, cache: Arc<dyn ContentCache>) -> ToolLayer {
+        let layer = ToolLayer {
+            builtin: provider,
+            cache,
+            store: None,
+            config: ToolsConfig::default(),
+            pool: Pool::Standard,
+            upstreams: RwLock::new(HashMap::new()),
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            refreshing: tokio::sync::Mutex::new(()),
+        };
+        let (catalog, _) = assemble(&[layer.builtin_listing()], None);
+        layer.swap(catalog);
+        layer
+    }
+
+    /// The built-in tools and the configured upstream servers, pinned in `store`.
+    /// Servers that cannot be reached are reported by the first refresh (and
+    /// tried again by the next); they do not stop the others.
+    pub async fn connect(
+        provider: Arc<dyn ToolProvider>,
+        cache: Arc<dyn ContentCache>,
+        store: Arc<dyn Store>,
+        config: ToolsConfig,
+        pool: Pool,
+    ) -> Result<(ToolLayer, RefreshReport), PortError> {
+        let mut layer = ToolLayer::new(provider, cache);
+        layer.store = Some(store);
+        layer.config = config;
+        layer.pool = pool;
+        let report = layer.refresh().await?;
+        Ok((layer, report))
+    }
+
+    /// The catalog as last assembled.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.config.policy
+    }
+
+    fn swap(&self, catalog: Catalog) {
+        *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(catalog);
+    }
+
+    fn builtin_listing(&self) -> Listing {
+        Listing {
+            server: ServerName::parse(BUILTIN_SERVER).unwrap_or_else(|_| unreachable_name()),
+            transport: "builtin",
+            builtin: true,
+            tools: self
+                .builtin
+                .tools()
+                .into_iter()
+                .map(|o| Offered {
+                    // The built-in names are namespaced already; the catalog adds
+                    // the server to a tool's own name.
+                    raw: {
+                        let mut raw = serde_json::to_value(&o.def).unwrap_or(Value::Null);
+                        let bare = o
+                            .def
+                            .name
+                            .split_once('.')
+                            .map_or(o.def.name.as_str(), |(_, b)| b);
+                        raw["name"] = json!(bare);
+                        raw
+                    },
+                    cost_model: o.cost_model,
+                    batch: o.batch,
+                })
+                .collect(),
+            scan: self.config.builtin_scan,
+            allow_hosts: Vec::new(),
+            new_tools: NewTools::Auto,
+            result_max_bytes: BUILTIN_RESULT_MAX_BYTES,
+            error: None,
+        }
+    }
+
+    /// Lists every server again (connecting those not connected), scans, holds
+    /// the tools against their pins, stores the pin changes, and swaps the catalog.
+    pub async fn refresh(&self) -> Result<RefreshReport, PortError> {
+        let _one = self.refreshing.lock().await;
+        let mut listings = vec![self.builtin_listing()];
+        let mut report = RefreshReport::default();
+        for s in &self.config.servers {
+            let listing = self.list_server(s).await;
+            if let Some(e) = &listing.error {
+                tracing::warn!(server = %s.name, error = %e, "upstream server not listed");
+                report.server_errors.push((s.name.to_string(), e.clone()));
+            }
+            listings.push(listing);
+        }
+        let pins = match &self.store {
+            Some(store) => Some(store.tool_pins().await?),
+            None => None,
+        };
+        let (mut catalog, changes) = assemble(&listings, pins.as_deref());
+        if let (Some(store), false) = (&self.store, changes.is_empty()) {
+            store.save_pins(&changes).await?;
+            // Again with what was stored, so held tools name their approvals.
+            let pins = store.tool_pins().await?;
+            catalog = assemble(&listings, Some(&pins)).0;
+        }
+        for r in &catalog.refused {
+            tracing::warn!(server = %r.server, tool = %r.tool, error = %r.error, "tool refused");
+        }
+        report.tools = catalog.entries().len();
+        report.listed = catalog.listed().count();
+        report.refused = catalog.refused.len();
+        report.pin_changes = changes.len();
+        self.swap(catalog);
+        Ok(report)
+    }
+
+    async fn list_server(&self, s: &ServerConfig) -> Listing {
+        let mut listing = Listing {
+            server: s.name.clone(),
+            transport: match s.upstream.transport {
+                Transport::Stdio { .. } => "stdio",
+                Transport::Http { .. } => "http",
+            },
+            builtin: false,
+            tools: Vec::new(),
+            scan: s.scan,
+            allow_hosts: s.allow_hosts.clone(),
+            new_tools: s.new_tools,
+            result_max_bytes: s.result_max_bytes,
+            error: None,
+        };
+        let name = s.name.to_string();
+        let known = self
+            .upstreams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&name)
+            .cloned();
+        let upstream = match known {
+            Some(u) => u,
+            None => match Upstream::connect(&s.upstream).await {
+                Ok(u) => {
+                    let u = Arc::new(u);
+                    self.upstreams
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), u.clone());
+                    u
+                }
+                Err(e) => {
+                    listing.error = Some(e.to_string());
+                    return listing;
+                }
+            },
+        };
+        match upstream.list_tools().await {
+            Ok(tools) => {
+                listing.tools = tools
+                    .into_iter()
+                    .map(|raw| Offered {
+                        raw,
+                        cost_model: "billed by the server's operator, not by trawl".into(),
+                        batch: None,
+                    })
+                    .collect();
+            }
+            Err(e) => {
+                // Connected again on the next refresh.
+                self.upstreams
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
+                listing.error = Some(e.to_string());
+            }
+        }
+        listing
+    }
+
+    /// Ends the upstream servers' connections (and child processes).
+    pub async fn close(&self) {
+        let all: Vec<Arc<Upstream>> = self
+            .upstreams
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, u)| u)
+            .collect();
+        for u in all {
+            // The last reference closes gracefully; one still held by a call in
+            // flight ends its process when that call drops it.
+            if let Ok(u) = Arc::try_unwrap(u) {
+                u.close().await;
+            }
+        }
+    }
+
+    /// Calls `tool` with `args` through the guard: refused calls are audited with
+    /// why; allowed ones come from the cache when fresh, else upstream with
+    /// bounded retries, every attempt and cache answer traced, the result
+    /// sanitized.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: &Value,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+    ) -> Result<Vec<u8>, ToolError> {
+        let started = Instant::now();
+        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
+        let catalog = self.catalog();
+        let (decision, reason, result) = self
+            .guarded(&catalog, tool, args, &args_digest, opts, rec)
+            .await;
+        let bytes = result.as_ref().map_or(0, Vec::len);
+        rec.audit(
+            tool,
+            &args_digest,
+            decision,
+            &reason,
+            started.elapsed(),
+            bytes,
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    /// The decision, its reason, and the call's result.
+    async fn guarded(
+        &self,
+        catalog: &Catalog,
+        tool: &str,
+        args: &Value,
+        args_digest: &str,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+    ) -> (&'static str, String, Result<Vec<u8>, ToolError>) {
+        if tool == TOOL_SEARCH {
+            return ("allow", "meta-tool".into(), tool_search(catalog, args));
+        }
+        let Some(entry) = catalog.get(tool) else {
+            let e = ToolError::permanent("unknown_tool", format!("no tool named {tool}"));
+            return ("unknown_tool", "not in the catalog".into(), Err(e));
+        };
+        if let Some(decision) = entry.state.refusal() {
+            let why = match &entry.state {
+                crate::ToolState::Blocked { rules } => {
+                    format!("blocked by the description scanner: {}", rules.join(", "))
+                }
+                crate::ToolState::Quarantined { approval } => format!(
+                    "its definition changed since it was pinned; approval {} decides",
+                    approval.map_or("pending".into(), |a| a.to_string())
+                ),
+                crate::ToolState::Awaiting { approval } => format!(
+                    "new tool awaiting approval {}",
+                    approval.map_or("pending".into(), |a| a.to_string())
+                ),
+                _ => "its pending definition was rejected".into(),
+            };
+            let e = ToolError::permanent(format!("tool_{decision}"), format!("{tool}: {why}"));
+            return (decision, why, Err(e));
+        }
+        let (access, rule) = self.config.policy.access(tool);
+        match access {
+            Access::Allow => {}
+            Access::Deny => {
+                let e = ToolError::permanent("tool_denied", format!("{tool} is denied by {rule}"));
+                return ("deny", rule, Err(e));
+            }
+            Access::Isolated if self.pool != Pool::Isolated => {
+                let e = ToolError::permanent(
+                    "isolated_only",
+                    format!("{tool} runs only in an isolated worker pool ({rule})"),
+                );
+                return ("isolated_only", rule, Err(e));
+            }
+            Access::Isolated => {}
+            Access::Approve => {
+                let Some(store) = &self.store else {
+                    let e = ToolError::permanent(
+                        "needs_approval",
+                        format!("{tool} needs an approval per call and no store keeps approvals"),
+                    );
+                    return ("needs_approval", rule, Err(e));
+                };
+                let detail = json!({"tool": tool, "arguments": args, "args_digest": args_digest});
+                let reason = format!("a call of {tool} ({rule})");
+                match store
+                    .tool_call_approval(tool, args_digest, &reason, &detail)
+                    .await
+                {
+                    Ok((_, Some(true))) => {}
+                    Ok((id, Some(false))) => {
+                        let e = ToolError::permanent(
+                            "call_rejected",
+                            format!("this call of {tool} was rejected (approval {id})"),
+                        );
+                        return ("deny", format!("approval {id} rejected"), Err(e));
+                    }
+                    Ok((id, None)) => {
+                        let e = ToolError::permanent(
+                            "needs_approval",
+                            format!("this call of {tool} waits for approval {id}"),
+                        );
+                        return ("needs_approval", format!("approval {id} pending"), Err(e));
+                    }
+                    Err(e) => {
+                        let e = ToolError::transient(
+                            "approval_unavailable",
+                            format!("approvals could not be read: {e}"),
+                        );
+                        return ("needs_approval", rule, Err(e));
+                    }
+                }
+            }
+        }
+        if let Some(e) = entry.validator.iter_errors(args).next() {
+            let at = e.instance_path().to_string();
+            let e = ToolError::permanent(
+                "bad_arguments",
+                format!(
+                    "arguments of {tool} do not match its input schema: {}{e}",
+                    if at.is_empty() {
+                        String::new()
+                    } else {
+                        format!("at {at}: ")
+                    }
+                ),
+            );
+            return ("bad_arguments", "input schema".into(), Err(e));
+        }
+        let result = match &entry.batch {
+            Some(batch) => Ok(self.batch(batch, args, opts, rec).await),
+            None => self.made(entry, args, opts, rec).await,
+        };
+        ("allow", rule, result.map(|body| sanitize(entry, body)))
+    }
+
+    /// A batch tool's calls, each through [`ToolLayer::call`] (and so audited,
+    /// cached and billed on its own), at most a few at a time.
+    async fn batch(
+        &self,
+        batch: &trawl_core::ports::BatchOf,
+        args: &Value,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+    ) -> Vec<u8> {
+        use futures_util::StreamExt;
+        let items = args
+            .get(batch.items_field)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let results: Vec<Value> = futures_util::stream::iter(items)
+            .map(|item| async move {
+                match Box::pin(self.call(&batch.tool, &item, opts, rec)).await {
+                    Ok(body) => json!({"result": serde_json::from_slice::<Value>(&body)
+                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))}),
+                    Err(e) => json!({"error": {"code": e.code, "message": e.message}}),
+                }
+            })
+            .buffered(4)
+            .collect()
+            .await;
+        json!({"results": results}).to_string().into_bytes()
+    }
+
+    /// The call itself: the cache when the tool has a cache key, else upstream.
+    async fn made(
+        &self,
+        entry: &Entry,
+        args: &Value,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+    ) -> Result<Vec<u8>, ToolError> {
+        let tool = entry.name.as_str();
+        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
+        let started = Instant::now();
+        let ran = AtomicBool::new(false);
+        let upstream = self.upstream(entry, args, &args_digest, opts, rec, &ran);
+        let key = if entry.builtin {
+            self.builtin.cache_key(tool, args)
+        } else {
+            None
+        };
+        let Some(key) = key else {
+            return upstream.await;
+        };
+        let load: LoadFuture<'_> = Box::pin(upstream);
+        let result = self.cache.get_or_load(&key, opts.max_age, load).await;
+        let served_here = |r: Result<(), &ToolError>| {
+            rec.step(
+                tool,
+                &args_digest,
+                true,
+                0,
+                r,
+                started.elapsed(),
+                Micros::ZERO,
+                "",
+            );
+        };
+        match result {
+            Ok((body, Served::Loaded)) => Ok(body),
+            Ok((body, Served::Hit | Served::Coalesced)) => {
+                served_here(Ok(()));
+                Ok(body)
+            }
+            Err(e) => {
+                // Our own attempts are already recorded; a waiter that got the
+                // leader's failure records that it got it, without a call.
+                if !ran.load(Ordering::Relaxed) {
+                    served_here(Err(&e));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// One attempt at the provider of `entry`.
+    async fn attempt(
+        &self,
+        entry: &Entry,
+        args: &Value,
+    ) -> Result<trawl_core::ports::ToolAnswer, ToolError> {
+        if entry.builtin {
+            return self.builtin.call(entry.name.as_str(), args).await;
+        }
+        let upstream = self
+            .upstreams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(entry.name.server())
+            .cloned()
+            .ok_or_else(|| {
+                ToolError::transient(
+                    "upstream_closed",
+                    format!("{} is not connected", entry.name.server()),
+                )
+            })?;
+        let result = upstream.call(entry.name.bare(), args).await?;
+        Ok(trawl_core::ports::ToolAnswer {
+            body: serde_json::to_vec(&result)
+                .map_err(|e| ToolError::permanent("encode", e.to_string()))?,
+            cost: Micros::ZERO,
+            product: "",
+        })
+    }
+
+    /// The call with retries, as a future the cache runs at most once per key.
+    async fn upstream(
+        &self,
+        entry: &Entry,
+        args: &Value,
+        args_digest: &str,
+        opts: &CallOptions<'_>,
+        rec: &Recorder,
+        ran: &AtomicBool,
+    ) -> Result<Vec<u8>, ToolError> {
+        ran.store(true, Ordering::Relaxed);
+        let tool = entry.name.as_str();
+        let policy = opts.retry;
+        let attempt = AtomicU32::new(0);
+        let price = if entry.builtin {
+            self.builtin.price(tool)
+        } else {
+            Micros::ZERO
+        };
+        let once = || async {
+            let n = attempt.fetch_add(1, Ordering::Relaxed) + 1;
+            match opts.budget.try_reserve(price).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ToolError::permanent(
+                        "budget_exhausted",
+                        format!(
+                            "the job's budget of {} would be passed by this call",
+                            opts.budget.max().unwrap_or_default(),
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err(ToolError::transient(
+                        "budget_unavailable",
+                        format!("the job's budget could not be checked: {e}"),
+                    ));
+                }
+            }
+            let t = Instant::now();
+            match self.attempt(entry, args).await {
+                Ok(answer) => {
+                    opts.budget.settle(price, answer.cost).await;
+                    rec.step(
+                        tool,
+                        args_digest,
+                        false,
+                        n,
+                        Ok(()),
+                        t.elapsed(),
+                        answer.cost,
+                        answer.product,
+                    );
+                    Ok(answer.body)
+                }
+                Err(e) => {
+                    opts.budget.release(price).await;
+                    rec.step(
+                        tool,
+                        args_digest,
+                        false,
+                        n,
+                        Err(&e),
+                        t.elapsed(),
+                        Micros::ZERO,
+                        "",
+                    );
+                    Err(e)
+                }
+            }
+        };
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(policy.base_delay)
+            .with_max_delay(policy.max_delay)
+            .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
+            .with_jitter();
+        once.retry(backoff)
+            .sleep(tokio::time::sleep)
+            .when(|e: &ToolError| e.is_transient())
+            .adjust(|e: &ToolError, next: Option<Duration>| {
+                next.map(|d| policy.wait(d, e.retry_after))
+            })
+            .await
+    }
+}
+
+impl Drop for ToolLayer {
+    fn drop(&mut self) {
+        // Dropping an upstream ends its child process (see `mcp`).
+        self.upstreams
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// Server names are checked; the built-in one is a constant that passes.
+fn unreachable_name() -> ServerName {
+    // `BUILTIN_SERVER` is a valid server name (tested); this is never reached.
+    ServerName::parse("builtin").unwrap_or_else(|_| unreachable_name())
+}
+
+/// The `tool_search` meta-tool: the best matches' definitions.
+fn tool_search(catalog: &Catalog, args: &Value) -> Result<Vec<u8>, ToolError> {
+    let def = tool_search_def();
+    let validator = jsonschema::validator_for(&def.input_schema)
+        .map_err(|e| ToolError::permanent("internal", e.to_string()))?;
+    if let Some(e) = validator.iter_errors(args).next() {
+        return Err(ToolError::permanent(
+            "bad_arguments",
+            format!("arguments of tool_search: {e}"),
+        ));
+    }
+    let query = args
+        .get("query")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(5) as usize;
+    let tools: Vec<Value> = catalog
+        .search(query, limit)
+        .into_iter()
+        .map(|(e, score)| {
+            let mut v = serde_json::to_value(&e.def).unwrap_or(Value::Null);
+            v["score"] = json!(score);
+            v
+        })
+        .collect();
+    Ok(json!({"tools": tools}).to_string().into_bytes())
+}
+
+/// A result as the caller gets it: invisible characters stripped, size capped.
+/// An upstream result's text blocks are sanitized one by one (so the JSON stays
+/// whole); a structured result over the cap is dropped with a note.
+fn sanitize(entry: &Entry, body: Vec<u8>) -> Vec<u8> {
+    let cap = entry.result_max_bytes;
+    if entry.builtin {
+        return match std::str::from_utf8(&body) {
+            Ok(text) => {
+                let s = sanitize_result(text, cap);
+                if s.invisible_removed == 0 && s.truncated_from.is_none() {
+                    body
+                } else {
+                    s.text.into_bytes()
+                }
+            }
+            // Not text: passed as it is, capped.
+            Err(_) => body.into_iter().take(cap).collect(),
+        };
+    }
+    let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
+        return sanitize_result(&String::from_utf8_lossy(&body), cap)
+            .text
+            .into_bytes();
+    };
+    if let Some(blocks) = v.get_mut("content").and_then(Value::as_array_mut) {
+        for b in blocks {
+            if let Some(Value::String(t)) = b.get_mut("text") {
+                *t = sanitize_result(t, cap).text;
+            }
+        }
+    }
+    if let Some(sc) = v.get_mut("structuredContent") {
+        strip_strings(sc);
+        if sc.to_string().len() > cap {
+            *sc = Value::Null;
+            v["content"]
+                .as_array_mut()
+                .map(|c| c.push(json!({"type": "text", "text": format!("[trawl: structured result over {cap} bytes dropped]")})));
+        }
+    }
+    v.to_string().into_bytes()
+}
+
+fn strip_strings(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            let clean = sanitize_result(s, usize::MAX);
+            if clean.invisible_removed > 0 {
+                *s = clean.text;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_strings),
+        Value::Object(m) => m.values_mut().for_each(strip_strings),
+        _ => {}
+    }
+}

@@ -1,0 +1,805 @@
+//! A client for one upstream MCP server, built on the official SDK (`rmcp`).
+//!
+//! [`Upstream::connect`] starts the server and runs the MCP `initialize`
+//! handshake; [`Upstream::list_tools`] and [`Upstream::call`] are the two
+//! requests trawl makes; [`Upstream::close`] shuts it down.
+//!
+//! # Transports
+//!
+//! - **stdio**: the server is a child process speaking newline-delimited
+//!   JSON-RPC on stdin/stdout. It runs in its own process group, so closing or
+//!   dropping the [`Upstream`] also ends whatever it spawned (`npx`, `sh -c`,
+//!   `uv run`). Its environment is *not* inherited: it gets `PATH`, `HOME`,
+//!   `USER`, `LOGNAME`, `SHELL`, `TERM`, `TMPDIR` and `LANG` from ours (what
+//!   the other MCP SDKs pass by default) plus the configured `env`, so trawl's
+//!   own secrets never reach a third-party server. Its stderr is read line by
+//!   line into `tracing` at `debug` (target `trawl_tools::mcp`), never into
+//!   our stdout; the last line is quoted when the handshake fails.
+//! - **Streamable HTTP**: a POST per request, with the configured headers on
+//!   each (an `Authorization` header goes here). Redirects are not followed,
+//!   so headers are never replayed to another host.
+//!
+//! The protocol version offered is the newest one that still has the
+//! `initialize` handshake (2025-11-25); the server picks what it speaks.
+//!
+//! # Limits
+//!
+//! Every request (the handshake, each `tools/list` page, each `tools/call`) is
+//! bounded by [`UpstreamConfig::timeout`]; a request that runs out is
+//! cancelled upstream with `notifications/cancelled`. A listing follows at
+//! most 1,000 pages. A message is at most 16 MiB (the SDK's line and body
+//! limit). The SDK's response cache is turned off: every listing is fresh, so
+//! a tool that changes between two listings is seen.
+//!
+//! # Errors
+//!
+//! Connecting and listing fail with [`UpstreamError`], whose variants say what
+//! the caller does next: fix the config ([`UpstreamError::Start`]), give up
+//! on a server that does not speak MCP ([`UpstreamError::Handshake`],
+//! [`UpstreamError::Protocol`]), or try again later
+//! ([`UpstreamError::Timeout`], [`UpstreamError::Closed`]).
+//!
+//! A call fails with a [`ToolError`], classified for the retry policy:
+//!
+//! | what happened                          | class     | code              |
+//! |----------------------------------------|-----------|-------------------|
+//! | `args` is not a JSON object            | permanent | `bad_arguments`   |
+//! | the result has `isError: true`         | permanent | `tool_error`      |
+//! | JSON-RPC error -32603 (internal error) | transient | `upstream_error`  |
+//! | JSON-RPC error -32001 (request timeout)| transient | `upstream_error`  |
+//! | any other JSON-RPC error               | permanent | `upstream_error`  |
+//! | no answer within the timeout           | transient | `timeout`         |
+//! | connection or child process gone       | transient | `upstream_closed` |
+//! | HTTP 401/403                           | permanent | `upstream_auth`   |
+//! | an answer that is not a tool result    | permanent | `upstream_protocol` |
+//!
+//! -32603 is what servers answer when their own backend fails, and -32001 is
+//! the TypeScript SDK's "request timed out"; both may pass on a retry, which
+//! the retry policy bounds. Errors in the client's request (-32602 invalid
+//! params, -32601 unknown method, ...) will not.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ErrorCode, Implementation,
+    PaginatedRequestParams, ProtocolVersion,
+};
+use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpError,
+};
+use rmcp::{RoleClient, ServiceError, ServiceExt};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::task::JoinHandle;
+use trawl_core::ports::ToolError;
+
+/// At most this many `tools/list` pages are followed.
+const MAX_PAGES: usize = 1_000;
+/// The text of a failed tool result is cut to this many bytes.
+const MAX_TOOL_ERROR_BYTES: usize = 2_048;
+/// How much of a server's first output is kept to explain a failed handshake.
+const SNIFF_BYTES: usize = 256;
+/// A stderr line is cut to this many bytes before it is logged.
+const MAX_STDERR_LINE: usize = 1_024;
+/// How long a child gets to exit after its stdin closes, then after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// The variables a stdio server inherits from us.
+const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "LANG",
+];
+const SIGTERM: i32 = 15;
+
+/// How to reach an upstream server.
+#[derive(Clone)]
+pub enum Transport {
+    /// A child process speaking JSON-RPC over stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Set on top of the few variables inherited (see the module doc).
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    /// MCP Streamable HTTP.
+    Http {
+        url: String,
+        /// Sent with every request: `Authorization`, API keys.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+// Env and header values are often secrets: print their names only.
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+/// One upstream server.
+#[derive(Clone, Debug)]
+pub struct UpstreamConfig {
+    /// The server's name in trawl: the prefix of its tools, and in every error.
+    pub server: String,
+    pub transport: Transport,
+    /// Bounds each request: the handshake, each page of a listing, each call.
+    pub timeout: Duration,
+}
+
+/// Connecting to or listing an upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The process could not be spawned, or the URL or headers are unusable,
+    /// or nothing listens there. Fix the config, or try later.
+    #[error("upstream {server}: cannot start: {reason}")]
+    Start { server: String, reason: String },
+    /// `initialize` failed: the server exited, answered garbage or refused.
+    /// It does not speak MCP as configured; retrying will not help.
+    #[error("upstream {server}: initialize failed: {reason}")]
+    Handshake { server: String, reason: String },
+    /// An answer after the handshake that breaks the protocol: a malformed
+    /// `tools/list`, a repeated cursor, a JSON-RPC error to a listing.
+    #[error("upstream {server}: protocol error: {reason}")]
+    Protocol { server: String, reason: String },
+    /// No answer within the timeout; try again later.
+    #[error("upstream {server}: no answer to {request} within {after:?}")]
+    Timeout {
+        server: String,
+        request: &'static str,
+        after: Duration,
+    },
+    /// The connection or the child process is gone; reconnect.
+    #[error("upstream {server}: connection closed: {reason}")]
+    Closed { server: String, reason: String },
+}
+
+/// A connected upstream MCP server.
+pub struct Upstream {
+    server: String,
+    timeout: Duration,
+    // Declared before `child`: on drop the service is cancelled first, then
+    // the process group is killed.
+    service: RunningService<RoleClient, ClientConfig>,
+    child: Option<Child>,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("server", &self.server)
+            .field("pid", &self.child.as_ref().and_then(|c| c.process.id()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Spawns/connects and runs the MCP initialize handshake, bounded by `cfg.timeout`.
+    #[tracing::instrument(skip_all, fields(server = %cfg.server))]
+    pub async fn connect(cfg: &UpstreamConfig) -> Result<Upstream, UpstreamError> {
+        let (service, child) = match &cfg.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let (service, child) = connect_stdio(cfg, command, args, env, cwd.as_ref()).await?;
+                (service, Some(child))
+            }
+            Transport::Http { url, headers } => (connect_http(cfg, url, headers).await?, None),
+        };
+        // The SDK caches listings for their `ttlMs` and serves a stale copy when
+        // a re-listing fails; trawl must see the server's current tools.
+        service
+            .peer()
+            .set_response_cache_config(ClientCacheConfig::disabled())
+            .await;
+        if let Some(info) = service.peer_info() {
+            tracing::debug!(
+                protocol = %info.protocol_version,
+                name = info.server_info.as_ref().map(|i| i.name.as_str()),
+                "upstream initialized"
+            );
+        }
+        Ok(Upstream {
+            server: cfg.server.clone(),
+            timeout: cfg.timeout,
+            service,
+            child,
+        })
+    }
+
+    /// Every tool of the server as the JSON of its `tools/list` entry, following
+    /// `nextCursor` to the end; each page is bounded by the timeout.
+    ///
+    /// Fields the SDK does not model are dropped. A server that did not declare
+    /// the `tools` capability has no tools.
+    #[tracing::instrument(skip_all, fields(server = %self.server))]
+    pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
+        let declared = self
+            .service
+            .peer_info()
+            .is_none_or(|info| info.capabilities.tools.is_some());
+        if !declared {
+            return Ok(Vec::new());
+        }
+        let mut tools = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
+            let page =
+                tokio::time::timeout(self.timeout, self.service.peer().list_tools(Some(params)))
+                    .await
+                    .map_err(|_| self.timed_out("tools/list"))?
+                    .map_err(|e| self.list_error(e))?;
+            for tool in page.tools {
+                let json = serde_json::to_value(&tool).map_err(|e| UpstreamError::Protocol {
+                    server: self.server.clone(),
+                    reason: format!("tool {} cannot be serialized: {e}", tool.name),
+                })?;
+                tools.push(json);
+            }
+            match page.next_cursor {
+                None => return Ok(tools),
+                Some(next) => {
+                    if !seen.insert(next.clone()) {
+                        return Err(UpstreamError::Protocol {
+                            server: self.server.clone(),
+                            reason: format!("tools/list repeated the cursor {next:?}"),
+                        });
+                    }
+                    cursor = Some(next);
+                }
+            }
+        }
+        Err(UpstreamError::Protocol {
+            server: self.server.clone(),
+            reason: format!("tools/list did not end within {MAX_PAGES} pages"),
+        })
+    }
+
+    /// Calls the tool by its bare (upstream) name; `args` must be a JSON object.
+    /// Ok is the `CallToolResult` as JSON (`content`, `structuredContent`,
+    /// `isError`); the errors are classified in the module doc.
+    #[tracing::instrument(skip_all, fields(server = %self.server, tool = %tool))]
+    pub async fn call(&self, tool: &str, args: &Value) -> Result<Value, ToolError> {
+        let Some(arguments) = args.as_object() else {
+            return Err(ToolError::permanent(
+                "bad_arguments",
+                format!("arguments of {tool} must be a JSON object"),
+            ));
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
+        // `Peer::call_tool` makes one round: a server that asks for input
+        // mid-call (SEP-2322) gets `UnexpectedResponse`, as trawl has no user
+        // to ask.
+        let result = tokio::time::timeout(self.timeout, self.service.peer().call_tool(params))
+            .await
+            .map_err(|_| {
+                ToolError::transient(
+                    "timeout",
+                    format!(
+                        "{}: {tool} did not answer within {:?}",
+                        self.server, self.timeout
+                    ),
+                )
+            })?
+            .map_err(|e| self.call_error(tool, e))?;
+        let failed = result.is_error == Some(true);
+        let json = serde_json::to_value(&result).map_err(|e| {
+            ToolError::permanent(
+                "upstream_protocol",
+                format!(
+                    "{}: result of {tool} cannot be serialized: {e}",
+                    self.server
+                ),
+            )
+        })?;
+        if failed {
+            return Err(ToolError::permanent("tool_error", error_text(&json)));
+        }
+        Ok(json)
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The child's process id (stdio only), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.process.id())
+    }
+
+    /// Cancels the service and (for stdio) ends the child process: its stdin
+    /// is closed, then it gets SIGTERM, then SIGKILL, a second apart; whatever
+    /// it spawned is killed with it.
+    pub async fn close(mut self) {
+        // Ends the service task, which closes the transport: the child's stdin.
+        match tokio::time::timeout(EXIT_GRACE, self.service.close()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(server = %self.server, "upstream task failed: {e}"),
+            Err(_) => tracing::warn!(server = %self.server, "upstream did not close in time"),
+        }
+        if let Some(child) = self.child.take() {
+            child.shutdown().await;
+        }
+    }
+
+    fn timed_out(&self, request: &'static str) -> UpstreamError {
+        UpstreamError::Timeout {
+            server: self.server.clone(),
+            request,
+            after: self.timeout,
+        }
+    }
+
+    fn list_error(&self, e: ServiceError) -> UpstreamError {
+        let server = self.server.clone();
+        match e {
+            ServiceError::TransportClosed | ServiceError::Cancelled { .. } => {
+                UpstreamError::Closed {
+                    server,
+                    reason: e.to_string(),
+                }
+            }
+            ServiceError::TransportSend(_) => UpstreamError::Closed {
+                server,
+                reason: chain(&e),
+            },
+            ServiceError::Timeout { .. } => self.timed_out("tools/list"),
+            ServiceError::McpError(err) => UpstreamError::Protocol {
+                server,
+                reason: format!("tools/list refused: {}: {}", err.code.0, err.message),
+            },
+            ServiceError::UnexpectedResponse => UpstreamError::Protocol {
+                server,
+                reason: "the answer to tools/list is not a tool list".into(),
+            },
+            other => UpstreamError::Protocol {
+                server,
+                reason: chain(&other),
+            },
+        }
+    }
+
+    fn call_error(&self, tool: &str, e: ServiceError) -> ToolError {
+        let server = &self.server;
+        match e {
+            ServiceError::McpError(err) => {
+                let message = format!("{}: {}", err.code.0, err.message);
+                if err.code == ErrorCode::INTERNAL_ERROR || err.code == ErrorCode(-32001) {
+                    ToolError::transient("upstream_error", message)
+                } else {
+                    ToolError::permanent("upstream_error", message)
+                }
+            }
+            ServiceError::Timeout { timeout } => ToolError::transient(
+                "timeout",
+                format!("{server}: {tool} did not answer within {timeout:?}"),
+            ),
+            ServiceError::TransportSend(_) if e.is_authorization_required() => {
+                ToolError::permanent("upstream_auth", format!("{server}: {}", chain(&e)))
+            }
+            ServiceError::TransportClosed
+            | ServiceError::Cancelled { .. }
+            | ServiceError::TransportSend(_) => {
+                ToolError::transient("upstream_closed", format!("{server}: {}", chain(&e)))
+            }
+            other => ToolError::permanent(
+                "upstream_protocol",
+                format!("{server}: {tool}: {}", chain(&other)),
+            ),
+        }
+    }
+}
+
+/// What a client says about itself in `initialize`.
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("trawl", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+async fn connect_stdio(
+    cfg: &UpstreamConfig,
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&PathBuf>,
+) -> Result<(RunningService<RoleClient, ClientConfig>, Child), UpstreamError> {
+    let server = &cfg.server;
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(args)
+        .env_clear()
+        .envs(
+            INHERITED_ENV
+                .iter()
+                .filter_map(|k| Some((k, std::env::var_os(k)?))),
+        )
+        .envs(env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if let Some(cwd) = cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut process = CommandWrap::from(cmd)
+        .wrap(ProcessGroup::leader())
+        .spawn()
+        .map_err(|e| UpstreamError::Start {
+            server: server.clone(),
+            reason: format!("cannot run {command}: {e}"),
+        })?;
+    let stdin = process.stdin().take();
+    let stdout = process.stdout().take();
+    let stderr = process.stderr().take();
+    let last_stderr = Arc::new(Mutex::new(String::new()));
+    let stderr_task =
+        stderr.map(|s| tokio::spawn(log_stderr(server.clone(), s, last_stderr.clone())));
+    let mut child = Child {
+        process,
+        stderr_task,
+        last_stderr,
+        done: false,
+    };
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        return Err(UpstreamError::Start {
+            server: server.clone(),
+            reason: "the child's stdin or stdout is not a pipe".into(),
+        });
+    };
+    let head = Arc::new(Mutex::new(Vec::new()));
+    let stdout = Sniffed {
+        inner: stdout,
+        head: head.clone(),
+    };
+    let outcome = tokio::time::timeout(cfg.timeout, client_config().serve((stdout, stdin))).await;
+    let error = match outcome {
+        Ok(Ok(service)) => return Ok((service, child)),
+        Ok(Err(e)) => handshake_error(server, &e),
+        Err(_) => {
+            let head = head.lock().map(|h| h.clone()).unwrap_or_default();
+            if head.is_empty() {
+                UpstreamError::Timeout {
+                    server: server.clone(),
+                    request: "initialize",
+                    after: cfg.timeout,
+                }
+            } else {
+                let text = String::from_utf8_lossy(&head);
+                let first = text.lines().next().unwrap_or_default();
+                UpstreamError::Handshake {
+                    server: server.clone(),
+                    reason: format!(
+                        "no valid answer to initialize within {:?}; the server wrote {first:?}, \
+                         which is not a JSON-RPC response",
+                        cfg.timeout
+                    ),
+                }
+            }
+        }
+    };
+    // Quote the child's last words: usually why it failed.
+    let stderr = child.kill_and_last_stderr().await;
+    Err(match (error, stderr) {
+        (UpstreamError::Handshake { server, reason }, Some(line)) => UpstreamError::Handshake {
+            server,
+            reason: format!("{reason} (stderr: {line})"),
+        },
+        (error, _) => error,
+    })
+}
+
+async fn connect_http(
+    cfg: &UpstreamConfig,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+) -> Result<RunningService<RoleClient, ClientConfig>, UpstreamError> {
+    let server = &cfg.server;
+    let start = |reason: String| UpstreamError::Start {
+        server: server.clone(),
+        reason,
+    };
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let name = reqwest::header::HeaderName::try_from(name.as_str())
+            .map_err(|e| start(format!("bad header name {name:?}: {e}")))?;
+        let mut value = reqwest::header::HeaderValue::try_from(value.as_str())
+            .map_err(|e| start(format!("bad value for header {name}: {e}")))?;
+        value.set_sensitive(true);
+        custom.insert(name, value);
+    }
+    // reqwest is built without a TLS crypto provider and panics when it finds
+    // none installed, even for plain http; install ring unless one already is.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // Like the SDK's own client, but never follow a redirect (it would carry
+    // our headers elsewhere); no idle pool, which stalls ~40 ms on Linux when
+    // the previous body was not read to the end.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(0)
+        .connect_timeout(cfg.timeout)
+        .build()
+        .map_err(|e| start(format!("cannot build an HTTP client: {}", chain(&e))))?;
+    let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    match tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await {
+        Ok(Ok(service)) => Ok(service),
+        Ok(Err(e)) if is_connect_error(&e) => Err(start(format!(
+            "nothing answers at {url}: {}",
+            init_reason(&e)
+        ))),
+        Ok(Err(e)) => Err(handshake_error(server, &e)),
+        Err(_) => Err(UpstreamError::Timeout {
+            server: server.clone(),
+            request: "initialize",
+            after: cfg.timeout,
+        }),
+    }
+}
+
+fn handshake_error(server: &str, e: &ClientInitializeError) -> UpstreamError {
+    UpstreamError::Handshake {
+        server: server.to_owned(),
+        reason: init_reason(e),
+    }
+}
+
+/// Why `initialize` failed, in a sentence.
+fn init_reason(e: &ClientInitializeError) -> String {
+    match e {
+        ClientInitializeError::JsonRpcError(err) => {
+            format!("initialize refused: {}: {}", err.code.0, err.message)
+        }
+        ClientInitializeError::ConnectionClosed(_) => {
+            "the server closed the connection before answering".into()
+        }
+        // The SDK's message names the transport's Rust type; say what failed instead.
+        ClientInitializeError::TransportError { error, context } => {
+            format!("{context}: {}", cut(&chain(error.error.as_ref()), 500))
+        }
+        other => cut(&chain(other), 500).to_owned(),
+    }
+}
+
+/// Whether the handshake failed because nothing answered at the address.
+fn is_connect_error(e: &ClientInitializeError) -> bool {
+    // Neither the SDK's handshake error nor its HTTP error names its cause as
+    // `source()`: unwrap them by hand.
+    let ClientInitializeError::TransportError { error, .. } = e else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error.error.as_ref());
+    while let Some(err) = source {
+        let reqwest = match err.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::Client(r)) => Some(r),
+            _ => err.downcast_ref::<reqwest::Error>(),
+        };
+        if reqwest.is_some_and(reqwest::Error::is_connect) {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// An error and its causes, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The text content of a failed tool result, joined and cut to 2 KB.
+fn error_text(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|c| c.get("text").and_then(Value::as_str))
+        .collect();
+    if texts.is_empty() {
+        return "the tool failed without saying why".into();
+    }
+    cut(&texts.join("\n"), MAX_TOOL_ERROR_BYTES).to_owned()
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A stdio server's process group, killed when dropped.
+struct Child {
+    process: Box<dyn ChildWrapper>,
+    stderr_task: Option<JoinHandle<()>>,
+    last_stderr: Arc<Mutex<String>>,
+    /// The group was ended by `shutdown`.
+    done: bool,
+}
+
+impl Child {
+    /// Waits for the leader to exit after its stdin closed, then SIGTERM, then
+    /// SIGKILL; and kills what is left of its group.
+    async fn shutdown(mut self) {
+        let exited = tokio::time::timeout(EXIT_GRACE, self.process.wait()).await;
+        if !matches!(exited, Ok(Ok(_))) {
+            let _ = self.process.signal(SIGTERM);
+            let exited = tokio::time::timeout(EXIT_GRACE, self.process.wait()).await;
+            if !matches!(exited, Ok(Ok(_))) {
+                let _ = self.process.start_kill();
+                let _ = tokio::time::timeout(EXIT_GRACE, self.process.wait()).await;
+            }
+        }
+        // Grandchildren that outlived the leader.
+        let _ = self.process.start_kill();
+        self.done = true;
+    }
+
+    /// Kills the group and returns its last stderr line, once stderr is drained.
+    async fn kill_and_last_stderr(&mut self) -> Option<String> {
+        let _ = self.process.start_kill();
+        let _ = tokio::time::timeout(EXIT_GRACE, self.process.wait()).await;
+        self.done = true;
+        if let Some(task) = self.stderr_task.as_mut() {
+            let _ = tokio::time::timeout(Duration::from_millis(200), task).await;
+        }
+        let line = self
+            .last_stderr
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        (!line.is_empty()).then_some(line)
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.done {
+            // SIGKILL to the group, synchronously: works outside a runtime too.
+            // The SDK-less tokio child is reaped by tokio in the background.
+            let _ = self.process.start_kill();
+        }
+        if let Some(task) = &self.stderr_task {
+            task.abort();
+        }
+    }
+}
+
+/// Logs a child's stderr line by line, keeping the last non-empty line.
+async fn log_stderr(server: String, mut stderr: impl AsyncRead + Unpin, last: Arc<Mutex<String>>) {
+    let mut chunk = [0u8; 4096];
+    let mut line = Vec::new();
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &chunk[..n] {
+            if b == b'\n' {
+                emit_stderr(&server, &line, &last);
+                line.clear();
+            } else if line.len() < MAX_STDERR_LINE {
+                line.push(b);
+            }
+        }
+    }
+    emit_stderr(&server, &line, &last);
+}
+
+fn emit_stderr(server: &str, line: &[u8], last: &Mutex<String>) {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end();
+    if text.is_empty() {
+        return;
+    }
+    tracing::debug!(server, stderr = %text, "upstream stderr");
+    if let Ok(mut last) = last.lock() {
+        text.clone_into(&mut last);
+    }
+}
+
+/// A reader that keeps a copy of the first bytes read through it, to say what
+/// a server wrote when the SDK (which skips lines that are not JSON) never got
+/// an answer to `initialize`.
+struct Sniffed<R> {
+    inner: R,
+    head: Arc<Mutex<Vec<u8>>>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Sniffed<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = poll
+            && let Ok(mut head) = self.head.lock()
+            && head.len() < SNIFF_BYTES
+        {
+            let new = &buf.filled()[before..];
+            let take = new.len().min(SNIFF_BYTES - head.len());
+            head.extend_from_slice(&new[..take]);
+        }
+        poll
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_char_boundaries() {
+        assert_eq!(cut("héllo", 2), "h");
+        assert_eq!(cut("héllo", 3), "hé");
+        assert_eq!(cut("abc", 10), "abc");
+    }
+
+    #[test]
+    fn error_text_joins_text_content() {
+        let result = serde_json::json!({
+            "content": [
+                {"type": "text", "text": "one"},
+                {"type": "image", "data": "", "mimeType": "image/png"},
+                {"type": "text", "text": "two"}
+            ],
+            "isError": true
+        });
+        assert_eq!(error_text(&result), "one\ntwo");
+        let long = serde_json::json!({"content": [{"type": "text", "text": "x".repeat(5000)}]});
+        assert_eq!(error_text(&long).len(), MAX_TOOL_ERROR_BYTES);
+        assert_eq!(
+            error_text(&serde_json::json!({"content": []})),
+            "the tool failed without saying why"
+        );
+    }
+}
