@@ -83,18 +83,20 @@ impl ToolLayer {
         layer
     }
 
-    /// The built-in tools and the configured upstream servers, pinned in `store`.
-    /// Servers that cannot be reached are reported by the first refresh (and
-    /// tried again by the next); they do not stop the others.
+    /// The built-in tools and the configured upstream servers, pinned in `store`
+    /// (without a store nothing is pinned and no approval can be asked for: for
+    /// looking at servers, not for running calls). Servers that cannot be reached
+    /// are reported by the first refresh (and tried again by the next); they do
+    /// not stop the others.
     pub async fn connect(
         provider: Arc<dyn ToolProvider>,
         cache: Arc<dyn ContentCache>,
-        store: Arc<dyn Store>,
+        store: Option<Arc<dyn Store>>,
         config: ToolsConfig,
         pool: Pool,
     ) -> Result<(ToolLayer, RefreshReport), PortError> {
         let mut layer = ToolLayer::new(provider, cache);
-        layer.store = Some(store);
+        layer.store = store;
         layer.config = config;
         layer.pool = pool;
         let report = layer.refresh().await?;
@@ -144,7 +146,8 @@ impl ToolLayer {
                 })
                 .collect(),
             scan: self.config.builtin_scan,
-            allow_hosts: Vec::new(),
+            // Their examples use the reserved `.example` domain (RFC 2606).
+            allow_hosts: vec!["example".to_owned()],
             new_tools: NewTools::Auto,
             result_max_bytes: BUILTIN_RESULT_MAX_BYTES,
             error: None,
@@ -684,9 +687,10 @@ fn sanitize(entry: &Entry, body: Vec<u8>) -> Vec<u8> {
         strip_strings(sc);
         if sc.to_string().len() > cap {
             *sc = Value::Null;
-            v["content"]
-                .as_array_mut()
-                .map(|c| c.push(json!({"type": "text", "text": format!("[trawl: structured result over {cap} bytes dropped]")})));
+            let note = format!("[trawl: structured result over {cap} bytes dropped]");
+            if let Some(c) = v["content"].as_array_mut() {
+                c.push(json!({"type": "text", "text": note}));
+            }
         }
     }
     v.to_string().into_bytes()

@@ -129,6 +129,8 @@ enum Command {
         #[arg(long)]
         idempotency_key: Option<String>,
     },
+    /// The tool layer: catalog, search, scanner, pins and tool approvals.
+    Tools(crate::tools_cli::ToolsArgs),
     /// Serve the Bright Data simulator.
     Sim {
         #[arg(long, default_value_t = 8790)]
@@ -549,6 +551,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
                 None => Ok(report_status(&summary)),
             }
         }
+        Command::Tools(args) => crate::tools_cli::run(args).await,
         Command::Sim { port, bind, sim } => {
             let config = sim.config()?;
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, port))

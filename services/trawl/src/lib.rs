@@ -10,6 +10,8 @@
 //! - [`output`]: `items.jsonl`, `rejections.jsonl` and `summary.json`.
 //! - [`progress`]: a progress bar on a terminal, log lines otherwise.
 //! - [`telemetry`]: the tracing setup every role shares.
+//! - [`tools_cli`]: `trawl tools`: the tool layer's catalog, search, scanner,
+//!   pins and approvals.
 
 pub mod cli;
 pub mod client;
@@ -18,3 +20,4 @@ pub mod embedded;
 pub mod output;
 pub mod progress;
 pub mod telemetry;
+pub mod tools_cli;

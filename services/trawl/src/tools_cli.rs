@@ -1,0 +1,409 @@
+//! `trawl tools`: the tool layer's catalog, search, scanner, pins and approvals
+//! from the command line.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use trawl_brightdata::{BrightData, BrightDataConfig};
+use trawl_core::ports::{ContentCache, Store};
+use trawl_tools::catalog::{Listing, Offered, assemble};
+use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy, ToolsConfig};
+use trawl_tools::name::ServerName;
+use trawl_tools::{Catalog, Pool, ToolLayer, ToolState};
+
+/// Where the tool layer's configuration and state are.
+#[derive(Args, Clone)]
+pub struct ToolsArgs {
+    /// Upstream MCP servers and policies (YAML); without it, the built-in tools only.
+    #[arg(long, env = "TRAWL_TOOLS_CONFIG", global = true)]
+    config: Option<PathBuf>,
+    /// State folder of the embedded store (pins, approvals, audit).
+    #[arg(long, env = "TRAWL_HOME", default_value = ".trawl", global = true)]
+    state: PathBuf,
+    /// Postgres instead of the embedded store, as the deployed roles use.
+    #[arg(long, env = "TRAWL_DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: ToolsCommand,
+}
+
+#[derive(Subcommand, Clone)]
+enum ToolsCommand {
+    /// The catalog: listed tools; with --all, also quarantined, awaiting,
+    /// rejected and blocked ones, and the tools refused at registration.
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// The best tools for a task (BM25), and what loading only them saves.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 5)]
+        limit: usize,
+    },
+    /// Scan tool definitions for poisoning: a configured server's, or a file
+    /// holding a `tools/list` result (`{"tools": [...]}`). Exits 1 when a finding
+    /// blocks a tool, so it can gate CI.
+    Scan {
+        /// A configured server.
+        #[arg(long, conflicts_with = "file")]
+        server: Option<String>,
+        /// A `tools/list` result.
+        file: Option<PathBuf>,
+        /// Hosts the file's tools may send data to.
+        #[arg(long, value_delimiter = ',')]
+        allow_hosts: Vec<String>,
+    },
+    /// Every pinned tool: its hash, state, and who approved it.
+    Pins,
+    /// Approve a tool approval (`tool_change`, `new_tool`, `tool_call`).
+    Approve {
+        id: i64,
+        #[arg(long, env = "USER", default_value = "cli")]
+        by: String,
+    },
+    /// Reject a tool approval: the tool (or call) stays out.
+    Reject {
+        id: i64,
+        #[arg(long, env = "USER", default_value = "cli")]
+        by: String,
+    },
+}
+
+/// A line on stdout; a closed pipe (`| head`) ends the output quietly.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// Exit codes of `trawl tools`.
+const OK: u8 = 0;
+const BLOCKING: u8 = 1;
+const NOT_FOUND: u8 = 2;
+
+pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
+    match &args.command {
+        ToolsCommand::Scan {
+            server: None,
+            file: Some(file),
+            allow_hosts,
+        } => scan_file(file, allow_hosts, args.json),
+        ToolsCommand::Scan {
+            server: None,
+            file: None,
+            ..
+        } => anyhow::bail!("trawl tools scan: give --server NAME or a FILE.json"),
+        ToolsCommand::Scan {
+            server: Some(server),
+            ..
+        } => {
+            // Looking, not trusting: no store, so nothing is pinned.
+            let layer = layer(&args, None).await?;
+            let catalog = layer.catalog();
+            layer.close().await;
+            if !catalog.servers.iter().any(|s| &s.name == server) {
+                anyhow::bail!("no server named {server} in the configuration");
+            }
+            Ok(print_scan(&catalog, Some(server), args.json))
+        }
+        ToolsCommand::List { all } => {
+            let store = store(&args).await?;
+            let layer = layer(&args, Some(store)).await?;
+            let catalog = layer.catalog();
+            layer.close().await;
+            print_list(&catalog, *all, args.json);
+            Ok(OK)
+        }
+        ToolsCommand::Search { query, limit } => {
+            let store = store(&args).await?;
+            let layer = layer(&args, Some(store)).await?;
+            let catalog = layer.catalog();
+            layer.close().await;
+            let hits = catalog.search(query, *limit);
+            let search = trawl_tools::catalog::tool_search_def();
+            let (loaded, whole) = catalog
+                .context_tokens(std::iter::once(&search).chain(hits.iter().map(|(e, _)| &e.def)));
+            if args.json {
+                let tools: Vec<Value> = hits
+                    .iter()
+                    .map(|(e, s)| json!({"name": e.name.as_str(), "score": s, "description": e.def.description}))
+                    .collect();
+                outln!(
+                    "{}",
+                    json!({"tools": tools, "tokens": {"loaded": loaded, "catalog": whole}})
+                );
+            } else {
+                for (e, score) in &hits {
+                    outln!(
+                        "{:>6.2}  {}  {}",
+                        score,
+                        e.name,
+                        first_line(&e.def.description)
+                    );
+                }
+                outln!(
+                    "context: tool_search and these {} tools are {loaded} tokens; the whole catalog ({} tools) is {whole} (o200k_base)",
+                    hits.len(),
+                    catalog.listed().count()
+                );
+            }
+            Ok(OK)
+        }
+        ToolsCommand::Pins => {
+            let store = store(&args).await?;
+            let pins = store.tool_pins().await?;
+            if args.json {
+                outln!("{}", serde_json::to_string(&pins)?);
+            } else {
+                for p in &pins {
+                    outln!(
+                        "{:<40} {:<11} {}  by {}{}",
+                        p.tool,
+                        p.status.as_str(),
+                        p.hash.as_deref().map_or("-", |h| &h[..12.min(h.len())]),
+                        p.approved_by.as_deref().unwrap_or("-"),
+                        p.approval_id
+                            .map(|a| format!("  (approval {a} pending)"))
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            Ok(OK)
+        }
+        ToolsCommand::Approve { id, by } | ToolsCommand::Reject { id, by } => {
+            let approved = matches!(args.command, ToolsCommand::Approve { .. });
+            let store = store(&args).await?;
+            match store.decide_tool_approval(*id, approved, by).await? {
+                Some(r) => {
+                    outln!(
+                        "approval {id} ({}, {}) {} by {by}",
+                        r.kind,
+                        r.tool.as_deref().unwrap_or("-"),
+                        if approved { "approved" } else { "rejected" }
+                    );
+                    Ok(OK)
+                }
+                None => {
+                    eprintln!("error: no pending tool approval {id}");
+                    Ok(NOT_FOUND)
+                }
+            }
+        }
+    }
+}
+
+async fn store(args: &ToolsArgs) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match &args.database_url {
+        Some(url) => {
+            trawl_store::postgres::migrate(url).await?;
+            Arc::new(trawl_store::PgStore::connect(url, 2).await?)
+        }
+        None => {
+            std::fs::create_dir_all(&args.state)
+                .with_context(|| format!("creating {}", args.state.display()))?;
+            Arc::new(trawl_store::SqliteStore::open(&args.state.join("store.db")).await?)
+        }
+    })
+}
+
+async fn layer(args: &ToolsArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<ToolLayer> {
+    let config = match &args.config {
+        Some(path) => ToolsConfig::load(path)?,
+        None => ToolsConfig::default(),
+    };
+    // These commands make no Bright Data call; the configuration only prices the
+    // built-in tools.
+    let bd = BrightDataConfig::from_lookup(|k| std::env::var(k).ok())
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_else(|| BrightDataConfig::new("http://127.0.0.1:9", ""));
+    let provider = Arc::new(BrightData::new(bd)?);
+    let (layer, report) =
+        ToolLayer::connect(provider, Arc::new(NoCache), store, config, Pool::Standard).await?;
+    for (server, e) in &report.server_errors {
+        eprintln!("warning: server {server}: {e}");
+    }
+    Ok(layer)
+}
+
+/// These commands call no tool, so nothing is cached.
+struct NoCache;
+
+#[async_trait::async_trait]
+impl ContentCache for NoCache {
+    async fn get_or_load(
+        &self,
+        _: &trawl_core::ports::CacheKey,
+        _: std::time::Duration,
+        load: trawl_core::ports::LoadFuture<'_>,
+    ) -> Result<(Vec<u8>, trawl_core::ports::Served), trawl_core::ports::ToolError> {
+        Ok((load.await?, trawl_core::ports::Served::Loaded))
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or_default()
+}
+
+fn state_text(s: &ToolState) -> String {
+    match s {
+        ToolState::Listed => "listed".into(),
+        ToolState::Quarantined { approval } => format!(
+            "quarantined (approval {})",
+            approval.map_or("-".into(), |a| a.to_string())
+        ),
+        ToolState::Awaiting { approval } => format!(
+            "awaiting (approval {})",
+            approval.map_or("-".into(), |a| a.to_string())
+        ),
+        ToolState::Rejected => "rejected".into(),
+        ToolState::Blocked { rules } => format!("blocked ({})", rules.join(", ")),
+    }
+}
+
+fn print_list(catalog: &Catalog, all: bool, as_json: bool) {
+    let entries: Vec<_> = catalog
+        .entries()
+        .iter()
+        .filter(|e| all || e.state == ToolState::Listed)
+        .collect();
+    if as_json {
+        let tools: Vec<Value> = entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "tool": e.def,
+                    "server": e.name.server(),
+                    "state": e.state,
+                    "hash": e.hash,
+                    "cost_model": e.cost_model,
+                    "findings": e.findings,
+                })
+            })
+            .collect();
+        outln!(
+            "{}",
+            json!({"tools": tools, "servers": catalog.servers, "refused": catalog.refused})
+        );
+        return;
+    }
+    for s in &catalog.servers {
+        match &s.error {
+            Some(e) => outln!("server {} ({}): not listed: {e}", s.name, s.transport),
+            None => outln!("server {} ({}): {} tools", s.name, s.transport, s.tools),
+        }
+    }
+    for e in entries {
+        let flags = if e.findings.is_empty() {
+            String::new()
+        } else {
+            format!("  [{} findings]", e.findings.len())
+        };
+        outln!(
+            "{:<44} {:<14} {}{flags}",
+            e.name.as_str(),
+            state_text(&e.state),
+            first_line(&e.def.description)
+        );
+    }
+    if all {
+        for r in &catalog.refused {
+            outln!("refused {}.{}: {}", r.server, r.tool, r.error);
+        }
+    }
+}
+
+/// Prints findings per tool; the exit code says whether one blocks a tool.
+fn print_scan(catalog: &Catalog, server: Option<&str>, as_json: bool) -> u8 {
+    let entries: Vec<_> = catalog
+        .entries()
+        .iter()
+        .filter(|e| server.is_none_or(|s| e.name.server() == s))
+        .collect();
+    let blocking = entries
+        .iter()
+        .any(|e| matches!(e.state, ToolState::Blocked { .. }));
+    let refused: Vec<_> = catalog
+        .refused
+        .iter()
+        .filter(|r| server.is_none_or(|s| r.server == s))
+        .collect();
+    if as_json {
+        let tools: Vec<Value> = entries
+            .iter()
+            .map(|e| json!({"tool": e.name.as_str(), "state": e.state, "findings": e.findings}))
+            .collect();
+        outln!(
+            "{}",
+            json!({"tools": tools, "refused": refused, "blocking": blocking})
+        );
+    } else {
+        for e in &entries {
+            if e.findings.is_empty() {
+                outln!("{}: clean", e.name);
+                continue;
+            }
+            outln!("{}: {}", e.name, state_text(&e.state));
+            for f in &e.findings {
+                outln!(
+                    "  {:?} {} at {} [{}..{}]: {} ({:?})",
+                    f.severity,
+                    f.rule,
+                    f.field,
+                    f.span.start,
+                    f.span.end,
+                    f.message,
+                    f.excerpt
+                );
+            }
+        }
+        for r in &refused {
+            outln!("{}: refused: {}", r.tool, r.error);
+        }
+    }
+    if blocking { BLOCKING } else { OK }
+}
+
+fn scan_file(path: &Path, allow_hosts: &[String], as_json: bool) -> anyhow::Result<u8> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let tools = doc
+        .get("tools")
+        .and_then(Value::as_array)
+        .with_context(|| {
+            format!(
+                "{}: expected a tools/list result, {{\"tools\": [...]}}",
+                path.display()
+            )
+        })?;
+    let server = ServerName::parse("file").map_err(anyhow::Error::msg)?;
+    let listing = Listing {
+        server,
+        transport: "file",
+        builtin: false,
+        tools: tools
+            .iter()
+            .map(|raw| Offered {
+                raw: raw.clone(),
+                cost_model: String::new(),
+                batch: None,
+            })
+            .collect(),
+        scan: ScanPolicy::default(),
+        allow_hosts: allow_hosts.to_vec(),
+        new_tools: NewTools::Auto,
+        result_max_bytes: RESULT_MAX_BYTES,
+        error: None,
+    };
+    let (catalog, _) = assemble(&[listing], None);
+    Ok(print_scan(&catalog, None, as_json))
+}
