@@ -412,3 +412,53 @@ impl ParseJob for String {
         trawl_core::model::JobId::parse(self).unwrap()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_a_job_passes_the_tool_layer_policy_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default policy allows the built-ins: one audit row per call, with its slice.
+    let sys = system(&dir.path().join("open"), sim("")).await;
+    let s = run(&sys, &pages_job(3, "de", ""), &dir.path().join("out1")).await;
+    assert_eq!(s.status, JobStatus::Succeeded);
+    let audit = sys.store().audit_page(None, 100).await.unwrap();
+    assert_eq!(audit.len(), 3);
+    for (_, a) in &audit {
+        assert_eq!(
+            (a.tool.as_str(), a.decision.as_str()),
+            ("brightdata.fetch_page", "allow")
+        );
+        assert_eq!(
+            a.job_id.as_ref().map(|j| j.as_str()),
+            Some(s.job_id.as_str())
+        );
+        assert!(a.slice_id.is_some() && a.result_bytes > 0 && a.error.is_none());
+    }
+
+    // A policy that denies fetching: no page reaches the simulator, every slice
+    // fails with the reason, and the refusals are audited.
+    let config = trawl_tools::config::ToolsConfig::parse(
+        "policy:\n  tools:\n    brightdata.fetch_page: deny\n",
+        dir.path(),
+    )
+    .unwrap();
+    let opts = Options::new(dir.path().join("denied"), Upstream::Simulator(sim("")))
+        .with_tools(Some(config));
+    let sys = Embedded::start(opts).await.unwrap();
+    let s = run(&sys, &pages_job(3, "de", ""), &dir.path().join("out2")).await;
+    assert_eq!(s.status, JobStatus::Failed);
+    assert!(
+        s.failed_slices.iter().all(|f| f.code == "tool_denied"),
+        "{:?}",
+        s.failed_slices
+    );
+    assert_eq!(sys.simulator().unwrap().stats().requests, 0);
+    let audit = sys.store().audit_page(None, 100).await.unwrap();
+    assert_eq!(audit.len(), 3);
+    assert!(audit.iter().all(|(_, a)| {
+        a.decision == "deny"
+            && a.reason.contains("brightdata.fetch_page")
+            && a.error
+                .as_deref()
+                .is_some_and(|e| e.starts_with("tool_denied"))
+    }));
+}

@@ -222,6 +222,12 @@ struct DeployArgs {
     /// How often the scheduler looks at every live job.
     #[arg(long, env = "TRAWL_RECONCILE_EVERY", default_value = "2s", value_parser = humantime::parse_duration)]
     reconcile_every: Duration,
+    /// Upstream MCP servers and tool policies (YAML).
+    #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
+    tools_config: Option<PathBuf>,
+    /// How often workers list the upstream servers and read the tool pins again.
+    #[arg(long, env = "TRAWL_TOOLS_REFRESH", default_value = "60s", value_parser = humantime::parse_duration)]
+    tools_refresh: Duration,
     #[command(flatten)]
     sim: SimArgs,
 }
@@ -279,6 +285,8 @@ impl DeployArgs {
             scheduler: trawl_scheduler::ServiceConfig::default()
                 .with_reconcile_every(self.reconcile_every),
             state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
+            tools: tools_config(self.tools_config.as_deref())?,
+            tools_refresh: self.tools_refresh,
         })
     }
 }
@@ -294,6 +302,9 @@ struct RunArgs {
     /// Timeout of one upstream attempt, e.g. 30s.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     call_timeout: Duration,
+    /// Upstream MCP servers and tool policies (YAML).
+    #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
+    tools_config: Option<PathBuf>,
     #[command(flatten)]
     sim: SimArgs,
 }
@@ -312,8 +323,16 @@ impl RunArgs {
             .with_prices(prices)
             .with_call_timeout(self.call_timeout)
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
-            .with_queue(QueueConfig::default()))
+            .with_queue(QueueConfig::default())
+            .with_tools(tools_config(self.tools_config.as_deref())?))
     }
+}
+
+fn tools_config(path: Option<&Path>) -> anyhow::Result<Option<trawl_tools::config::ToolsConfig>> {
+    Ok(match path {
+        Some(p) => Some(trawl_tools::config::ToolsConfig::load(p)?),
+        None => None,
+    })
 }
 
 /// The program: parses the arguments, runs the command, returns its exit code.

@@ -26,7 +26,8 @@ use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
 use trawl_scheduler::{Service, ServiceConfig};
 use trawl_sim::SimHandle;
 use trawl_store::{PgStore, SqliteStore};
-use trawl_tools::ToolLayer;
+use trawl_tools::config::ToolsConfig;
+use trawl_tools::{Pool, ToolLayer};
 use trawl_worker::{Worker, WorkerConfig};
 
 use crate::embedded::{Upstream, provider};
@@ -53,12 +54,20 @@ pub struct Settings {
     pub scheduler: ServiceConfig,
     /// `trawl dev`: the state folder of the embedded store and cache.
     pub state_dir: PathBuf,
+    /// Upstream MCP servers and tool policies (`TRAWL_TOOLS_CONFIG`); without
+    /// it, the built-in tools under the default policy.
+    pub tools: Option<ToolsConfig>,
+    /// How often a worker lists the upstream servers and reads the pins again,
+    /// so a decided tool approval reaches it.
+    pub tools_refresh: Duration,
 }
 
-/// The tool layer over Bright Data (or the simulator) and `cache`.
+/// The tool layer over Bright Data (or the simulator) and `cache`, and the
+/// configured upstream servers pinned in `store`.
 async fn tools(
     s: &Settings,
     cache: Arc<dyn ContentCache>,
+    store: Arc<dyn Store>,
 ) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
     let (provider, sim) = provider(&s.upstream, s.prices, s.call_timeout).await?;
     if let Some(sim) = &sim {
@@ -67,7 +76,51 @@ async fn tools(
             sim.base_url()
         );
     }
-    Ok((Arc::new(ToolLayer::new(Arc::new(provider), cache)), sim))
+    let layer = match &s.tools {
+        None => ToolLayer::new(Arc::new(provider), cache),
+        Some(config) => {
+            let (layer, report) = ToolLayer::connect(
+                Arc::new(provider),
+                cache,
+                Some(store),
+                config.clone(),
+                Pool::Standard,
+            )
+            .await
+            .context("reading the tool pins")?;
+            for (server, e) in &report.server_errors {
+                eprintln!("warning: tool server {server} not listed: {e}");
+            }
+            layer
+        }
+    };
+    Ok((Arc::new(layer), sim))
+}
+
+/// Refreshes the tool layer every `every` until `cancel`, when it has upstream
+/// servers to list.
+fn refresh_tools(
+    tools: &Arc<ToolLayer>,
+    s: &Settings,
+    cancel: CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    s.tools.as_ref().filter(|c| !c.servers.is_empty())?;
+    let (tools, every) = (tools.clone(), s.tools_refresh);
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => break,
+                _ = tick.tick() => {
+                    if let Err(e) = tools.refresh().await {
+                        tracing::warn!(error = %e, "tool layer not refreshed");
+                    }
+                }
+            }
+        }
+        tools.close().await;
+    }))
 }
 
 async fn postgres(s: &Settings) -> anyhow::Result<Arc<PgStore>> {
@@ -163,7 +216,8 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
     let queue = nats(s).await?;
     let events = queue.events();
     let cache = redis(s).await?;
-    let (tools, sim) = tools(s, cache).await?;
+    let (tools, sim) = tools(s, cache, store.clone()).await?;
+    let refresh = refresh_tools(&tools, s, cancel.clone());
     let worker = Arc::new(Worker::new(
         Arc::new(queue),
         store,
@@ -175,7 +229,11 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
         "trawl worker running ({} slices at a time)",
         s.worker.concurrency
     );
-    worker.run(cancel).await;
+    worker.run(cancel.clone()).await;
+    cancel.cancel();
+    if let Some(refresh) = refresh {
+        let _ = refresh.await;
+    }
     if let Some(sim) = sim {
         let _ = sim.shutdown().await;
     }
@@ -200,7 +258,8 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let queue: Arc<dyn SliceQueue> = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
     let (events, rx) = InProcessEvents::channel();
     let events: Arc<dyn Events> = Arc::new(events);
-    let (tools, sim) = tools(s, cache.clone()).await?;
+    let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
+    let refresh = refresh_tools(&tools, s, cancel.clone());
     if s.api_keys.is_empty() {
         eprintln!("trawl dev: no TRAWL_API_KEYS, the API is open (loopback only)");
     }
@@ -234,6 +293,9 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     cancel.cancel();
     tasks.close();
     tasks.wait().await;
+    if let Some(refresh) = refresh {
+        let _ = refresh.await;
+    }
     if let Some(sim) = sim {
         let _ = sim.shutdown().await;
     }

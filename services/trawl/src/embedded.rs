@@ -21,7 +21,8 @@ use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
 use trawl_scheduler::{Scheduler, Submitted};
 use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
-use trawl_tools::ToolLayer;
+use trawl_tools::config::ToolsConfig;
+use trawl_tools::{Pool, ToolLayer};
 use trawl_worker::{Worker, WorkerConfig};
 
 use crate::output::{self, FailedSliceOut, ItemCounts, SliceCounts, Summary};
@@ -51,6 +52,9 @@ pub struct Options {
     pub call_timeout: Duration,
     pub worker: WorkerConfig,
     pub queue: QueueConfig,
+    /// Upstream MCP servers and tool policies; `None`: the built-in tools under
+    /// the default policy.
+    pub tools: Option<ToolsConfig>,
 }
 
 impl Options {
@@ -62,7 +66,13 @@ impl Options {
             call_timeout: Duration::from_secs(30),
             worker: WorkerConfig::default(),
             queue: QueueConfig::default(),
+            tools: None,
         }
+    }
+
+    pub fn with_tools(mut self, t: Option<ToolsConfig>) -> Self {
+        self.tools = t;
+        self
     }
 
     pub fn with_call_timeout(mut self, t: Duration) -> Self {
@@ -162,9 +172,28 @@ impl Embedded {
             .context("opening the cache")?;
         let (provider, sim) =
             provider(&options.upstream, options.prices, options.call_timeout).await?;
-        let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
+        let store = Arc::new(store);
+        let tools = match &options.tools {
+            None => ToolLayer::new(Arc::new(provider), Arc::new(cache)),
+            Some(config) => {
+                let (layer, report) = ToolLayer::connect(
+                    Arc::new(provider),
+                    Arc::new(cache),
+                    Some(store.clone() as Arc<dyn Store>),
+                    config.clone(),
+                    Pool::Standard,
+                )
+                .await
+                .context("reading the tool pins")?;
+                for (server, e) in &report.server_errors {
+                    eprintln!("warning: tool server {server} not listed: {e}");
+                }
+                layer
+            }
+        };
+        let tools = Arc::new(tools);
         Ok(Embedded {
-            store: Arc::new(store),
+            store,
             tools,
             sim,
             options,
