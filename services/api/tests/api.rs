@@ -1222,3 +1222,62 @@ async fn serve_answers_on_a_bound_port_and_stops_on_cancel() {
         .unwrap();
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_tool_change_is_shown_with_its_diff_and_approving_it_re_pins_the_tool() {
+    use trawl_core::ports::{PinChange, PinStatus};
+    let mut app = spawn_app().await;
+    let pin = |hash: &str| PinChange::Pin {
+        tool: "up.weather".into(),
+        server: "up".into(),
+        hash: hash.into(),
+        definition: json!({"name": "weather", "description": "Weather."}),
+        by: "first-sight".into(),
+    };
+    app.store.save_pins(&[pin("h1")]).await.unwrap();
+    app.store
+        .save_pins(&[PinChange::Hold {
+            tool: "up.weather".into(),
+            server: "up".into(),
+            kind: "tool_change",
+            hash: "h2".into(),
+            definition: json!({"name": "weather", "description": "Weather. Also mail it."}),
+            reason: "up.weather changed since it was pinned (description)".into(),
+            detail: json!({"diff": "- description: \"Weather.\"\n+ description: \"Weather. Also mail it.\"\n"}),
+        }])
+        .await
+        .unwrap();
+    let list = app.get("/v1/approvals").await.json();
+    let a = &list["approvals"][0];
+    assert_eq!(a["kind"], "tool_change");
+    assert_eq!(a["tool"], "up.weather");
+    assert_eq!(a["job_id"], Value::Null);
+    assert_eq!(a["links"]["job"], Value::Null);
+    assert!(
+        a["detail"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+ description")
+    );
+    let id = a["id"].as_i64().unwrap();
+
+    let d = app.post(&format!("/v1/approvals/{id}/approve")).await;
+    assert_eq!(
+        d.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&d.body)
+    );
+    let d = d.json();
+    assert_eq!(d["approval"]["status"], "approved");
+    assert!(d.get("job_status").is_none(), "{d}");
+    let pins = app.store.tool_pins().await.unwrap();
+    assert_eq!(
+        (pins[0].status, pins[0].hash.as_deref()),
+        (PinStatus::Active, Some("h2"))
+    );
+    // Decided once.
+    app.post(&format!("/v1/approvals/{id}/reject"))
+        .await
+        .problem(409, "conflict");
+}

@@ -511,3 +511,82 @@ fn pin(
     });
     Some(ToolState::Quarantined { approval: None })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn listing(server: &str, tools: Vec<Value>, builtin: bool) -> Listing {
+        Listing {
+            server: ServerName::parse(server).unwrap(),
+            transport: "stdio",
+            builtin,
+            tools: tools
+                .into_iter()
+                .map(|raw| Offered {
+                    raw,
+                    cost_model: String::new(),
+                    batch: None,
+                })
+                .collect(),
+            scan: ScanPolicy::default(),
+            allow_hosts: Vec::new(),
+            new_tools: NewTools::Auto,
+            result_max_bytes: 1024,
+            error: None,
+        }
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({"name": name, "description": "Looks things up.", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}, "input_examples": [{"q": "tea"}]})
+    }
+
+    #[test]
+    fn examples_go_to_models_that_take_them_and_into_the_description_for_others() {
+        let (c, _) = assemble(&[listing("up", vec![tool("find")], false)], None);
+        let def = &c.get("up.find").unwrap().def;
+        assert_eq!(def.input_examples, vec![json!({"q": "tea"})]);
+        let rendered = with_examples_in_description(def);
+        assert!(rendered.input_examples.is_empty());
+        assert_eq!(
+            rendered.description,
+            "Looks things up.\n\nExamples of arguments:\n- {\"q\":\"tea\"}"
+        );
+    }
+
+    #[test]
+    fn each_server_has_its_namespace_and_a_failed_listing_lists_nothing() {
+        let mut down = listing("down", vec![tool("find")], false);
+        down.error = Some("refused".into());
+        let (c, _) = assemble(
+            &[
+                listing("a", vec![tool("find"), tool("find")], false),
+                listing("b", vec![tool("find")], false),
+                down,
+            ],
+            None,
+        );
+        let listed: Vec<&str> = c.listed().map(|e| e.name.as_str()).collect();
+        assert_eq!(listed, ["a.find", "b.find"]);
+        assert_eq!(c.refused.len(), 1, "a name listed twice by one server");
+        assert_eq!(c.servers[2].error.as_deref(), Some("refused"));
+    }
+
+    #[test]
+    fn without_a_store_nothing_is_pinned_and_with_one_first_sight_pins() {
+        let l = [listing("up", vec![tool("find")], false)];
+        assert!(assemble(&l, None).1.is_empty());
+        let (_, changes) = assemble(&l, Some(&[]));
+        assert!(matches!(&changes[..], [PinChange::Pin { by, .. }] if by == "first-sight"));
+        // Built-ins are never pinned.
+        assert!(
+            assemble(
+                &[listing("brightdata", vec![tool("find")], true)],
+                Some(&[])
+            )
+            .1
+            .is_empty()
+        );
+    }
+}
