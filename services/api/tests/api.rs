@@ -1226,7 +1226,7 @@ async fn serve_answers_on_a_bound_port_and_stops_on_cancel() {
 #[tokio::test]
 async fn a_tool_change_is_shown_with_its_diff_and_approving_it_re_pins_the_tool() {
     use trawl_core::ports::{PinChange, PinStatus};
-    let mut app = spawn_app().await;
+    let app = spawn_app().await;
     let pin = |hash: &str| PinChange::Pin {
         tool: "up.weather".into(),
         server: "up".into(),
