@@ -404,6 +404,19 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
     (catalog, changes)
 }
 
+/// A new tool held for a `new_tool` approval.
+fn hold_new(tool: String, server: String, hash: &str, raw: &Value) -> PinChange {
+    PinChange::Hold {
+        reason: format!("{server} offers a new tool, {tool}; its policy for new tools is approve"),
+        detail: json!({"server": server, "tool": tool, "new": raw}),
+        tool,
+        server,
+        kind: "new_tool",
+        hash: hash.to_owned(),
+        definition: raw.clone(),
+    }
+}
+
 /// Holds one upstream tool against its pin: the state it is held in (`None`:
 /// listed), with the change to store, if any, added to `changes`.
 fn pin(
@@ -433,17 +446,7 @@ fn pin(
             });
             return None;
         }
-        changes.push(PinChange::Hold {
-            reason: format!(
-                "{server} offers a new tool, {tool}; its policy for new tools is approve"
-            ),
-            detail: json!({"server": server, "tool": tool, "new": raw}),
-            tool,
-            server,
-            kind: "new_tool",
-            hash: hash.to_owned(),
-            definition: raw.clone(),
-        });
+        changes.push(hold_new(tool, server, hash, raw));
         return Some(ToolState::Awaiting { approval: None });
     };
     if p.hash.as_deref() == Some(hash) {
@@ -466,17 +469,7 @@ fn pin(
     }
     let Some(old) = &p.definition else {
         // A new tool held for approval changed again before a decision.
-        changes.push(PinChange::Hold {
-            reason: format!(
-                "{server} offers a new tool, {tool}; its policy for new tools is approve"
-            ),
-            detail: json!({"server": server, "tool": tool, "new": raw}),
-            tool,
-            server,
-            kind: "new_tool",
-            hash: hash.to_owned(),
-            definition: raw.clone(),
-        });
+        changes.push(hold_new(tool, server, hash, raw));
         return Some(ToolState::Awaiting { approval: None });
     };
     let changed = diff(old, raw);

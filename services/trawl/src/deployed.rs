@@ -26,11 +26,11 @@ use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
 use trawl_scheduler::{Service, ServiceConfig};
 use trawl_sim::SimHandle;
 use trawl_store::{PgStore, SqliteStore};
+use trawl_tools::ToolLayer;
 use trawl_tools::config::ToolsConfig;
-use trawl_tools::{Pool, ToolLayer};
 use trawl_worker::{Worker, WorkerConfig};
 
-use crate::embedded::{Upstream, provider};
+use crate::embedded::{Upstream, provider, tool_layer};
 
 /// Everything the roles are configured with (flags and environment, see
 /// `docs/configuration.md`).
@@ -76,24 +76,7 @@ async fn tools(
             sim.base_url()
         );
     }
-    let layer = match &s.tools {
-        None => ToolLayer::new(Arc::new(provider), cache),
-        Some(config) => {
-            let (layer, report) = ToolLayer::connect(
-                Arc::new(provider),
-                cache,
-                Some(store),
-                config.clone(),
-                Pool::Standard,
-            )
-            .await
-            .context("reading the tool pins")?;
-            for (server, e) in &report.server_errors {
-                eprintln!("warning: tool server {server} not listed: {e}");
-            }
-            layer
-        }
-    };
+    let layer = tool_layer(Arc::new(provider), cache, store, s.tools.as_ref()).await?;
     Ok((Arc::new(layer), sim))
 }
 

@@ -15,7 +15,7 @@ use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus};
-use trawl_core::ports::{SliceQueue, Store};
+use trawl_core::ports::{ContentCache, SliceQueue, Store};
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
 use trawl_scheduler::{Scheduler, Submitted};
@@ -151,6 +151,27 @@ pub async fn decide(
     Ok(scheduler.decide(job, approved, by).await?)
 }
 
+/// The tool layer: the built-in tools, and the upstream servers of `config`
+/// pinned in `store`; servers that cannot be listed are reported, not fatal.
+pub async fn tool_layer(
+    provider: Arc<BrightData>,
+    cache: Arc<dyn ContentCache>,
+    store: Arc<dyn Store>,
+    config: Option<&ToolsConfig>,
+) -> anyhow::Result<ToolLayer> {
+    let Some(config) = config else {
+        return Ok(ToolLayer::new(provider, cache));
+    };
+    let (layer, report) =
+        ToolLayer::connect(provider, cache, Some(store), config.clone(), Pool::Standard)
+            .await
+            .context("reading the tool pins")?;
+    for (server, e) in &report.server_errors {
+        eprintln!("warning: tool server {server} not listed: {e}");
+    }
+    Ok(layer)
+}
+
 /// The embedded system: store, cache, tools, and the simulator if used.
 pub struct Embedded {
     store: Arc<SqliteStore>,
@@ -173,24 +194,13 @@ impl Embedded {
         let (provider, sim) =
             provider(&options.upstream, options.prices, options.call_timeout).await?;
         let store = Arc::new(store);
-        let tools = match &options.tools {
-            None => ToolLayer::new(Arc::new(provider), Arc::new(cache)),
-            Some(config) => {
-                let (layer, report) = ToolLayer::connect(
-                    Arc::new(provider),
-                    Arc::new(cache),
-                    Some(store.clone() as Arc<dyn Store>),
-                    config.clone(),
-                    Pool::Standard,
-                )
-                .await
-                .context("reading the tool pins")?;
-                for (server, e) in &report.server_errors {
-                    eprintln!("warning: tool server {server} not listed: {e}");
-                }
-                layer
-            }
-        };
+        let tools = tool_layer(
+            Arc::new(provider),
+            Arc::new(cache),
+            store.clone(),
+            options.tools.as_ref(),
+        )
+        .await?;
         let tools = Arc::new(tools);
         Ok(Embedded {
             store,
