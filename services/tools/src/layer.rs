@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
@@ -19,7 +19,7 @@ use trawl_core::ports::{
 };
 
 use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def};
-use crate::config::{Access, BUILTIN_SERVER, NewTools, Policy, ServerConfig, ToolsConfig};
+use crate::config::{Access, NewTools, Policy, ServerConfig, ToolsConfig};
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
 use crate::scan::sanitize_result;
@@ -121,7 +121,7 @@ impl ToolLayer {
 
     fn builtin_listing(&self) -> Listing {
         Listing {
-            server: ServerName::parse(BUILTIN_SERVER).unwrap_or_else(|_| unreachable_name()),
+            server: ServerName::builtin(),
             transport: "builtin",
             builtin: true,
             tools: self
@@ -618,17 +618,14 @@ impl Drop for ToolLayer {
     }
 }
 
-/// Server names are checked; the built-in one is a constant that passes.
-fn unreachable_name() -> ServerName {
-    // `BUILTIN_SERVER` is a valid server name (tested); this is never reached.
-    ServerName::parse("builtin").unwrap_or_else(|_| unreachable_name())
-}
-
 /// The `tool_search` meta-tool: the best matches' definitions.
 fn tool_search(catalog: &Catalog, args: &Value) -> Result<Vec<u8>, ToolError> {
-    let def = tool_search_def();
-    let validator = jsonschema::validator_for(&def.input_schema)
-        .map_err(|e| ToolError::permanent("internal", e.to_string()))?;
+    static VALIDATOR: LazyLock<Result<jsonschema::Validator, String>> = LazyLock::new(|| {
+        jsonschema::validator_for(&tool_search_def().input_schema).map_err(|e| e.to_string())
+    });
+    let validator = VALIDATOR
+        .as_ref()
+        .map_err(|e| ToolError::permanent("internal", e.clone()))?;
     if let Some(e) = validator.iter_errors(args).next() {
         return Err(ToolError::permanent(
             "bad_arguments",

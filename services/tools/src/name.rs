@@ -73,6 +73,11 @@ impl ServerName {
         }
     }
 
+    /// The built-in tools' server, [`BUILTIN_SERVER`](crate::config::BUILTIN_SERVER).
+    pub fn builtin() -> ServerName {
+        ServerName(crate::config::BUILTIN_SERVER.to_owned())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -164,6 +169,10 @@ mod tests {
 
     #[test]
     fn server_names_have_no_dot() {
+        assert_eq!(
+            ServerName::parse(crate::config::BUILTIN_SERVER).unwrap(),
+            ServerName::builtin()
+        );
         assert!(ServerName::parse("my-server_1").is_ok());
         for bad in ["", "a.b", "white space", &"s".repeat(33)] {
             assert!(ServerName::parse(bad).is_err(), "{bad:?}");
