@@ -118,7 +118,9 @@ fn config_yaml(dir: &Path) -> String {
         ));
         if name == "memory" {
             // Its knowledge graph goes to a file of its own, not into node_modules.
-            yaml.push_str(&format!("    env: {{MEMORY_FILE_PATH: \"{dir}/memory.jsonl\"}}\n"));
+            yaml.push_str(&format!(
+                "    env: {{MEMORY_FILE_PATH: \"{dir}/memory.jsonl\"}}\n"
+            ));
         }
     }
     yaml
@@ -185,11 +187,23 @@ async fn main() {
     tokio::task::spawn_blocking(|| trawl_tools::tokens::count("warm up"))
         .await
         .unwrap();
+    let mut sizes: Vec<(usize, &str)> = catalog
+        .listed()
+        .map(|e| (trawl_tools::tokens::def_tokens(&e.def), e.name.as_str()))
+        .collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let largest: Vec<String> = sizes
+        .iter()
+        .take(3)
+        .map(|(t, n)| format!("{n} {t}"))
+        .collect();
+    println!("largest definitions (tokens): {}", largest.join(", "));
     let search = tool_search_def();
+    println!("\ntokens: tiktoken o200k_base (approximates other tokenizers, Claude's among them)");
     println!(
-        "\ntokens: tiktoken o200k_base (approximates other tokenizers, Claude's among them)"
+        "loaded = tool_search ({} tokens) + its top {TOP} results",
+        trawl_tools::tokens::def_tokens(&search)
     );
-    println!("loaded = tool_search ({} tokens) + its top {TOP} results", trawl_tools::tokens::def_tokens(&search));
     println!(
         "\n{:<40} {:>7} {:>8} {:>9}  top {TOP}",
         "query", "loaded", "catalog", "reduction"
@@ -197,8 +211,8 @@ async fn main() {
     let mut reductions = Vec::new();
     for q in QUERIES {
         let found = catalog.search(q, TOP);
-        let (loaded, whole) =
-            catalog.context_tokens(std::iter::once(&search).chain(found.iter().map(|(e, _)| &e.def)));
+        let (loaded, whole) = catalog
+            .context_tokens(std::iter::once(&search).chain(found.iter().map(|(e, _)| &e.def)));
         let reduction = 100.0 * (1.0 - loaded as f64 / whole as f64);
         reductions.push(reduction);
         let names: Vec<&str> = found.iter().map(|(e, _)| e.name.as_str()).collect();

@@ -22,7 +22,7 @@ use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def
 use crate::config::{Access, NewTools, Policy, ServerConfig, ToolsConfig};
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
-use crate::scan::sanitize_result;
+use crate::scan::{self, sanitize_result};
 use crate::{CallOptions, Recorder};
 
 /// The meta-tool that finds tools: an agent's context holds it and the few tools
@@ -656,6 +656,8 @@ fn sanitize(entry: &Entry, body: Vec<u8>) -> Vec<u8> {
     let cap = entry.result_max_bytes;
     if entry.builtin {
         return match std::str::from_utf8(&body) {
+            // Nothing to strip or cut: the body as it is, without a copy.
+            Ok(text) if text.len() <= cap && !scan::has_invisible(text) => body,
             Ok(text) => {
                 let s = sanitize_result(text, cap);
                 if s.invisible_removed == 0 && s.truncated_from.is_none() {

@@ -240,6 +240,11 @@ pub struct Sanitized {
     pub truncated_from: Option<usize>,
 }
 
+/// Whether `text` holds a character [`sanitize_result`] would remove.
+pub fn has_invisible(text: &str) -> bool {
+    !invisible_runs(text).is_empty()
+}
+
 /// Tool results: removes invisible and direction-changing characters (the set of the
 /// `invisible-unicode` rule: U+200B–U+200F, U+202A–U+202E, U+2060–U+2064,
 /// U+2066–U+206F, U+180E, U+FEFF, tag characters U+E0000–U+E007F, with the same
@@ -466,23 +471,37 @@ fn is_emoji(c: char) -> bool {
 
 /// Maximal runs of invisible characters, except those that are part of ordinary text.
 fn invisible_runs(text: &str) -> Vec<Range<usize>> {
+    let bytes = text.as_bytes();
     let mut runs = Vec::new();
-    let mut prev: Option<char> = None;
-    let mut chars = text.char_indices().peekable();
-    while let Some((start, c)) = chars.next() {
+    let mut i = 0;
+    // Every invisible character is encoded in UTF-8 with one of these lead bytes
+    // (U+180E: E1; U+2000–U+2FFF: E2; U+FEFF: EF; tags U+E0000–: F3), so the text
+    // is searched for them (memchr, vectorized) and decoded only there: pages are
+    // mostly ASCII.
+    let mut next_e1 = memchr::memchr(0xE1, bytes);
+    loop {
+        if next_e1.is_some_and(|p| p < i) {
+            next_e1 = memchr::memchr(0xE1, &bytes[i..]).map(|o| i + o);
+        }
+        let other = memchr::memchr3(0xE2, 0xEF, 0xF3, &bytes[i..]).map(|o| i + o);
+        let Some(start) = [other, next_e1].into_iter().flatten().min() else {
+            break;
+        };
+        // A lead byte always starts a character.
+        let Some(c) = text[start..].chars().next() else {
+            break;
+        };
         if !is_invisible(c) {
-            prev = Some(c);
+            i = start + c.len_utf8();
             continue;
         }
         let mut end = start + c.len_utf8();
-        while let Some(&(i, d)) = chars.peek() {
-            if !is_invisible(d) {
-                break;
-            }
-            end = i + d.len_utf8();
-            chars.next();
+        while let Some(d) = text[end..].chars().next().filter(|d| is_invisible(*d)) {
+            end += d.len_utf8();
         }
-        let next = chars.peek().map(|&(_, d)| d);
+        i = end;
+        let prev = text[..start].chars().next_back();
+        let next = text[end..].chars().next();
         let run = &text[start..end];
         // Left-to-right and right-to-left marks are how Hebrew and Arabic text
         // places punctuation.
