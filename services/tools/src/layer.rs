@@ -406,7 +406,7 @@ impl ToolLayer {
         }
         let result = match &entry.batch {
             Some(batch) => Ok(self.batch(batch, args, opts, rec).await),
-            None => self.made(entry, args, opts, rec).await,
+            None => self.made(entry, args, args_digest, opts, rec).await,
         };
         ("allow", rule, result.map(|body| sanitize(entry, body)))
     }
@@ -445,14 +445,14 @@ impl ToolLayer {
         &self,
         entry: &Entry,
         args: &Value,
+        args_digest: &str,
         opts: &CallOptions<'_>,
         rec: &Recorder,
     ) -> Result<Vec<u8>, ToolError> {
         let tool = entry.name.as_str();
-        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
         let started = Instant::now();
         let ran = AtomicBool::new(false);
-        let upstream = self.upstream(entry, args, &args_digest, opts, rec, &ran);
+        let upstream = self.upstream(entry, args, args_digest, opts, rec, &ran);
         let key = if entry.builtin {
             self.builtin.cache_key(tool, args)
         } else {
@@ -466,7 +466,7 @@ impl ToolLayer {
         let served_here = |r: Result<(), &ToolError>| {
             rec.step(
                 tool,
-                &args_digest,
+                args_digest,
                 true,
                 0,
                 r,
@@ -605,16 +605,6 @@ impl ToolLayer {
                 next.map(|d| policy.wait(d, e.retry_after))
             })
             .await
-    }
-}
-
-impl Drop for ToolLayer {
-    fn drop(&mut self) {
-        // Dropping an upstream ends its child process (see `mcp`).
-        self.upstreams
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
     }
 }
 
