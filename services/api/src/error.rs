@@ -46,9 +46,20 @@ pub enum ApiError {
     /// The body is larger than the limit (in bytes).
     #[error("body larger than {0} bytes")]
     PayloadTooLarge(usize),
-    /// No bearer key (`presented: false`) or one that is not accepted.
+    /// No bearer credential (`presented: false`), or one that is not accepted
+    /// (`why` says which check failed, never anything of the credential).
     #[error("unauthorized")]
-    Unauthorized { presented: bool },
+    Unauthorized {
+        presented: bool,
+        why: Option<String>,
+    },
+    /// A valid credential without the scope this request needs (OAuth tokens).
+    #[error("insufficient scope: {0} needed")]
+    InsufficientScope(&'static str),
+    /// An access token in the query string: refused wherever it is (OAuth 2.1
+    /// §5.1.1, MCP `basic/authorization`), before anything else is looked at.
+    #[error("access token in the query string")]
+    TokenInQuery,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("method not allowed")]
@@ -127,7 +138,10 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) | ApiError::MalformedBody(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::MalformedBody(_) | ApiError::TokenInQuery => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
             ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -160,6 +174,11 @@ impl ApiError {
             ),
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "The body is too large"),
             ApiError::Unauthorized { .. } => ("unauthorized", "Authentication is required"),
+            ApiError::InsufficientScope(_) => ("insufficient-scope", "The token lacks a scope"),
+            ApiError::TokenInQuery => (
+                "token-in-query",
+                "Access tokens are not accepted in the query string",
+            ),
             ApiError::NotFound(_) => ("not-found", "Not found"),
             ApiError::MethodNotAllowed => ("method-not-allowed", "Method not allowed"),
             ApiError::Conflict(_) => (
@@ -192,10 +211,17 @@ impl ApiError {
             ApiError::PayloadTooLarge(limit) => {
                 format!("the body is larger than the limit of {limit} bytes")
             }
-            ApiError::Unauthorized { presented: false } => {
-                "send an API key as `Authorization: Bearer <key>`".to_owned()
+            ApiError::Unauthorized {
+                presented: false, ..
+            } => "send an access token or API key as `Authorization: Bearer <token>`".to_owned(),
+            ApiError::Unauthorized { why: Some(why), .. } => why.clone(),
+            ApiError::Unauthorized { why: None, .. } => "the credential is not valid".to_owned(),
+            ApiError::InsufficientScope(scope) => {
+                format!("this request needs the scope {scope}")
             }
-            ApiError::Unauthorized { presented: true } => "the API key is not valid".to_owned(),
+            ApiError::TokenInQuery => "send the token in the Authorization header, never in \
+                 the URL; this request was not processed"
+                .to_owned(),
             ApiError::MethodNotAllowed => "this route does not take that method".to_owned(),
             ApiError::Unavailable(_) => {
                 "a backend did not answer; try again in a few seconds".to_owned()
@@ -260,15 +286,31 @@ impl IntoResponse for ApiError {
         let headers = res.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         match self {
-            ApiError::Unauthorized { presented } => {
-                let challenge = if presented {
-                    r#"Bearer realm="trawl", error="invalid_token""#
-                } else {
-                    r#"Bearer realm="trawl""#
+            ApiError::Unauthorized { presented, why } => {
+                // RFC 6750 §3: no error code when no credential was sent.
+                let challenge = match (presented, why) {
+                    (false, _) => r#"Bearer realm="trawl""#.to_owned(),
+                    (true, Some(why)) => format!(
+                        r#"Bearer realm="trawl", error="invalid_token", error_description="{}""#,
+                        quoted(&why)
+                    ),
+                    (true, None) => r#"Bearer realm="trawl", error="invalid_token""#.to_owned(),
                 };
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            ApiError::InsufficientScope(scope) => {
+                let challenge =
+                    format!(r#"Bearer realm="trawl", error="insufficient_scope", scope="{scope}""#);
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            ApiError::TokenInQuery => {
                 headers.insert(
                     header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(challenge),
+                    HeaderValue::from_static(r#"Bearer realm="trawl", error="invalid_request""#),
                 );
             }
             ApiError::Unavailable(_) => {
@@ -278,6 +320,15 @@ impl IntoResponse for ApiError {
         }
         res
     }
+}
+
+/// `s` made safe inside a quoted-string of a header: no quotes, backslashes or
+/// control characters.
+fn quoted(s: &str) -> String {
+    s.chars()
+        .filter(|c| c.is_ascii() && !c.is_ascii_control())
+        .map(|c| if c == '"' || c == '\\' { '\'' } else { c })
+        .collect()
 }
 
 #[cfg(test)]

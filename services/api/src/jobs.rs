@@ -558,6 +558,7 @@ mod tests {
     fn idempotency_keys_are_scoped_to_the_caller_and_checked() {
         let caller = Caller {
             label: "key-0123abcd".into(),
+            scopes: None,
         };
         let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
         assert_eq!(

@@ -13,6 +13,11 @@
 //! - `approvals`: `GET /v1/approvals`, `POST /v1/approvals/{id}/approve|reject`.
 //! - `health`: `GET /healthz`, `GET /readyz`.
 //! - [`openapi`]: `GET /openapi.json`, generated from the handlers.
+//! - [`oauth`]: the OAuth 2.1 resource server (RFC 9728 metadata, JWT access
+//!   tokens checked against the authorization server's keys, RFC 8707 audience,
+//!   scopes) in front of `/v1` and `/mcp`.
+//! - [`mcp`]: `/mcp`, trawl as an MCP server (rmcp, Streamable HTTP): the
+//!   research tools, `tool_search` and the federated upstream tools.
 //! - [`server`]: [`router`] and [`serve`] (graceful shutdown with a deadline).
 //!
 //! The API only stores and reads: a submitted job is stored `pending` and the
@@ -23,6 +28,8 @@ mod approvals;
 pub mod error;
 mod health;
 mod jobs;
+pub mod mcp;
+pub mod oauth;
 pub mod openapi;
 mod rows;
 pub mod server;
@@ -35,6 +42,8 @@ pub use jobs::{
     CANCEL_REASON, CountsView, EstimateView, ItemCounts, JobAccepted, JobLinks, JobView,
     SliceCounts,
 };
+pub use mcp::McpConfig;
+pub use oauth::{OAuthConfig, ResourceServer};
 pub use openapi::ApiDoc;
 pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
 pub use server::{DRAIN_DEADLINE, router, serve};

@@ -4,9 +4,9 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -36,16 +36,50 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/reject", post(approvals::reject))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    let mcp = Router::new()
+        .route_service(
+            "/mcp",
+            crate::mcp::service(&state, &state.mcp, state.shutdown.child_token()),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::mcp::guard,
+        ));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(resource_metadata),
+        )
         .merge(v1)
+        .merge(mcp)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.body_limit))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
+}
+
+/// RFC 9728 protected resource metadata, at the well-known root and at its
+/// path-inserted forms (`…/oauth-protected-resource/mcp` for `/mcp`): one
+/// document, since `/mcp` and the REST API are one resource. Not found when OAuth
+/// is not configured.
+async fn resource_metadata(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let rs = state.oauth().ok_or_else(|| {
+        ApiError::NotFound("protected resource metadata: OAuth is not configured".to_owned())
+    })?;
+    let mut res = axum::Json(rs.metadata()).into_response();
+    res.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("max-age=300"),
+    );
+    Ok(res)
 }
 
 async fn not_found() -> ApiError {

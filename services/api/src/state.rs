@@ -1,5 +1,6 @@
 //! What every handler shares: the ports, the price table, the keys and the limits.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use trawl_core::cost::PriceTable;
 use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
 
 use crate::error::ApiError;
+use crate::oauth::{ResourceServer, SCOPE_READ, SCOPE_WRITE};
 
 /// Who may call the `/v1` routes.
 pub enum Auth {
@@ -42,7 +44,17 @@ pub struct ApiState {
     pub(crate) cache: Arc<dyn ContentCache>,
     pub(crate) prices: PriceTable,
     pub(crate) keys: Arc<KeyRing>,
+    /// OAuth access tokens, when a resource URI and issuer are configured.
+    pub(crate) oauth: Option<Arc<ResourceServer>>,
     pub(crate) body_limit: usize,
+    /// The tool layer `/mcp` serves, when there is one.
+    pub(crate) tools: Option<Arc<trawl_tools::ToolLayer>>,
+    /// Where `/mcp` may be reached from.
+    pub(crate) mcp: Arc<crate::mcp::McpConfig>,
+    /// Who opened each MCP session.
+    pub(crate) sessions: Arc<crate::mcp::SessionOwners>,
+    /// Ends MCP sessions and streams when the server stops.
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl fmt::Debug for ApiState {
@@ -50,6 +62,7 @@ impl fmt::Debug for ApiState {
         f.debug_struct("ApiState")
             .field("prices", &self.prices)
             .field("keys", &self.keys.len())
+            .field("oauth", &self.oauth)
             .field("body_limit", &self.body_limit)
             .finish_non_exhaustive()
     }
@@ -78,10 +91,80 @@ impl ApiState {
             cache,
             prices,
             keys: Arc::new(KeyRing::new(auth)),
+            oauth: None,
             body_limit: Self::DEFAULT_BODY_LIMIT,
+            tools: None,
+            mcp: Arc::new(crate::mcp::McpConfig::default()),
+            sessions: Arc::default(),
+            shutdown: tokio_util::sync::CancellationToken::new(),
         }
     }
 
+    /// Where `/mcp` may be reached from (hosts and browser origins).
+    pub fn with_mcp(mut self, config: crate::mcp::McpConfig) -> ApiState {
+        self.mcp = Arc::new(config);
+        self
+    }
+
+    /// Ends `/mcp`'s sessions and streams when `token` is cancelled (give it the
+    /// token `serve` stops on).
+    pub fn with_shutdown(mut self, token: tokio_util::sync::CancellationToken) -> ApiState {
+        self.shutdown = token;
+        self
+    }
+
+    /// Accepts OAuth access tokens verified by `rs` too (API keys stay accepted).
+    /// With a resource server the API is never open: `Auth::Open` then lets in
+    /// tokens only.
+    pub fn with_oauth(mut self, rs: Arc<ResourceServer>) -> ApiState {
+        if self.keys.keys.is_none() {
+            self.keys = Arc::new(KeyRing::new(Auth::Keys(Vec::new())));
+        }
+        self.oauth = Some(rs);
+        self
+    }
+
+    /// Serves the tools of `layer` (tool search, upstream tools) on `/mcp`.
+    pub fn with_tools(mut self, layer: Arc<trawl_tools::ToolLayer>) -> ApiState {
+        self.tools = Some(layer);
+        self
+    }
+
+    /// The resource server, if OAuth is configured.
+    pub fn oauth(&self) -> Option<&Arc<ResourceServer>> {
+        self.oauth.as_ref()
+    }
+
+    /// Who sent `headers`: an API key's holder, a token's subject, or anyone when
+    /// the API is open.
+    pub(crate) async fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        let Some(rs) = &self.oauth else {
+            return self.keys.authenticate(headers);
+        };
+        let token = bearer(headers)?;
+        // A JWT has three parts; an API key has none of the dots.
+        if token.bytes().filter(|b| *b == b'.').count() != 2 {
+            return self.keys.authenticate(headers);
+        }
+        match rs.verify(token).await {
+            Ok(p) => Ok(Caller {
+                label: format!("sub:{}", p.subject),
+                scopes: Some(p.scopes),
+            }),
+            Err(crate::oauth::TokenError::KeysUnavailable(why)) => {
+                tracing::warn!(%why, "a token could not be verified");
+                Err(ApiError::Unavailable(
+                    trawl_core::ports::PortError::Unavailable(
+                        "the authorization server's keys are unavailable".to_owned(),
+                    ),
+                ))
+            }
+            Err(e) => Err(ApiError::Unauthorized {
+                presented: true,
+                why: Some(e.to_string()),
+            }),
+        }
+    }
     /// The largest request body accepted, in bytes.
     pub fn with_body_limit(mut self, bytes: usize) -> ApiState {
         self.body_limit = bytes;
@@ -94,9 +177,58 @@ impl ApiState {
 pub(crate) struct Caller {
     /// `api` under [`Auth::Open`]; `key-` and the first 8 hex digits of the sha256
     /// of the key otherwise: stable when keys are added or reordered, and telling
-    /// nothing useful about the key itself. Recorded as who decided an approval,
-    /// and scopes idempotency keys, so two callers never see each other's jobs.
+    /// nothing useful about the key itself; `sub:` and the subject for an OAuth
+    /// token. Recorded as who decided an approval, and scopes idempotency keys,
+    /// so two callers never see each other's jobs.
     pub label: String,
+    /// The scopes of an OAuth token; `None` (every scope) for an API key or an
+    /// open API.
+    pub scopes: Option<BTreeSet<String>>,
+}
+
+impl Caller {
+    /// Whether the caller holds `scope`.
+    pub fn allows(&self, scope: &str) -> bool {
+        self.scopes.as_ref().is_none_or(|s| s.contains(scope))
+    }
+}
+
+/// The bearer token of `headers`.
+fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or(ApiError::Unauthorized {
+            presented: false,
+            why: None,
+        })?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|t| !t.is_empty())
+        .ok_or(ApiError::Unauthorized {
+            presented: true,
+            why: Some("the Authorization header is not `Bearer <token>`".to_owned()),
+        })
+}
+
+/// Refuses a request that carries an access token in its query (`access_token`,
+/// RFC 6750 §2.3, which OAuth 2.1 and MCP forbid).
+pub(crate) fn refuse_query_token(uri: &axum::http::Uri) -> Result<(), ApiError> {
+    let Some(q) = uri.query() else {
+        return Ok(());
+    };
+    let named = q.split('&').any(|pair| {
+        let name = pair.split_once('=').map_or(pair, |(n, _)| n);
+        name.eq_ignore_ascii_case("access_token") || name.eq_ignore_ascii_case("access%5Ftoken")
+    });
+    if named {
+        Err(ApiError::TokenInQuery)
+    } else {
+        Ok(())
+    }
 }
 
 /// The accepted keys, kept as sha256 digests: compared in constant time, and of one
@@ -136,16 +268,10 @@ impl KeyRing {
         let Some(keys) = &self.keys else {
             return Ok(Caller {
                 label: "api".to_owned(),
+                scopes: None,
             });
         };
-        let token = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|t| !t.is_empty())
-            .ok_or(ApiError::Unauthorized { presented: false })?;
+        let token = bearer(headers)?;
         let presented = sha256(token.as_bytes());
         // Every key is compared, matched or not, so the time taken does not tell
         // which one (or whether any) matched.
@@ -158,21 +284,65 @@ impl KeyRing {
         found
             .map(|label| Caller {
                 label: label.clone(),
+                scopes: None,
             })
-            .ok_or(ApiError::Unauthorized { presented: true })
+            .ok_or(ApiError::Unauthorized {
+                presented: true,
+                why: None,
+            })
     }
 }
 
-/// Middleware of the `/v1` routes: refuses callers without a valid key and hands
-/// the others on with their [`Caller`] in the request's extensions.
+/// Middleware of the `/v1` routes: refuses callers without a valid credential or
+/// without the route's scope (reads need `research:read`, everything else
+/// `research:write`) and hands the others on with their [`Caller`] in the
+/// request's extensions.
 pub(crate) async fn require_key(
     State(state): State<ApiState>,
     mut req: Request,
     next: Next,
-) -> Result<Response, ApiError> {
-    let caller = state.keys.authenticate(req.headers())?;
-    req.extensions_mut().insert(caller);
-    Ok(next.run(req).await)
+) -> Response {
+    // The body is not `Sync`: what the check needs is copied out first.
+    let (headers, safe) = (req.headers().clone(), req.method().is_safe());
+    let query_refused = refuse_query_token(req.uri());
+    let checked = async {
+        query_refused?;
+        let caller = state.authenticate(&headers).await?;
+        let need = if safe { SCOPE_READ } else { SCOPE_WRITE };
+        if !caller.allows(need) {
+            return Err(ApiError::InsufficientScope(need));
+        }
+        Ok(caller)
+    }
+    .await;
+    match checked {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => state.challenge(e),
+    }
+}
+
+impl ApiState {
+    /// The answer to a refused request: the error's problem+json, and, when OAuth
+    /// is configured, `resource_metadata` in its `WWW-Authenticate` challenge so a
+    /// client can find the authorization server (RFC 9728 §5.1).
+    pub(crate) fn challenge(&self, e: ApiError) -> Response {
+        use axum::response::IntoResponse;
+        let mut res = e.into_response();
+        if let Some(rs) = &self.oauth
+            && let Some(v) = res.headers().get(header::WWW_AUTHENTICATE)
+            && let Ok(v) = v.to_str()
+            && let Ok(v) = axum::http::HeaderValue::from_str(&format!(
+                r#"{v}, resource_metadata="{}""#,
+                rs.metadata_url()
+            ))
+        {
+            res.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        res
+    }
 }
 
 #[cfg(test)]
@@ -199,15 +369,24 @@ mod tests {
         assert_ne!(a, b);
         assert!(matches!(
             ring.authenticate(&headers("Bearer alpha")),
-            Err(ApiError::Unauthorized { presented: true })
+            Err(ApiError::Unauthorized {
+                presented: true,
+                ..
+            })
         ));
         assert!(matches!(
             ring.authenticate(&headers("Basic YWxwaGEta2V5")),
-            Err(ApiError::Unauthorized { presented: false })
+            Err(ApiError::Unauthorized {
+                presented: true,
+                why: Some(_)
+            })
         ));
         assert!(matches!(
             ring.authenticate(&HeaderMap::new()),
-            Err(ApiError::Unauthorized { presented: false })
+            Err(ApiError::Unauthorized {
+                presented: false,
+                ..
+            })
         ));
     }
 

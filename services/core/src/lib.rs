@@ -15,6 +15,7 @@
 //! - [`model`]: ids, slices, statuses and the records a slice produces.
 //! - [`ports`]: the traits the adapters implement (queue, cache, store, tools, events).
 //! - [`geo`]: ISO 3166-1 alpha-2 country codes.
+//! - [`resource`]: canonical resource URIs (RFC 8707), the audience of tokens.
 
 pub mod cost;
 pub mod extract;
@@ -22,6 +23,7 @@ pub mod geo;
 pub mod model;
 pub mod plan;
 pub mod ports;
+pub mod resource;
 pub mod retry;
 pub mod spec;
 pub mod validate;

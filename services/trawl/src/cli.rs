@@ -210,6 +210,23 @@ struct DeployArgs {
         hide_env_values = true
     )]
     api_keys: Vec<String>,
+    /// This server's canonical URI (RFC 8707): OAuth access tokens must name it in
+    /// `aud`. With --oauth-issuer, `/mcp` and the REST API require a valid token
+    /// or API key.
+    #[arg(long, env = "TRAWL_RESOURCE_URI", requires = "oauth_issuer")]
+    resource_uri: Option<String>,
+    /// The authorization server's issuer; its keys are found by RFC 8414 or
+    /// OpenID Connect discovery from there.
+    #[arg(long, env = "TRAWL_OAUTH_ISSUER", requires = "resource_uri")]
+    oauth_issuer: Option<String>,
+    /// `Host` values `/mcp` answers besides loopback names, comma-separated
+    /// (DNS-rebinding protection); the resource URI's host is added.
+    #[arg(long, env = "TRAWL_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    mcp_allowed_hosts: Vec<String>,
+    /// Browser `Origin`s `/mcp` accepts besides loopback ones, comma-separated
+    /// (`https://app.example.com:443`, `http://localhost:*`).
+    #[arg(long, env = "TRAWL_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    mcp_allowed_origins: Vec<String>,
     /// Slices a worker runs at the same time.
     #[arg(long, env = "TRAWL_WORKER_CONCURRENCY", default_value_t = 32)]
     concurrency: usize,
@@ -287,7 +304,32 @@ impl DeployArgs {
             state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
             tools: tools_config(self.tools_config.as_deref())?,
             tools_refresh: self.tools_refresh,
+            oauth: self.oauth()?,
+            mcp_allowed_hosts: self
+                .mcp_allowed_hosts
+                .iter()
+                .filter(|h| !h.is_empty())
+                .cloned()
+                .collect(),
+            mcp_allowed_origins: self
+                .mcp_allowed_origins
+                .iter()
+                .filter(|o| !o.is_empty())
+                .cloned()
+                .collect(),
         })
+    }
+
+    /// The resource server's configuration, when both settings are given.
+    fn oauth(&self) -> anyhow::Result<Option<trawl_api::OAuthConfig>> {
+        let (Some(resource), Some(issuer)) = (&self.resource_uri, &self.oauth_issuer) else {
+            return Ok(None);
+        };
+        let resource = trawl_core::resource::ResourceUri::parse(resource)
+            .map_err(|e| anyhow::anyhow!("TRAWL_RESOURCE_URI: {e}"))?;
+        let config = trawl_api::OAuthConfig::new(resource, issuer)
+            .map_err(|e| anyhow::anyhow!("TRAWL_OAUTH_ISSUER: {e}"))?;
+        Ok(Some(config))
     }
 }
 

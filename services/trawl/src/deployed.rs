@@ -60,6 +60,13 @@ pub struct Settings {
     /// How often a worker lists the upstream servers and reads the pins again,
     /// so a decided tool approval reaches it.
     pub tools_refresh: Duration,
+    /// OAuth access tokens for `/mcp` and the REST API (`TRAWL_RESOURCE_URI`,
+    /// `TRAWL_OAUTH_ISSUER`).
+    pub oauth: Option<trawl_api::OAuthConfig>,
+    /// `Host` values `/mcp` answers besides loopback names.
+    pub mcp_allowed_hosts: Vec<String>,
+    /// Browser `Origin`s `/mcp` accepts besides loopback ones.
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 /// The tool layer over Bright Data (or the simulator) and `cache`, and the
@@ -136,11 +143,58 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
 }
 
 fn auth(s: &Settings) -> Auth {
-    if s.api_keys.is_empty() {
+    if s.api_keys.is_empty() && s.oauth.is_none() {
         Auth::Open
     } else {
         Auth::Keys(s.api_keys.clone())
     }
+}
+
+/// The API's state with what every serving role adds: OAuth when configured,
+/// `/mcp`'s hosts and origins, the tool layer, and the shutdown token.
+async fn api_state(
+    s: &Settings,
+    state: ApiState,
+    tools: Arc<ToolLayer>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<ApiState> {
+    let mut hosts = s.mcp_allowed_hosts.clone();
+    let mut state = state.with_tools(tools).with_shutdown(cancel.clone());
+    if let Some(config) = &s.oauth {
+        if let Some(host) = url::Url::parse(config.resource.as_str())
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+        {
+            hosts.push(host);
+        }
+        let rs = trawl_api::ResourceServer::new(config.clone())
+            .context("building the OAuth resource server")?;
+        match rs.warm_up().await {
+            Ok(()) => eprintln!(
+                "OAuth: tokens for {} from {} are accepted",
+                config.resource, config.issuer
+            ),
+            Err(e) => eprintln!(
+                "OAuth: the authorization server's keys are not available yet ({e}); tried again on the first token"
+            ),
+        }
+        state = state.with_oauth(Arc::new(rs));
+    }
+    Ok(state.with_mcp(trawl_api::McpConfig::new(
+        hosts,
+        s.mcp_allowed_origins.clone(),
+    )))
+}
+
+/// Refuses to serve an open API anywhere but on loopback.
+fn check_open(s: &Settings) -> anyhow::Result<()> {
+    if s.api_keys.is_empty() && s.oauth.is_none() && !s.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to serve the API on {} without TRAWL_API_KEYS or OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): configure one, or listen on a loopback address",
+            s.listen
+        );
+    }
+    Ok(())
 }
 
 /// `trawl migrate`: applies the Postgres migrations and exits.
@@ -152,16 +206,13 @@ pub async fn migrate(s: &Settings) -> anyhow::Result<()> {
 
 /// `trawl api`: the HTTP API over Postgres, NATS and Redis.
 pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
-    if s.api_keys.is_empty() && !s.listen.ip().is_loopback() {
-        anyhow::bail!(
-            "refusing to serve the API on {} without TRAWL_API_KEYS: set keys, or listen on a loopback address",
-            s.listen
-        );
-    }
+    check_open(s)?;
     let store = postgres(s).await?;
     let queue = nats(s).await?;
     let events = queue.events();
     let cache = redis(s).await?;
+    let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
+    let refresh = refresh_tools(&tools, s, cancel.clone());
     let state = ApiState::new(
         store,
         Arc::new(events),
@@ -170,9 +221,20 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         s.prices,
         auth(s),
     );
+    let state = api_state(s, state, tools, &cancel).await?;
+    if s.api_keys.is_empty() && s.oauth.is_none() {
+        eprintln!("trawl api: no TRAWL_API_KEYS and no OAuth, the API is open (loopback only)");
+    }
     let listener = bind(s.listen).await?;
-    trawl_api::serve(listener, trawl_api::router(state), cancel).await?;
-    Ok(())
+    let served = trawl_api::serve(listener, trawl_api::router(state), cancel.clone()).await;
+    cancel.cancel();
+    if let Some(refresh) = refresh {
+        let _ = refresh.await;
+    }
+    if let Some(sim) = sim {
+        let _ = sim.shutdown().await;
+    }
+    served.context("serving the API")
 }
 
 /// `trawl scheduler`: plans, publishes, finishes and reconciles every job.
@@ -243,8 +305,11 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let events: Arc<dyn Events> = Arc::new(events);
     let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
     let refresh = refresh_tools(&tools, s, cancel.clone());
-    if s.api_keys.is_empty() {
-        eprintln!("trawl dev: no TRAWL_API_KEYS, the API is open (loopback only)");
+    check_open(s)?;
+    if s.api_keys.is_empty() && s.oauth.is_none() {
+        eprintln!(
+            "trawl dev: no TRAWL_API_KEYS and no OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): the API and /mcp are open (loopback only)"
+        );
     }
     let state = ApiState::new(
         store.clone(),
@@ -254,6 +319,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         s.prices,
         auth(s),
     );
+    let state = api_state(s, state, tools.clone(), &cancel).await?;
     let listener = bind(s.listen).await?;
     let worker = Arc::new(Worker::new(
         queue.clone(),

@@ -1,0 +1,771 @@
+//! `/mcp`: trawl as an MCP server (Streamable HTTP, MCP 2025-11-25 and
+//! 2026-07-28, through rmcp).
+//!
+//! An MCP host submits research jobs, follows them and reads their items, and
+//! searches and calls the federated upstream tools, with a token valid for trawl
+//! alone. The tools:
+//!
+//! - `research.submit_job`, `research.job_status`, `research.job_items`,
+//!   `research.cancel_job`: the REST API's job routes, the same code behind them,
+//!   with `structuredContent` described by an `outputSchema`;
+//! - `tool_search`: BM25 over the catalog, so a host loads a few tools, not all;
+//! - every upstream tool the policy lets this pool call (`deny` and `isolated`
+//!   tools are not listed), through the tool layer: pins, scanner, policy,
+//!   input schema, audit. The built-in Bright Data tools spend money and are
+//!   reached through jobs, whose budget and ledger they belong to.
+//!
+//! In front of rmcp's service, [`guard`] authenticates every request on its own
+//! (sessions are never credentials), refuses tokens in the query string, checks
+//! the scope a `tools/call` needs before anything runs (403 with
+//! `insufficient_scope`, so a host can step up), and binds each session to the
+//! caller that opened it. rmcp checks `Host` and `Origin` (DNS rebinding: 403),
+//! `MCP-Protocol-Version` (400 for an unknown one), `Accept` and `Content-Type`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use trawl_core::ports::ToolError;
+use trawl_core::retry::RetryPolicy;
+use trawl_tools::config::Access;
+use trawl_tools::{Budget, CallOptions, Recorder, TOOL_SEARCH, ToolLayer};
+
+use crate::error::ApiError;
+use crate::oauth::{SCOPE_READ, SCOPE_TOOLS, SCOPE_WRITE};
+use crate::rows::PageQuery;
+use crate::state::{ApiState, Caller, refuse_query_token};
+use crate::{jobs, rows};
+
+pub const SUBMIT_JOB: &str = "research.submit_job";
+pub const JOB_STATUS: &str = "research.job_status";
+pub const JOB_ITEMS: &str = "research.job_items";
+pub const CANCEL_JOB: &str = "research.cancel_job";
+
+/// Where `/mcp` may be reached from (DNS-rebinding protection).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct McpConfig {
+    /// `Host` values accepted (a name or address, optionally with a port).
+    /// Loopback names are always accepted.
+    pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted from browsers (`https://app.example.com:443`,
+    /// `http://localhost:*`). A request with another `Origin` gets 403; one
+    /// without `Origin` (not a browser) passes. Loopback origins on any port are
+    /// always accepted.
+    pub allowed_origins: Vec<String>,
+}
+
+impl McpConfig {
+    pub fn new(allowed_hosts: Vec<String>, allowed_origins: Vec<String>) -> McpConfig {
+        McpConfig {
+            allowed_hosts,
+            allowed_origins,
+        }
+    }
+}
+
+const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1", "[::1]"];
+const LOOPBACK_ORIGINS: &[&str] = &["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+
+/// rmcp's Streamable HTTP service over `state`, stopped by `cancel`.
+pub fn service(
+    state: &ApiState,
+    config: &McpConfig,
+    cancel: CancellationToken,
+) -> StreamableHttpService<Gateway, LocalSessionManager> {
+    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
+    hosts.extend(config.allowed_hosts.iter().cloned());
+    let mut origins: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect();
+    origins.extend(config.allowed_origins.iter().cloned());
+    if let Some(rs) = state.oauth() {
+        origins.push(rs.resource().origin());
+    }
+    let cfg = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(state.body_limit)
+        .with_cancellation_token(cancel);
+    let gateway = Gateway {
+        state: state.clone(),
+    };
+    StreamableHttpService::new(
+        move || Ok(gateway.clone()),
+        Arc::new(LocalSessionManager::default()),
+        cfg,
+    )
+}
+
+/// The MCP server handler: one per session, sharing the API's state.
+#[derive(Clone)]
+pub struct Gateway {
+    state: ApiState,
+}
+
+/// The scope a tool needs.
+fn scope_of(tool: &str) -> &'static str {
+    match tool {
+        SUBMIT_JOB | CANCEL_JOB => SCOPE_WRITE,
+        JOB_STATUS | JOB_ITEMS => SCOPE_READ,
+        _ => SCOPE_TOOLS,
+    }
+}
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(o) => Arc::new(o),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+const JOB_ID_INPUT: &str = "The job id `research.submit_job` returned (`job_…`).";
+
+/// The output schema of a job view (`research.job_status`, `research.cancel_job`).
+fn job_view_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["job_id", "name", "status", "counts", "estimate"],
+        "properties": {
+            "job_id": {"type": "string"},
+            "name": {"type": "string"},
+            "status": {"type": "string", "enum": ["pending", "awaiting_approval", "queued", "running",
+                "succeeded", "partial", "failed", "cancelled"]},
+            "reason": {"type": ["string", "null"]},
+            "created": {"type": "string"},
+            "created_ms": {"type": "integer"},
+            "estimate": {"type": "object"},
+            "counts": {"type": "object", "properties": {
+                "slices": {"type": "object"},
+                "items": {"type": "object", "properties": {
+                    "valid": {"type": "integer"}, "rejected": {"type": "integer"}}},
+                "upstream_calls": {"type": "integer"},
+                "cache_hits": {"type": "integer"},
+                "cost_usd": {"type": "number"},
+                "cost_micros": {"type": "integer"}
+            }},
+            "links": {"type": "object"}
+        }
+    })
+}
+
+/// The research tools, as hosts see them.
+static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
+    let job_id = json!({"type": "object", "required": ["job_id"], "additionalProperties": false,
+        "properties": {"job_id": {"type": "string", "description": JOB_ID_INPUT}}});
+    vec![
+        Tool::new(
+            SUBMIT_JOB,
+            "Submit a research job: searches (queries × countries, following the top results) and \
+             pages (URLs × countries) fetched through Bright Data, each item extracted and checked \
+             against the job's JSON Schema. Returns the job id and the cost estimate at once; the \
+             job runs in the background (poll research.job_status). A job whose estimate is above \
+             its budget's approve_above_usd waits for a human approval.",
+            schema(json!({
+                "type": "object",
+                "required": ["spec"],
+                "additionalProperties": false,
+                "properties": {
+                    "spec": {
+                        "description": "The job spec, as an object or as YAML text: name, searches {queries, geos, engine, follow_top}, pages {urls, geos}, extract {fields}, schema, cache, retries, budget {max_usd, approve_above_usd}.",
+                        "type": ["object", "string"]
+                    },
+                    "idempotency_key": {
+                        "description": "Makes a retried submission safe: the same key and spec answer with the first job.",
+                        "type": "string", "minLength": 1, "maxLength": 200
+                    }
+                }
+            })),
+        )
+        .with_title("Submit a research job")
+        .with_raw_output_schema(schema(json!({
+            "type": "object",
+            "required": ["job_id", "status", "estimate"],
+            "properties": {
+                "job_id": {"type": "string"},
+                "status": {"type": "string"},
+                "estimate": {"type": "object", "properties": {
+                    "slices": {"type": "integer"},
+                    "followed_pages_max": {"type": "integer"},
+                    "cost_usd": {"type": "number"},
+                    "cost_micros": {"type": "integer"}
+                }},
+                "links": {"type": "object"}
+            }
+        })))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(false)
+                .open_world(true),
+        ),
+        Tool::new(
+            JOB_STATUS,
+            "A research job's status (pending, awaiting_approval, queued, running, succeeded, \
+             partial, failed, cancelled), why, its slice and item counts, and its cost so far.",
+            schema(job_id.clone()),
+        )
+        .with_title("Research job status")
+        .with_raw_output_schema(schema(job_view_schema()))
+        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+        Tool::new(
+            JOB_ITEMS,
+            "A page of a research job's valid items (each: slice_id, seq, kind page|serp, url, geo, \
+             data). Pass next_cursor back as cursor for the next page; it is null on the last one.",
+            schema(json!({
+                "type": "object",
+                "required": ["job_id"],
+                "additionalProperties": false,
+                "properties": {
+                    "job_id": {"type": "string", "description": JOB_ID_INPUT},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Items per page (default 100)."},
+                    "cursor": {"type": "string", "description": "The next_cursor of the previous page."}
+                }
+            })),
+        )
+        .with_title("Research job items")
+        .with_raw_output_schema(schema(json!({
+            "type": "object",
+            "required": ["items", "next_cursor"],
+            "properties": {
+                "items": {"type": "array", "items": {"type": "object"}},
+                "next_cursor": {"type": ["string", "null"]}
+            }
+        })))
+        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
+        Tool::new(
+            CANCEL_JOB,
+            "Cancel a research job that has not ended; its open slices are skipped and what it \
+             found so far stays readable.",
+            schema(job_id),
+        )
+        .with_title("Cancel a research job")
+        .with_raw_output_schema(schema(job_view_schema()))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(true)
+                .open_world(false),
+        ),
+    ]
+});
+
+/// A tool definition of the catalog as MCP shows it.
+fn tool_of(def: &trawl_core::ports::ToolDef) -> Tool {
+    let mut t = Tool::new(
+        def.name.clone(),
+        def.description.clone(),
+        schema(def.input_schema.clone()),
+    );
+    if let Some(title) = &def.title {
+        t = t.with_title(title.clone());
+    }
+    if let Some(out) = &def.output_schema {
+        t = t.with_raw_output_schema(schema(out.clone()));
+    }
+    if let Ok(a) = serde_json::from_value::<ToolAnnotations>(def.annotations.clone()) {
+        t = t.with_annotations(a);
+    }
+    t
+}
+
+impl Gateway {
+    fn layer(&self) -> Option<&Arc<ToolLayer>> {
+        self.state.tools.as_ref()
+    }
+
+    /// Every tool a host may call here.
+    fn tools(&self) -> Vec<Tool> {
+        let mut tools = RESEARCH_TOOLS.clone();
+        if let Some(layer) = self.layer() {
+            tools.push(tool_of(&trawl_tools::catalog::tool_search_def()));
+            let catalog = layer.catalog();
+            for e in catalog.listed() {
+                if !e.builtin && self.callable(e.name.as_str()) {
+                    tools.push(tool_of(&e.def));
+                }
+            }
+        }
+        tools
+    }
+
+    /// Whether the policy lets this (standard) pool call `tool` at all.
+    fn callable(&self, tool: &str) -> bool {
+        self.layer()
+            .is_some_and(|l| matches!(l.policy().access(tool).0, Access::Allow | Access::Approve))
+    }
+
+    async fn research(
+        &self,
+        tool: &str,
+        args: &JsonObject,
+        caller: Caller,
+    ) -> Result<Value, ApiError> {
+        let state = self.state.clone();
+        let job_id = || {
+            args.get("job_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::BadRequest("job_id (a string) is required".to_owned()))
+        };
+        let res: Response = match tool {
+            SUBMIT_JOB => {
+                let (ct, body) = match args.get("spec") {
+                    Some(Value::String(yaml)) => ("application/yaml", Bytes::from(yaml.clone())),
+                    Some(spec @ Value::Object(_)) => {
+                        ("application/json", Bytes::from(spec.to_string()))
+                    }
+                    _ => {
+                        return Err(ApiError::BadRequest(
+                            "spec (an object, or YAML text) is required".to_owned(),
+                        ));
+                    }
+                };
+                let mut headers = HeaderMap::new();
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+                if let Some(key) = args.get("idempotency_key").and_then(Value::as_str) {
+                    let v = HeaderValue::from_str(key).map_err(|_| {
+                        ApiError::BadRequest("idempotency_key must be visible ASCII".to_owned())
+                    })?;
+                    headers.insert("idempotency-key", v);
+                }
+                jobs::submit_job(State(state), Extension(caller), headers, Ok(body)).await?
+            }
+            JOB_STATUS => jobs::get_job(State(state), Path(job_id()?))
+                .await?
+                .into_response(),
+            CANCEL_JOB => jobs::cancel_job(State(state), Path(job_id()?))
+                .await?
+                .into_response(),
+            JOB_ITEMS => {
+                let limit = match args.get("limit") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
+                        || ApiError::BadRequest("limit must be an integer".to_owned()),
+                    )?),
+                };
+                let cursor = args
+                    .get("cursor")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                rows::items(
+                    State(state),
+                    Path(job_id()?),
+                    HeaderMap::new(),
+                    Ok(Query(PageQuery { limit, cursor })),
+                )
+                .await?
+            }
+            _ => return Err(ApiError::NotFound(format!("tool {tool}"))),
+        };
+        let body = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("reading an answer: {e}")))?;
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("an answer is not JSON: {e}")))
+    }
+
+    /// A call of `tool_search` or an upstream tool, through the tool layer, with
+    /// one audit row.
+    async fn through_layer(
+        &self,
+        layer: &ToolLayer,
+        tool: &str,
+        args: Value,
+        caller: &Caller,
+    ) -> CallToolResult {
+        let rec = Recorder::detached(format!("mcp:{}", caller.label));
+        let budget = Budget::new(None, trawl_core::cost::Micros::ZERO);
+        let opts = CallOptions {
+            // Upstream MCP calls are not idempotent as a rule: one attempt.
+            retry: RetryPolicy::new(1),
+            max_age: Duration::ZERO,
+            budget: &budget,
+        };
+        let result = layer.call(tool, &args, &opts, &rec).await;
+        self.write_audit(rec).await;
+        match result {
+            Ok(body) => {
+                let v: Value = serde_json::from_slice(&body)
+                    .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+                if tool == TOOL_SEARCH {
+                    return structured(v);
+                }
+                // An upstream tool's result, as the upstream gave it (sanitized).
+                serde_json::from_value::<CallToolResult>(v.clone()).unwrap_or_else(|_| {
+                    CallToolResult::success(vec![ContentBlock::text(v.to_string())])
+                })
+            }
+            Err(e) => tool_error(&e),
+        }
+    }
+
+    async fn write_audit(&self, rec: Recorder) {
+        let rows = rec.finish().audit;
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.state.store.record_audit(&rows).await {
+            tracing::warn!(error = %e, "audit rows of an MCP call not written");
+        }
+    }
+
+    /// The audit row of a research tool call (the tool layer writes its own).
+    async fn audit_research(
+        &self,
+        tool: &str,
+        args: &JsonObject,
+        caller: &Caller,
+        started: Instant,
+        outcome: Result<usize, String>,
+        (decision, reason): (&str, &str),
+    ) {
+        let row = trawl_core::model::AuditRecord {
+            job_id: None,
+            slice_id: None,
+            seq: 0,
+            tool: tool.to_owned(),
+            args_digest: trawl_core::digest(&[tool, &Value::Object(args.clone()).to_string()]),
+            decision: decision.to_owned(),
+            reason: reason.to_owned(),
+            caller: format!("mcp:{}", caller.label),
+            latency_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            result_bytes: *outcome.as_ref().unwrap_or(&0) as u64,
+            error: outcome.err(),
+            at_ms: trawl_core::model::now_ms(),
+        };
+        if let Err(e) = self.state.store.record_audit(&[row]).await {
+            tracing::warn!(error = %e, "audit row of an MCP call not written");
+        }
+    }
+}
+
+/// A result with `structuredContent` (and the same JSON as text, for hosts that
+/// read only `content`).
+fn structured(v: Value) -> CallToolResult {
+    CallToolResult::structured(v)
+}
+
+fn tool_error(e: &ToolError) -> CallToolResult {
+    let mut r = CallToolResult::structured_error(json!({"code": e.code, "message": e.message}));
+    r.content = vec![ContentBlock::text(format!("{}: {}", e.code, e.message))];
+    r
+}
+
+fn api_error_result(e: &ApiError) -> CallToolResult {
+    let p = e.problem();
+    let mut r = CallToolResult::structured_error(json!({
+        "status": p.status, "type": p.kind, "title": p.title, "detail": p.detail, "errors": p.errors,
+    }));
+    let mut text = format!("{} ({}): {}", p.title, p.status, p.detail);
+    for fe in &p.errors {
+        text.push_str(&format!("\n- {}: {}", fe.path, fe.message));
+    }
+    r.content = vec![ContentBlock::text(text)];
+    r
+}
+
+/// The caller of the HTTP request behind a JSON-RPC request.
+fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Caller> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("trawl", env!("CARGO_PKG_VERSION"))
+                .with_title("trawl research jobs"),
+        )
+        .with_instructions(
+            "trawl runs research jobs (searches and pages across countries, items checked one by \
+             one). Submit with research.submit_job, poll research.job_status, read \
+             research.job_items. To find other tools, call tool_search with what you need.",
+        )
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = Instant::now();
+        let tool = request.name.to_string();
+        let args = request.arguments.unwrap_or_default();
+        // The guard put the caller there; without it (no HTTP request behind the
+        // call) nothing is allowed.
+        let caller = caller_of(&context)
+            .ok_or_else(|| ErrorData::internal_error("no authenticated caller", None))?;
+        let need = scope_of(&tool);
+        if !caller.allows(need) {
+            return Ok(tool_error(&ToolError::permanent(
+                "insufficient_scope",
+                format!("{tool} needs the scope {need}"),
+            ))
+            .into());
+        }
+        if RESEARCH_TOOLS.iter().any(|t| t.name == tool) {
+            if let Some(layer) = self.layer()
+                && let (Access::Deny, rule) = layer.policy().access(&tool)
+            {
+                self.audit_research(
+                    &tool,
+                    &args,
+                    &caller,
+                    started,
+                    Err(format!("tool_denied: {rule}")),
+                    ("deny", &rule),
+                )
+                .await;
+                return Ok(tool_error(&ToolError::permanent(
+                    "tool_denied",
+                    format!("{tool} is denied by {rule}"),
+                ))
+                .into());
+            }
+            let outcome = self.research(&tool, &args, caller.clone()).await;
+            let (result, audited) = match outcome {
+                Ok(v) => {
+                    let n = v.to_string().len();
+                    (structured(v), Ok(n))
+                }
+                Err(e) => {
+                    let r = api_error_result(&e);
+                    (r, Err(e.to_string()))
+                }
+            };
+            self.audit_research(
+                &tool,
+                &args,
+                &caller,
+                started,
+                audited,
+                ("allow", "research tool"),
+            )
+            .await;
+            return Ok(result.into());
+        }
+        let Some(layer) = self.layer() else {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {tool}"),
+                None,
+            ));
+        };
+        let known = tool == TOOL_SEARCH
+            || layer
+                .catalog()
+                .get(&tool)
+                .is_some_and(|e| !e.builtin && self.callable(&tool));
+        if !known {
+            return Err(ErrorData::invalid_params(
+                format!("no tool named {tool}"),
+                None,
+            ));
+        }
+        Ok(self
+            .through_layer(layer, &tool, Value::Object(args), &caller)
+            .await
+            .into())
+    }
+}
+
+/// Sessions and the caller that opened each: a session id is not a credential,
+/// and a request that names another caller's session is answered as if the
+/// session did not exist.
+#[derive(Default)]
+pub(crate) struct SessionOwners {
+    owners: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+/// Sessions idle longer than this are forgotten (rmcp ends them sooner).
+const SESSION_OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
+
+impl SessionOwners {
+    fn owner_matches(&self, session: &str, label: &str) -> bool {
+        let mut g = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        match g.get_mut(session) {
+            Some((owner, seen)) if owner == label => {
+                *seen = Instant::now();
+                true
+            }
+            Some(_) => false,
+            // Unknown here: rmcp answers 404 for it.
+            None => true,
+        }
+    }
+
+    fn record(&self, session: &str, label: &str) {
+        let mut g = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() > 10_000 {
+            g.retain(|_, (_, seen)| seen.elapsed() < SESSION_OWNER_TTL);
+        }
+        g.insert(session.to_owned(), (label.to_owned(), Instant::now()));
+    }
+}
+
+/// The method and, for `tools/call`, the tool of a JSON-RPC request body.
+fn rpc_call(body: &[u8]) -> Option<(String, Option<String>)> {
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Rpc {
+        method: Option<String>,
+        params: Option<Params>,
+    }
+    let rpc: Rpc = serde_json::from_slice(body).ok()?;
+    let method = rpc.method?;
+    let tool = rpc.params.and_then(|p| p.name);
+    Some((method, tool))
+}
+
+/// The middleware in front of `/mcp`: authentication, scope step-up and session
+/// ownership (see the module documentation).
+pub(crate) async fn guard(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    match guarded(&state, req, next).await {
+        Ok(res) => res,
+        Err(e) => state.challenge(e),
+    }
+}
+
+async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response, ApiError> {
+    refuse_query_token(req.uri())?;
+    // The body is not `Sync`: the headers are looked at from a copy.
+    let headers = req.headers().clone();
+    let caller = state.authenticate(&headers).await?;
+    let session = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(s) = &session
+        && !state.sessions.owner_matches(s, &caller.label)
+    {
+        return Err(ApiError::NotFound("such MCP session".to_owned()));
+    }
+    let (mut parts, body) = req.into_parts();
+    let mut initialize = false;
+    let body = if parts.method == Method::POST {
+        let bytes = axum::body::to_bytes(body, state.body_limit)
+            .await
+            .map_err(|_| ApiError::PayloadTooLarge(state.body_limit))?;
+        if let Some((method, tool)) = rpc_call(&bytes) {
+            initialize = method == "initialize";
+            if method == "tools/call"
+                && let Some(tool) = tool
+            {
+                let need = scope_of(&tool);
+                if !caller.allows(need) {
+                    return Err(ApiError::InsufficientScope(need));
+                }
+            }
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    parts.extensions.insert(caller.clone());
+    let res = next.run(Request::from_parts(parts, body)).await;
+    if initialize
+        && let Some(id) = res
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        state.sessions.record(id, &caller.label);
+    }
+    Ok(res)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_follow_what_a_tool_does() {
+        assert_eq!(scope_of(SUBMIT_JOB), SCOPE_WRITE);
+        assert_eq!(scope_of(CANCEL_JOB), SCOPE_WRITE);
+        assert_eq!(scope_of(JOB_STATUS), SCOPE_READ);
+        assert_eq!(scope_of(JOB_ITEMS), SCOPE_READ);
+        assert_eq!(scope_of(TOOL_SEARCH), SCOPE_TOOLS);
+        assert_eq!(scope_of("everything.echo"), SCOPE_TOOLS);
+    }
+
+    #[test]
+    fn research_tools_have_descriptions_object_schemas_and_output_schemas() {
+        for t in RESEARCH_TOOLS.iter() {
+            assert!(
+                t.description.as_deref().is_some_and(|d| !d.is_empty()),
+                "{}",
+                t.name
+            );
+            assert_eq!(
+                t.input_schema.get("type"),
+                Some(&json!("object")),
+                "{}",
+                t.name
+            );
+            assert!(t.output_schema.is_some(), "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn rpc_calls_are_read_without_trusting_them() {
+        assert_eq!(
+            rpc_call(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#),
+            Some(("tools/call".to_owned(), Some("x".to_owned())))
+        );
+        assert_eq!(rpc_call(b"[1,2]"), None);
+        assert_eq!(rpc_call(b"not json"), None);
+        assert_eq!(rpc_call(br#"{"method":7}"#), None);
+    }
+
+    #[test]
+    fn sessions_belong_to_who_opened_them() {
+        let s = SessionOwners::default();
+        s.record("abc", "sub:alice");
+        assert!(s.owner_matches("abc", "sub:alice"));
+        assert!(!s.owner_matches("abc", "sub:mallory"));
+        assert!(s.owner_matches("unknown", "sub:mallory"));
+    }
+}
