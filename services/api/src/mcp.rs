@@ -493,12 +493,17 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Caller> {
 
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
+        // Logging is accepted (`logging/setLevel`) though trawl sends no log
+        // messages yet; completions answer with no values (no prompts or resource
+        // templates to complete).
+        #[allow(deprecated)]
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_completions()
+            .enable_logging()
+            .build();
+        ServerConfig::new(caps)
         .with_server_info(
             Implementation::new("trawl", env!("CARGO_PKG_VERSION"))
                 .with_title("trawl research jobs"),
@@ -508,6 +513,15 @@ impl ServerHandler for Gateway {
              one). Submit with research.submit_job, poll research.job_status, read \
              research.job_items. To find other tools, call tool_search with what you need.",
         )
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -641,21 +655,73 @@ impl SessionOwners {
     }
 }
 
-/// The method and, for `tools/call`, the tool of a JSON-RPC request body.
-fn rpc_call(body: &[u8]) -> Option<(String, Option<String>)> {
+/// What a POST body to `/mcp` is, as far as the guard needs to know.
+#[derive(Debug, PartialEq, Eq)]
+enum Rpc {
+    /// A JSON-RPC message (request, notification or response), with its method
+    /// and, for `tools/call`, its tool.
+    Message {
+        method: Option<String>,
+        tool: Option<String>,
+    },
+    /// A JSON array: batching was removed from MCP in 2025-06-18.
+    Batch,
+    /// Not JSON at all (JSON-RPC -32700).
+    NotJson,
+    /// JSON, but not a JSON-RPC 2.0 message (JSON-RPC -32600).
+    Invalid,
+}
+
+fn read_rpc(body: &[u8]) -> Rpc {
     #[derive(serde::Deserialize)]
     struct Params {
-        name: Option<String>,
+        name: Option<Value>,
     }
     #[derive(serde::Deserialize)]
-    struct Rpc {
-        method: Option<String>,
+    struct Message {
+        jsonrpc: Option<Value>,
+        method: Option<Value>,
         params: Option<Params>,
     }
-    let rpc: Rpc = serde_json::from_slice(body).ok()?;
-    let method = rpc.method?;
-    let tool = rpc.params.and_then(|p| p.name);
-    Some((method, tool))
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+            Rpc::Batch
+        } else {
+            Rpc::NotJson
+        };
+    }
+    match serde_json::from_slice::<Message>(body) {
+        Ok(m) if m.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0") => {
+            let method = match m.method {
+                None => None,
+                Some(Value::String(s)) => Some(s),
+                Some(_) => return Rpc::Invalid,
+            };
+            let tool = m
+                .params
+                .and_then(|p| p.name)
+                .and_then(|n| n.as_str().map(str::to_owned));
+            Rpc::Message { method, tool }
+        }
+        Ok(_) => Rpc::Invalid,
+        Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => Rpc::Invalid,
+        Err(_) => Rpc::NotJson,
+    }
+}
+
+/// A JSON-RPC error with no id, as MCP's Streamable HTTP transport lets a server
+/// answer input it cannot accept: HTTP 400 with the error as its body.
+fn rpc_error(code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    (
+        axum::http::StatusCode::BAD_REQUEST,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// The middleware in front of `/mcp`: authentication, scope step-up and session
@@ -688,14 +754,41 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
         let bytes = axum::body::to_bytes(body, state.body_limit)
             .await
             .map_err(|_| ApiError::PayloadTooLarge(state.body_limit))?;
-        if let Some((method, tool)) = rpc_call(&bytes) {
-            initialize = method == "initialize";
-            if method == "tools/call"
-                && let Some(tool) = tool
-            {
-                let need = scope_of(&tool);
-                if !caller.allows(need) {
-                    return Err(ApiError::InsufficientScope(need));
+        let json = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| {
+                ct.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("application/json")
+            });
+        // Other media types are refused by rmcp (415).
+        if json {
+            match read_rpc(&bytes) {
+                Rpc::Message { method, tool } => {
+                    initialize = method.as_deref() == Some("initialize");
+                    if method.as_deref() == Some("tools/call")
+                        && let Some(tool) = tool
+                    {
+                        let need = scope_of(&tool);
+                        if !caller.allows(need) {
+                            return Err(ApiError::InsufficientScope(need));
+                        }
+                    }
+                }
+                Rpc::Batch => {
+                    return Ok(rpc_error(
+                        -32600,
+                        "Invalid Request: JSON-RPC batches are not supported (MCP 2025-06-18 and later)",
+                    ));
+                }
+                Rpc::NotJson => return Ok(rpc_error(-32700, "Parse error: the body is not JSON")),
+                Rpc::Invalid => {
+                    return Ok(rpc_error(
+                        -32600,
+                        "Invalid Request: not a JSON-RPC 2.0 message",
+                    ));
                 }
             }
         }
@@ -750,14 +843,34 @@ mod tests {
     }
 
     #[test]
-    fn rpc_calls_are_read_without_trusting_them() {
+    fn rpc_bodies_are_read_without_trusting_them() {
         assert_eq!(
-            rpc_call(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#),
-            Some(("tools/call".to_owned(), Some("x".to_owned())))
+            read_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#),
+            Rpc::Message {
+                method: Some("tools/call".to_owned()),
+                tool: Some("x".to_owned())
+            }
         );
-        assert_eq!(rpc_call(b"[1,2]"), None);
-        assert_eq!(rpc_call(b"not json"), None);
-        assert_eq!(rpc_call(br#"{"method":7}"#), None);
+        assert_eq!(
+            read_rpc(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Rpc::Message {
+                method: None,
+                tool: None
+            }
+        );
+        assert_eq!(
+            read_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"name":7}}"#),
+            Rpc::Message {
+                method: Some("x".to_owned()),
+                tool: None
+            }
+        );
+        assert_eq!(read_rpc(b" [1,2]"), Rpc::Batch);
+        assert_eq!(read_rpc(b"[1,"), Rpc::NotJson);
+        assert_eq!(read_rpc(b"not json"), Rpc::NotJson);
+        assert_eq!(read_rpc(br#"{"method":"ping"}"#), Rpc::Invalid);
+        assert_eq!(read_rpc(br#"{"jsonrpc":"2.0","method":7}"#), Rpc::Invalid);
+        assert_eq!(read_rpc(b"42"), Rpc::Invalid);
     }
 
     #[test]
