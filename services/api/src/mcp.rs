@@ -657,7 +657,7 @@ impl SessionOwners {
 
 /// What a POST body to `/mcp` is, as far as the guard needs to know.
 #[derive(Debug, PartialEq, Eq)]
-enum Rpc {
+pub enum Rpc {
     /// A JSON-RPC message (request, notification or response), with its method
     /// and, for `tools/call`, its tool.
     Message {
@@ -672,7 +672,8 @@ enum Rpc {
     Invalid,
 }
 
-fn read_rpc(body: &[u8]) -> Rpc {
+/// Reads a POST body to `/mcp` without trusting it (public for the fuzz target).
+pub fn read_rpc(body: &[u8]) -> Rpc {
     #[derive(serde::Deserialize)]
     struct Params {
         name: Option<Value>,

@@ -228,14 +228,7 @@ impl ResourceServer {
 
     /// Verifies `token` and returns who it speaks for.
     pub async fn verify(&self, token: &str) -> Result<Principal, TokenError> {
-        // A header the library cannot read may still name an algorithm it does
-        // not know (`none`): say so rather than "malformed".
-        let header = jsonwebtoken::decode_header(token).map_err(|_| {
-            algorithm_named(token).map_or(TokenError::Malformed, TokenError::Algorithm)
-        })?;
-        if !ALLOWED_ALGORITHMS.contains(&header.alg) {
-            return Err(TokenError::Algorithm(format!("{:?}", header.alg)));
-        }
+        let header = header_of(token)?;
         let kid = header.kid.as_deref();
         let key = match self.key(kid) {
             Some(k) => k,
@@ -364,6 +357,20 @@ impl ResourceServer {
             .await
             .map_err(|e| e.without_url().to_string())
     }
+}
+
+/// The header of `token`, read without verifying anything, and refused unless
+/// its algorithm is one of [`ALLOWED_ALGORITHMS`]. The first step of every
+/// verification; public for the fuzz target.
+pub fn header_of(token: &str) -> Result<jsonwebtoken::Header, TokenError> {
+    // A header the library cannot read may still name an algorithm it does not
+    // know (`none`): say so rather than "malformed".
+    let header = jsonwebtoken::decode_header(token)
+        .map_err(|_| algorithm_named(token).map_or(TokenError::Malformed, TokenError::Algorithm))?;
+    if !ALLOWED_ALGORITHMS.contains(&header.alg) {
+        return Err(TokenError::Algorithm(format!("{:?}", header.alg)));
+    }
+    Ok(header)
 }
 
 /// The well-known URLs of `issuer`'s metadata, in the order MCP clients try
