@@ -263,6 +263,87 @@ struct ServerFile {
     result_max_bytes: Option<usize>,
     /// Per request, e.g. `30s`.
     timeout: Option<String>,
+    /// trawl's own OAuth credential for an HTTP server.
+    auth: Option<AuthFile>,
+}
+
+/// `auth:` of a server: exactly one of the two grants. Secrets are named by
+/// the environment variable that holds them, never written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthFile {
+    client_credentials: Option<ClientCredentialsFile>,
+    login: Option<LoginFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientCredentialsFile {
+    client_id: String,
+    client_secret_env: String,
+    #[serde(default)]
+    scopes: Vec<String>,
+    resource: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoginFile {
+    client_id: Option<String>,
+    client_secret_env: Option<String>,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+/// The secret in environment variable `var`.
+fn secret_env(var: &str) -> Result<secrecy::SecretString, String> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(secrecy::SecretString::from(v)),
+        _ => Err(format!(
+            "auth: the environment variable {var} (the client secret) is not set"
+        )),
+    }
+}
+
+impl AuthFile {
+    fn checked(self) -> Result<crate::auth::UpstreamAuth, String> {
+        use crate::auth::UpstreamAuth;
+        Ok(match (self.client_credentials, self.login) {
+            (
+                Some(ClientCredentialsFile {
+                    client_id,
+                    client_secret_env,
+                    scopes,
+                    resource,
+                }),
+                None,
+            ) => {
+                if let Some(r) = &resource {
+                    trawl_core::resource::ResourceUri::parse(r)
+                        .map_err(|e| format!("auth.client_credentials.resource: {e}"))?;
+                }
+                UpstreamAuth::ClientCredentials {
+                    client_id,
+                    client_secret: secret_env(&client_secret_env)?,
+                    scopes,
+                    resource,
+                }
+            }
+            (
+                None,
+                Some(LoginFile {
+                    client_id,
+                    client_secret_env,
+                    scopes,
+                }),
+            ) => UpstreamAuth::Login {
+                client_secret: client_secret_env.as_deref().map(secret_env).transpose()?,
+                client_id,
+                scopes,
+            },
+            _ => return Err("auth: one of client_credentials or login".into()),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -284,6 +365,19 @@ pub const RESULT_MAX_BYTES: usize = 256 * 1024;
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl ToolsConfig {
+    /// Keeps `auth: login` grants in `vault`.
+    pub fn with_vault(mut self, vault: std::sync::Arc<crate::auth::Vault>) -> ToolsConfig {
+        for s in &mut self.servers {
+            s.upstream.vault = Some(vault.clone());
+        }
+        self
+    }
+
+    /// The server named `name`.
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.servers.iter().find(|s| s.name.as_str() == name)
+    }
+
     pub fn load(path: &Path) -> Result<ToolsConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
@@ -333,6 +427,9 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         return Err(format!("{BUILTIN_SERVER} is the built-in server's name"));
     }
     let transport = match (s.command, s.url) {
+        (Some(_), None) if s.auth.is_some() => {
+            return Err("auth is for HTTP servers (url)".into());
+        }
         (Some(command), None) => {
             // A relative path with a slash is relative to the file; a bare program
             // name is looked up in PATH.
@@ -353,9 +450,22 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
             if !matches!(parsed.scheme(), "http" | "https") {
                 return Err(format!("url {url:?}: http or https"));
             }
+            let auth = s
+                .auth
+                .map(AuthFile::checked)
+                .transpose()?
+                .unwrap_or_default();
+            if !matches!(auth, crate::auth::UpstreamAuth::None)
+                && s.headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+            {
+                return Err("auth and an Authorization header: one or the other".into());
+            }
             Transport::Http {
                 url,
                 headers: s.headers,
+                auth,
             }
         }
         (Some(_), Some(_)) => return Err("command (stdio) or url (HTTP), not both".into()),
@@ -370,6 +480,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
             server: name.to_owned(),
             transport,
             timeout,
+            vault: None,
         },
         name: server,
         new_tools: s.new_tools,
@@ -383,6 +494,52 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn upstream_auth_is_checked_and_keeps_secrets_out_of_the_file() {
+        let base = Path::new(".");
+        let parse = |auth: &str| {
+            ToolsConfig::parse(
+                &format!(
+                    "servers:\n  up:\n    url: https://up.example.com/mcp\n    auth: {auth}\n"
+                ),
+                base,
+            )
+        };
+        let e = parse(
+            "{client_credentials: {client_id: c, client_secret_env: TRAWL_TEST_UNSET_SECRET_9F}}",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("TRAWL_TEST_UNSET_SECRET_9F") && e.contains("not set"),
+            "{e}"
+        );
+        let e = parse("{login: {}, client_credentials: {client_id: c, client_secret_env: X}}")
+            .unwrap_err();
+        assert!(e.contains("one of"), "{e}");
+        let e = parse("{login: {client_secret: inline}}").unwrap_err();
+        assert!(e.contains("client_secret"), "{e}");
+        let cfg = parse("{login: {client_id: app, scopes: [a, b]}}").unwrap();
+        let Transport::Http { auth, .. } = &cfg.servers[0].upstream.transport else {
+            panic!("http");
+        };
+        assert!(
+            matches!(auth, crate::auth::UpstreamAuth::Login { client_id: Some(id), scopes, .. }
+            if id == "app" && scopes == &["a", "b"])
+        );
+        let e = ToolsConfig::parse(
+            "servers:\n  up:\n    command: node\n    auth: {login: {}}\n",
+            base,
+        )
+        .unwrap_err();
+        assert!(e.contains("HTTP"), "{e}");
+        let e = ToolsConfig::parse(
+            "servers:\n  up:\n    url: https://up.example.com/mcp\n    headers: {Authorization: Bearer x}\n    auth: {login: {}}\n",
+            base,
+        )
+        .unwrap_err();
+        assert!(e.contains("one or the other"), "{e}");
+    }
 
     #[test]
     fn globs_match_runs_of_characters() {

@@ -20,6 +20,7 @@
 //! [`Recorder`] (a slice's trace, costs and audit), [`ToolLayer`] (the catalog,
 //! the guard and [`ToolLayer::call`]).
 
+pub mod auth;
 pub mod canonical;
 pub mod catalog;
 pub mod config;

@@ -114,6 +114,8 @@ pub enum Transport {
         url: String,
         /// Sent with every request: `Authorization`, API keys.
         headers: BTreeMap<String, String>,
+        /// trawl's own OAuth credential for this server (never a caller's).
+        auth: crate::auth::UpstreamAuth,
     },
 }
 
@@ -133,10 +135,11 @@ impl fmt::Debug for Transport {
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .field("cwd", cwd)
                 .finish(),
-            Transport::Http { url, headers } => f
+            Transport::Http { url, headers, auth } => f
                 .debug_struct("Http")
                 .field("url", url)
                 .field("headers", &headers.keys().collect::<Vec<_>>())
+                .field("auth", auth)
                 .finish(),
         }
     }
@@ -150,6 +153,8 @@ pub struct UpstreamConfig {
     pub transport: Transport,
     /// Bounds each request: the handshake, each page of a listing, each call.
     pub timeout: Duration,
+    /// Where `auth: login` grants are kept (set by the binary).
+    pub vault: Option<std::sync::Arc<crate::auth::Vault>>,
 }
 
 /// Connecting to or listing an upstream failed.
@@ -212,7 +217,9 @@ impl Upstream {
                 let (service, child) = connect_stdio(cfg, command, args, env, cwd.as_ref()).await?;
                 (service, Some(child))
             }
-            Transport::Http { url, headers } => (connect_http(cfg, url, headers).await?, None),
+            Transport::Http { url, headers, auth } => {
+                (connect_http(cfg, url, headers, auth).await?, None)
+            }
         };
         // The SDK caches listings for their `ttlMs` and serves a stale copy when
         // a re-listing fails; trawl must see the server's current tools.
@@ -523,6 +530,7 @@ async fn connect_http(
     cfg: &UpstreamConfig,
     url: &str,
     headers: &BTreeMap<String, String>,
+    auth: &crate::auth::UpstreamAuth,
 ) -> Result<RunningService<RoleClient, ClientConfig>, UpstreamError> {
     let server = &cfg.server;
     let start = |reason: String| UpstreamError::Start {
@@ -551,8 +559,31 @@ async fn connect_http(
         .build()
         .map_err(|e| start(format!("cannot build an HTTP client: {}", chain(&e))))?;
     let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(custom);
-    let transport = StreamableHttpClientTransport::with_client(client, config);
-    match tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await {
+    let manager = tokio::time::timeout(
+        cfg.timeout,
+        crate::auth::manager(server, url, auth, cfg.vault.as_ref()),
+    )
+    .await
+    .map_err(|_| UpstreamError::Timeout {
+        server: server.clone(),
+        request: "authorization",
+        after: cfg.timeout,
+    })?
+    .map_err(|e| start(format!("no credential: {e}")))?;
+    let served = match manager {
+        // The token is trawl's own for this server, attached by rmcp's auth
+        // client (and renewed before it expires); nothing of the caller's.
+        Some(manager) => {
+            let client = rmcp::transport::auth::AuthClient::new(client, manager);
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await
+        }
+        None => {
+            let transport = StreamableHttpClientTransport::with_client(client, config);
+            tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await
+        }
+    };
+    match served {
         Ok(Ok(service)) => Ok(service),
         Ok(Err(e)) if is_connect_error(&e) => Err(start(format!(
             "nothing answers at {url}: {}",

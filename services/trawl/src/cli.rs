@@ -131,6 +131,20 @@ enum Command {
     },
     /// The tool layer: catalog, search, scanner, pins and tool approvals.
     Tools(crate::tools_cli::ToolsArgs),
+    /// Log trawl in to a protected upstream MCP server (`auth: login` in the
+    /// tools file): OAuth authorization code with PKCE S256; the grant is sealed
+    /// in the credential vault and refreshed before it expires.
+    Login {
+        /// The server's name in the tools file.
+        server: String,
+        /// The tools file.
+        #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
+        config: PathBuf,
+        /// State folder (the vault is `<state>/credentials` unless
+        /// TRAWL_CREDENTIALS_DIR says otherwise).
+        #[arg(long, env = "TRAWL_HOME", default_value = ".trawl")]
+        state: PathBuf,
+    },
     /// Serve the Bright Data simulator.
     Sim {
         #[arg(long, default_value_t = 8790)]
@@ -302,7 +316,17 @@ impl DeployArgs {
             scheduler: trawl_scheduler::ServiceConfig::default()
                 .with_reconcile_every(self.reconcile_every),
             state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
-            tools: tools_config(self.tools_config.as_deref())?,
+            tools: tools_config(
+                self.tools_config.as_deref(),
+                &state_dir.map_or_else(
+                    || {
+                        PathBuf::from(
+                            std::env::var("TRAWL_HOME").unwrap_or_else(|_| ".trawl".into()),
+                        )
+                    },
+                    Path::to_path_buf,
+                ),
+            )?,
             tools_refresh: self.tools_refresh,
             oauth: self.oauth()?,
             mcp_allowed_hosts: self
@@ -366,15 +390,71 @@ impl RunArgs {
             .with_call_timeout(self.call_timeout)
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
             .with_queue(QueueConfig::default())
-            .with_tools(tools_config(self.tools_config.as_deref())?))
+            .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?))
     }
 }
 
-fn tools_config(path: Option<&Path>) -> anyhow::Result<Option<trawl_tools::config::ToolsConfig>> {
-    Ok(match path {
-        Some(p) => Some(trawl_tools::config::ToolsConfig::load(p)?),
-        None => None,
+/// The tools file at `path`, with the credential vault attached when a server
+/// logs in with `auth: login` (`TRAWL_CREDENTIALS_DIR`, default
+/// `<home>/credentials`, sealed with `TRAWL_SECRET_KEY` or a key made there).
+pub(crate) fn tools_config(
+    path: Option<&Path>,
+    home: &Path,
+) -> anyhow::Result<Option<trawl_tools::config::ToolsConfig>> {
+    let Some(p) = path else {
+        return Ok(None);
+    };
+    let config = trawl_tools::config::ToolsConfig::load(p)?;
+    let logs_in = config.servers.iter().any(|s| {
+        matches!(
+            &s.upstream.transport,
+            trawl_tools::mcp::Transport::Http {
+                auth: trawl_tools::auth::UpstreamAuth::Login { .. },
+                ..
+            }
+        )
+    });
+    if !logs_in {
+        return Ok(Some(config));
+    }
+    Ok(Some(config.with_vault(std::sync::Arc::new(vault(home)?))))
+}
+
+/// The credential vault of `trawl login` and of the servers that use its grants.
+pub(crate) fn vault(home: &Path) -> anyhow::Result<trawl_tools::auth::Vault> {
+    let dir = std::env::var_os("TRAWL_CREDENTIALS_DIR")
+        .map_or_else(|| home.join("credentials"), PathBuf::from);
+    let key = std::env::var("TRAWL_SECRET_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .map(SecretString::from);
+    Ok(trawl_tools::auth::Vault::open_dir(&dir, key.as_ref())?)
+}
+
+/// `trawl login SERVER`: trawl's own grant for a protected upstream.
+async fn login(server: &str, config: &Path, home: &Path) -> anyhow::Result<()> {
+    let tools = trawl_tools::config::ToolsConfig::load(config)?;
+    let s = tools
+        .server(server)
+        .ok_or_else(|| anyhow::anyhow!("no server named {server} in {}", config.display()))?;
+    let trawl_tools::mcp::Transport::Http { url, auth, .. } = &s.upstream.transport else {
+        anyhow::bail!("{server} is a stdio server: nothing to log in to");
+    };
+    let vault = std::sync::Arc::new(vault(home)?);
+    let scopes = trawl_tools::auth::login(server, url, auth, vault, |u| {
+        eprintln!("Open this URL in a browser to let trawl reach {server}:\n\n  {u}\n");
+        eprintln!("waiting for the redirect…");
     })
+    .await?;
+    eprintln!(
+        "logged in to {server}; granted scopes: {}; the grant is sealed in the credential vault",
+        if scopes.is_empty() {
+            "(none named)".to_owned()
+        } else {
+            scopes.join(" ")
+        }
+    );
+    Ok(())
 }
 
 /// The program: parses the arguments, runs the command, returns its exit code.
@@ -613,6 +693,11 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             }
         }
         Command::Tools(args) => crate::tools_cli::run(args).await,
+        Command::Login {
+            server,
+            config,
+            state,
+        } => login(&server, &config, &state).await.map(|()| 0),
         Command::Sim { port, bind, sim } => {
             let config = sim.config()?;
             let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind, port))

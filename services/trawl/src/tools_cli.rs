@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_core::ports::{ContentCache, Store};
 use trawl_tools::catalog::{Listing, Offered, assemble};
-use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy, ToolsConfig};
+use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy};
 use trawl_tools::name::ServerName;
 use trawl_tools::{Catalog, Pool, ToolLayer, ToolState};
 
@@ -215,10 +215,7 @@ async fn store(args: &ToolsArgs) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 async fn layer(args: &ToolsArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<ToolLayer> {
-    let config = match &args.config {
-        Some(path) => ToolsConfig::load(path)?,
-        None => ToolsConfig::default(),
-    };
+    let config = crate::cli::tools_config(args.config.as_deref(), &args.state)?.unwrap_or_default();
     // These commands make no Bright Data call; the configuration only prices the
     // built-in tools.
     let bd = BrightDataConfig::from_lookup(|k| std::env::var(k).ok())

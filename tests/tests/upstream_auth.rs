@@ -1,0 +1,373 @@
+//! trawl's own credentials for protected upstream MCP servers: no caller's token
+//! ever goes upstream.
+//!
+//! The protected upstream is another trawl (`trawl dev` with OAuth on: its `/mcp`
+//! accepts only tokens minted for its own resource URI); the authorization server
+//! is `oidc-provider` (npm); the gateway is a second `trawl dev` whose tools file
+//! names the upstream with `auth: client_credentials` or `auth: login`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use trawl_sim::SimConfig;
+use trawl_tests::{Deployment, Role, free_port, terminate, wait_for_port};
+
+const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
+
+fn upstreams() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams")
+}
+
+struct AuthServer {
+    child: std::process::Child,
+    issuer: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        terminate(&self.child);
+        let _ = self.child.wait();
+    }
+}
+
+impl AuthServer {
+    fn start(resources: &[&str], advertise_s256: bool) -> AuthServer {
+        let dir = tempfile::tempdir().unwrap();
+        let scopes = ["research:read", "research:write", "tools:call"];
+        let config = json!({
+            "port": 0,
+            "resources": resources.iter().map(|r| json!({"uri": r, "scopes": scopes})).collect::<Vec<_>>(),
+            "clients": [
+                {"client_id": "gateway", "client_secret": "gateway-secret",
+                 "grant_types": ["client_credentials"], "scope": "research:read tools:call"},
+                {"client_id": "caller", "client_secret": "caller-secret",
+                 "grant_types": ["client_credentials"], "scope": "research:read research:write tools:call"},
+                {"client_id": "app", "token_endpoint_auth_method": "none", "application_type": "native",
+                 "grant_types": ["authorization_code", "refresh_token"],
+                 "redirect_uris": ["http://127.0.0.1/callback"], "scope": "research:read tools:call"},
+            ],
+            "auto_approve_user": "alice",
+            "advertise_s256": advertise_s256,
+        });
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, config.to_string()).unwrap();
+        let mut child = Command::new("node")
+            .arg(upstreams().join("oauth-server.mjs"))
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs the authorization server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line).unwrap();
+        AuthServer {
+            child,
+            issuer: ready["issuer"].as_str().unwrap().to_owned(),
+            _dir: dir,
+        }
+    }
+
+    async fn token(&self, client: &str, resource: &str, scope: &str) -> String {
+        let body: String = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("grant_type", "client_credentials")
+            .append_pair("resource", resource)
+            .append_pair("scope", scope)
+            .finish();
+        let v: Value = reqwest::Client::new()
+            .post(format!("{}/token", self.issuer))
+            .basic_auth(client, Some(format!("{client}-secret")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["access_token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// `trawl dev` on `port` with OAuth for `http://127.0.0.1:{port}/mcp`.
+async fn trawl_dev(port: u16, issuer: &str, extra: &[(&str, &str)]) -> (Role, Deployment) {
+    trawl_brightdata::ensure_crypto_provider();
+    let mut dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env(
+            "TRAWL_RESOURCE_URI",
+            &format!("http://127.0.0.1:{port}/mcp"),
+        )
+        .with_env("TRAWL_OAUTH_ISSUER", issuer);
+    for (k, v) in extra {
+        dep = dep.with_env(k, v);
+    }
+    let mut role = dep.spawn("dev", "dev");
+    role.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+    (role, dep)
+}
+
+fn node_client(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("node")
+        .arg(upstreams().join("mcp-client.mjs"))
+        .args(args)
+        .env("MCP_URL", url)
+        .env("MCP_TOKEN", token)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `trawl tools list --json` with this tools file and state folder.
+fn tools_list(config: &Path, state: &Path) -> (bool, Value, String) {
+    let out = Command::new(BIN)
+        .args(["tools", "list", "--json", "--config"])
+        .arg(config)
+        .arg("--state")
+        .arg(state)
+        .env_remove("TRAWL_SECRET_KEY")
+        .env_remove("TRAWL_CREDENTIALS_DIR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out.status.success(), v, stderr)
+}
+
+/// The tool names of a `trawl tools list --json` listing, or of a client's
+/// `tools` array.
+fn names(listing: &Value) -> Vec<String> {
+    let tools = listing
+        .as_array()
+        .or_else(|| listing["tools"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    tools
+        .iter()
+        .filter_map(|t| {
+            t["name"]
+                .as_str()
+                .or_else(|| t["tool"]["name"].as_str())
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
+    let (inner_port, front_port) = (free_port(), free_port());
+    let inner = format!("http://127.0.0.1:{inner_port}/mcp");
+    let front = format!("http://127.0.0.1:{front_port}/mcp");
+    let auth = AuthServer::start(&[&inner, &front], true);
+    let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!(
+            "servers:\n  inner:\n    url: {inner}\n    auth:\n      client_credentials:\n        \
+             client_id: gateway\n        client_secret_env: INNER_SECRET\n        \
+             scopes: [research:read, tools:call]\n"
+        ),
+    )
+    .unwrap();
+    let (front_role, _front_dep) = trawl_dev(
+        front_port,
+        &auth.issuer,
+        &[
+            ("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap()),
+            ("INNER_SECRET", "gateway-secret"),
+        ],
+    )
+    .await;
+
+    // The caller's token is for the gateway alone: the upstream refuses it.
+    let caller = auth
+        .token("caller", &front, "research:read research:write tools:call")
+        .await;
+    let res = reqwest::Client::new()
+        .post(&inner)
+        .bearer_auth(&caller)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+
+    // Through the gateway, the same caller reaches the upstream's tools: the
+    // gateway used a token of its own, minted for the upstream.
+    let (code, out, err) = node_client(&front, &caller, &["list"]);
+    assert_eq!(code, 0, "{err}\n{}", front_role.log());
+    let listed: Value = serde_json::from_str(out.trim()).unwrap();
+    let listed = names(&listed["tools"]);
+    assert!(
+        listed.contains(&"inner.tool_search".to_owned()),
+        "{listed:?}\n{}",
+        front_role.log()
+    );
+    let (code, out, err) = node_client(
+        &front,
+        &caller,
+        &[
+            "call",
+            "inner.tool_search",
+            r#"{"query": "search the web", "limit": 1}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}\n{out}\n{}", front_role.log());
+    assert!(out.contains("brightdata.web_search"), "{out}");
+
+    // Without its credential, the gateway cannot reach the upstream at all.
+    let bare = dir.path().join("bare.yaml");
+    std::fs::write(&bare, format!("servers:\n  inner:\n    url: {inner}\n")).unwrap();
+    let (_, listing, stderr) = tools_list(&bare, &dir.path().join("state-bare"));
+    assert!(
+        !names(&listing).iter().any(|n| n.starts_with("inner.")),
+        "{listing}"
+    );
+    assert!(stderr.contains("inner"), "{stderr}");
+    // A wrong secret is named as the reason.
+    let (_, _, stderr) = {
+        let out = Command::new(BIN)
+            .args(["tools", "list", "--config"])
+            .arg(&tools)
+            .arg("--state")
+            .arg(dir.path().join("state-wrong"))
+            .env("INNER_SECRET", "not-the-secret")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            (),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert!(stderr.contains("no credential"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trawl_login_gets_a_grant_with_pkce_and_seals_it() {
+    let inner_port = free_port();
+    let inner = format!("http://127.0.0.1:{inner_port}/mcp");
+    let auth = AuthServer::start(&[&inner], true);
+    let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let tools = dir.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!(
+            "servers:\n  inner:\n    url: {inner}\n    auth:\n      login:\n        \
+             client_id: app\n        scopes: [research:read, tools:call]\n"
+        ),
+    )
+    .unwrap();
+
+    // Before the login, the server cannot be reached and says why.
+    let (_, listing, stderr) = tools_list(&tools, &state);
+    assert!(
+        !names(&listing).iter().any(|n| n.starts_with("inner.")),
+        "{listing}"
+    );
+    assert!(stderr.contains("trawl login inner"), "{stderr}");
+
+    let mut login = Command::new(BIN)
+        .args(["login", "inner", "--config"])
+        .arg(&tools)
+        .arg("--state")
+        .arg(&state)
+        .env_remove("TRAWL_SECRET_KEY")
+        .env_remove("TRAWL_CREDENTIALS_DIR")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(login.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("trawl login prints a URL").unwrap();
+        if let Some(u) = line.trim().strip_prefix("http") {
+            break format!("http{u}");
+        }
+    };
+    // The authorization request asks for PKCE S256 and names the resource.
+    let parsed = url::Url::parse(&url).unwrap();
+    let q: std::collections::HashMap<String, String> = parsed.query_pairs().into_owned().collect();
+    assert_eq!(
+        q.get("code_challenge_method").map(String::as_str),
+        Some("S256"),
+        "{url}"
+    );
+    assert_eq!(q.get("resource"), Some(&inner), "{url}");
+    // The browser: follows the redirects to trawl's loopback callback.
+    let res = reqwest::Client::new().get(&url).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(res.text().await.unwrap().contains("login complete"));
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = login.wait().unwrap();
+    assert!(status.success(), "{rest:?}");
+
+    // The grant is sealed: no token in clear on disk.
+    let sealed = std::fs::read(state.join("credentials/inner.sealed")).unwrap();
+    assert!(!sealed.windows(3).any(|w| w == b"eyJ"), "a JWT in clear");
+    assert!(!sealed.windows(13).any(|w| w == b"refresh_token"));
+
+    // Now the server is reached with the stored grant.
+    let (ok, listing, stderr) = tools_list(&tools, &state);
+    assert!(ok, "{stderr}");
+    assert!(
+        names(&listing).contains(&"inner.tool_search".to_owned()),
+        "{listing}\n{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_server_without_s256_is_refused() {
+    let inner_port = free_port();
+    let inner = format!("http://127.0.0.1:{inner_port}/mcp");
+    let auth = AuthServer::start(&[&inner], false);
+    let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!(
+            "servers:\n  inner:\n    url: {inner}\n    auth:\n      login: {{client_id: app}}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["login", "inner", "--config"])
+        .arg(&tools)
+        .arg("--state")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("S256"), "{stderr}");
+    assert!(!dir.path().join("state/credentials/inner.sealed").exists());
+}
