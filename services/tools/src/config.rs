@@ -146,6 +146,27 @@ pub struct ServerConfig {
     pub scan: ScanPolicy,
     pub allow_hosts: Vec<String>,
     pub result_max_bytes: usize,
+    pub expose: Expose,
+}
+
+/// What trawl's own MCP endpoint (`/mcp`) shows of a server besides its
+/// namespaced tools. All off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expose {
+    /// List and call its tools (and prompts) under their own names, not
+    /// `server.tool`, where no other name is taken (for clients that expect
+    /// fixed names, such as conformance suites). The catalog, pins, policy and
+    /// audit still use the namespaced name.
+    #[serde(default)]
+    pub bare_names: bool,
+    /// Forward `prompts/list` and `prompts/get` to it.
+    #[serde(default)]
+    pub prompts: bool,
+    /// Forward `resources/list`, `resources/templates/list`, `resources/read` and
+    /// (un)subscriptions of its resources to it.
+    #[serde(default)]
+    pub resources: bool,
 }
 
 /// The whole configuration, checked.
@@ -265,6 +286,9 @@ struct ServerFile {
     timeout: Option<String>,
     /// trawl's own OAuth credential for an HTTP server.
     auth: Option<AuthFile>,
+    /// What `/mcp` shows of this server besides its namespaced tools.
+    #[serde(default)]
+    expose: Expose,
 }
 
 /// `auth:` of a server: exactly one of the two grants. Secrets are named by
@@ -487,6 +511,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         scan: s.scan,
         allow_hosts: s.allow_hosts,
         result_max_bytes: s.result_max_bytes.unwrap_or(RESULT_MAX_BYTES),
+        expose: s.expose,
     })
 }
 

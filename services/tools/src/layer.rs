@@ -115,6 +115,20 @@ impl ToolLayer {
         &self.config.policy
     }
 
+    /// The configuration the layer was built with.
+    pub fn config(&self) -> &ToolsConfig {
+        &self.config
+    }
+
+    /// The connection to upstream `server`, while it is connected.
+    pub fn connection(&self, server: &str) -> Option<Arc<Upstream>> {
+        self.upstreams
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(server)
+            .cloned()
+    }
+
     fn swap(&self, catalog: Catalog) {
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(catalog);
     }

@@ -339,6 +339,17 @@ impl Upstream {
         &self.server
     }
 
+    /// The session with the server, for what the gateway forwards besides tool
+    /// calls (prompts, resources, completions).
+    pub fn peer(&self) -> rmcp::Peer<RoleClient> {
+        self.service.peer().clone()
+    }
+
+    /// The per-request timeout of this server.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The child's process id (stdio only), while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.process.id())

@@ -1,0 +1,790 @@
+//! The fixture server of the official MCP conformance suite
+//! (`@modelcontextprotocol/conformance` 0.1.16, `tests/conformance/`), for
+//! running that suite through trawl with this server as trawl's upstream.
+//!
+//! ```text
+//! trawl-conformance-fixture [--http 127.0.0.1:0]
+//! ```
+//!
+//! - no flag: serve MCP over stdio.
+//! - `--http ADDR`: serve Streamable HTTP at `/mcp` and print
+//!   `listening on http://ADDR/mcp` as the first line of stdout. rmcp's default
+//!   `allowed_hosts` (loopback names only) answers a foreign `Host` with 403,
+//!   which is what `dns-rebinding-protection` expects.
+//!
+//! It serves exactly the fixtures the suite's server scenarios call (read in
+//! `src/scenarios/server/*.ts` at tag v0.1.16), each with the names, texts and
+//! MIME types those scenarios document:
+//!
+//! - tools (`tools-list`, `tools-call-*`, `elicitation-sep1034-defaults`,
+//!   `elicitation-sep1330-enums`): `test_simple_text`, `test_image_content`,
+//!   `test_audio_content`, `test_embedded_resource`,
+//!   `test_multiple_content_types`, `test_error_handling`,
+//!   `test_tool_with_logging`, `test_tool_with_progress`, `test_sampling`,
+//!   `test_elicitation`, `test_elicitation_sep1034_defaults`,
+//!   `test_elicitation_sep1330_enums`;
+//! - resources (`resources-*`): `test://static-text`, `test://static-binary`,
+//!   `test://watched-resource` (subscribe/unsubscribe) and the template
+//!   `test://template/{id}/data`;
+//! - prompts (`prompts-*`): `test_simple_prompt`, `test_prompt_with_arguments`,
+//!   `test_prompt_with_embedded_resource`, `test_prompt_with_image`;
+//! - `completion/complete` for the prompt arguments and the template's `id`,
+//!   `logging/setLevel` (`logging-set-level`), `ping`, and the lifecycle.
+//!
+//! Notifications and server-to-client requests are sent from the handler's
+//! own task: rmcp ties them to the originating request through a task-local,
+//! so over Streamable HTTP they go out on that request's SSE stream.
+//!
+//! Logging and sampling are deprecated in rmcp 3.11 (SEP-2577) but the suite
+//! still calls them, hence the few `#[allow(deprecated)]`.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, CompleteRequestParams,
+    CompleteResult, CompletionInfo, ContentBlock, ElicitRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ElicitationSchema, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Reference, Resource, ResourceContents, ResourceTemplate, Role,
+    ServerCapabilities, ServerConfig, ServerRequest, SubscribeRequestParams, Tool,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A 1x1 PNG, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+/// A WAV header (8 kHz, mono, 16-bit) announcing one sample whose two bytes
+/// are left out, base64: the suite checks only the MIME type and that data is
+/// present.
+const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+/// The pause between the notifications of the logging and progress tools.
+const STEP: Duration = Duration::from_millis(50);
+
+const STATIC_TEXT: &str = "test://static-text";
+const STATIC_BINARY: &str = "test://static-binary";
+const WATCHED: &str = "test://watched-resource";
+const TEMPLATE: &str = "test://template/{id}/data";
+
+/// One MCP session's state: a new `Fixture` per Streamable HTTP session, one
+/// for the whole stdio connection.
+#[derive(Clone, Default)]
+struct Fixture {
+    /// The minimum level of `notifications/message`, as `LoggingLevel as u8`
+    /// (0, debug, until the client sets one).
+    log_level: Arc<AtomicU8>,
+    /// The URIs the client subscribed to. Nothing ever changes, so nothing is
+    /// ever notified; the set is only kept to answer truthfully.
+    subscriptions: Arc<Mutex<HashSet<String>>>,
+}
+
+/// `{"type": "object", "properties": ..., "required": [...]}`.
+fn object_schema(properties: Value, required: &[&str]) -> JsonObject {
+    let mut schema = JsonObject::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), properties);
+    if !required.is_empty() {
+        schema.insert("required".into(), json!(required));
+    }
+    schema
+}
+
+fn no_arguments() -> JsonObject {
+    object_schema(json!({}), &[])
+}
+
+fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new("test_simple_text", "Returns one text block", no_arguments()),
+        Tool::new(
+            "test_image_content",
+            "Returns a 1x1 PNG image",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_audio_content",
+            "Returns a tiny WAV clip",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_embedded_resource",
+            "Returns an embedded text resource",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_multiple_content_types",
+            "Returns text, an image and an embedded resource",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_error_handling",
+            "Always answers with a tool error (isError: true)",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_tool_with_logging",
+            "Sends three info log notifications while it runs",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_tool_with_progress",
+            "Reports progress 0, 50 and 100 of 100 while it runs",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_sampling",
+            "Asks the client's LLM to answer a prompt (sampling/createMessage)",
+            object_schema(
+                json!({"prompt": {"type": "string", "description": "The prompt to send"}}),
+                &["prompt"],
+            ),
+        ),
+        Tool::new(
+            "test_elicitation",
+            "Asks the user for a username and an email (elicitation/create)",
+            object_schema(
+                json!({"message": {"type": "string", "description": "The message to show the user"}}),
+                &["message"],
+            ),
+        ),
+        Tool::new(
+            "test_elicitation_sep1034_defaults",
+            "Elicits one field of each primitive type, each with a default (SEP-1034)",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_elicitation_sep1330_enums",
+            "Elicits the five enum shapes of SEP-1330",
+            no_arguments(),
+        ),
+    ]
+}
+
+/// The `requestedSchema` of `test_elicitation`.
+fn user_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"}
+        },
+        "required": ["username", "email"]
+    })
+}
+
+/// The `requestedSchema` of `test_elicitation_sep1034_defaults`.
+fn defaults_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "User's name", "default": "John Doe"},
+            "age": {"type": "integer", "description": "User's age", "default": 30},
+            "score": {"type": "number", "description": "User's score", "default": 95.5},
+            "status": {
+                "type": "string",
+                "description": "User's status",
+                "enum": ["active", "inactive", "pending"],
+                "default": "active"
+            },
+            "verified": {
+                "type": "boolean",
+                "description": "Whether the user is verified",
+                "default": true
+            }
+        }
+    })
+}
+
+/// The `requestedSchema` of `test_elicitation_sep1330_enums`.
+fn enums_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {
+                "type": "string",
+                "oneOf": [
+                    {"const": "value1", "title": "First Option"},
+                    {"const": "value2", "title": "Second Option"},
+                    {"const": "value3", "title": "Third Option"}
+                ]
+            },
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"]
+            },
+            "untitledMulti": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["option1", "option2", "option3"]}
+            },
+            "titledMulti": {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        {"const": "value1", "title": "First Choice"},
+                        {"const": "value2", "title": "Second Choice"},
+                        {"const": "value3", "title": "Third Choice"}
+                    ]
+                }
+            }
+        }
+    })
+}
+
+fn text_result(text: impl Into<String>) -> CallToolResponse {
+    CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)]))
+}
+
+fn error_result(text: impl Into<String>) -> CallToolResponse {
+    CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)]))
+}
+
+fn action_name(action: &ElicitationAction) -> &'static str {
+    match action {
+        ElicitationAction::Accept => "accept",
+        ElicitationAction::Decline => "decline",
+        ElicitationAction::Cancel => "cancel",
+        _ => "unknown",
+    }
+}
+
+/// `action=..., content=...` of an elicitation's answer.
+fn describe(answer: &ElicitResult) -> String {
+    let content = answer.content.as_ref().unwrap_or(&Value::Null);
+    format!("action={}, content={content}", action_name(&answer.action))
+}
+
+/// Sends `elicitation/create` with `schema` to the client. `Err` is the text
+/// of a tool error: the client cannot elicit, or the request failed.
+///
+/// This builds the request itself rather than calling
+/// `Peer::create_elicitation`, which needs rmcp's `elicitation` feature.
+async fn elicit(
+    cx: &RequestContext<RoleServer>,
+    message: &str,
+    schema: Value,
+) -> Result<ElicitResult, String> {
+    if cx
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .is_none()
+    {
+        return Err("the client did not declare the elicitation capability".into());
+    }
+    let requested_schema: ElicitationSchema =
+        serde_json::from_value(schema).map_err(|e| format!("bad elicitation schema: {e}"))?;
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: message.into(),
+        requested_schema,
+    };
+    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+    match cx.peer.send_request(request).await {
+        Ok(ClientResult::ElicitResult(answer)) => Ok(answer),
+        Ok(_) => Err("elicitation/create: unexpected response".into()),
+        Err(e) => Err(format!("elicitation/create failed: {e}")),
+    }
+}
+
+impl Fixture {
+    /// Three info messages, 50 ms apart, unless the client set a higher level.
+    #[allow(deprecated)] // Logging: deprecated by SEP-2577, still tested.
+    async fn logging_tool(&self, cx: &RequestContext<RoleServer>) -> CallToolResponse {
+        use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+        let wanted = self.log_level.load(Ordering::Relaxed) <= LoggingLevel::Info as u8;
+        let steps = [
+            "Tool execution started",
+            "Tool processing data",
+            "Tool execution completed",
+        ];
+        for (i, message) in steps.into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(STEP).await;
+            }
+            if wanted {
+                let param =
+                    LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(message))
+                        .with_logger("trawl-conformance-fixture");
+                if let Err(e) = cx.peer.notify_logging_message(param).await {
+                    return error_result(format!("notifications/message failed: {e}"));
+                }
+            }
+        }
+        text_result("Logging test completed")
+    }
+
+    /// Progress 0, 50, 100 of 100, 50 ms apart, when the call has a
+    /// `progressToken`; the same pauses without one.
+    async fn progress_tool(&self, cx: &RequestContext<RoleServer>) -> CallToolResponse {
+        let token = cx.meta.get_progress_token();
+        for (i, progress) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(STEP).await;
+            }
+            if let Some(token) = &token {
+                let param =
+                    ProgressNotificationParam::new(token.clone(), progress).with_total(100.0);
+                if let Err(e) = cx.peer.notify_progress(param).await {
+                    return error_result(format!("notifications/progress failed: {e}"));
+                }
+            }
+        }
+        text_result("Progress test completed")
+    }
+
+    /// `sampling/createMessage` with the prompt, answered as
+    /// "LLM response: <text>".
+    #[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
+    async fn sampling_tool(
+        &self,
+        args: &JsonObject,
+        cx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        use rmcp::model::{
+            CreateMessageRequestParams, SamplingMessage, SamplingMessageContentBlock,
+        };
+        let prompt = string_arg(args, "prompt")?;
+        if cx.client_capabilities().and_then(|c| c.sampling).is_none() {
+            return Ok(error_result(
+                "the client did not declare the sampling capability",
+            ));
+        }
+        let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
+        let answer = match cx.peer.create_message(params).await {
+            Ok(answer) => answer,
+            Err(e) => return Ok(error_result(format!("sampling/createMessage failed: {e}"))),
+        };
+        let text = answer
+            .message
+            .content
+            .into_vec()
+            .into_iter()
+            .find_map(|block| match block {
+                SamplingMessageContentBlock::Text(t) => Some(t.text),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(text_result(format!("LLM response: {text}")))
+    }
+}
+
+/// The string argument `name`, or invalid params.
+fn string_arg<'a>(args: &'a JsonObject, name: &str) -> Result<&'a str, ErrorData> {
+    args.get(name).and_then(Value::as_str).ok_or_else(|| {
+        ErrorData::invalid_params(format!("argument {name} (string) is required"), None)
+    })
+}
+
+/// The `{id}` of `test://template/{id}/data`.
+fn template_id(uri: &str) -> Option<&str> {
+    let id = uri
+        .strip_prefix("test://template/")?
+        .strip_suffix("/data")?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
+/// Completion candidates for an argument: `ref/prompt` by prompt name,
+/// `ref/resource` by URI template.
+fn candidates(reference: &Reference, argument: &str) -> &'static [&'static str] {
+    match reference {
+        Reference::Prompt(p) => match (p.name.as_str(), argument) {
+            ("test_prompt_with_arguments", "arg1") => &["hello", "help", "testValue1"],
+            ("test_prompt_with_arguments", "arg2") => &["world", "work", "testValue2"],
+            ("test_prompt_with_embedded_resource", "resourceUri") => &[STATIC_TEXT, STATIC_BINARY],
+            _ => &[],
+        },
+        Reference::Resource(r) if r.uri == TEMPLATE && argument == "id" => &["123", "456"],
+        _ => &[],
+    }
+}
+
+impl ServerHandler for Fixture {
+    #[allow(deprecated)] // `enable_logging`: deprecated by SEP-2577, still tested.
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .build();
+        ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            "trawl-conformance-fixture",
+            env!("CARGO_PKG_VERSION"),
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let response = match request.name.as_ref() {
+            "test_simple_text" => text_result("This is a simple text response for testing."),
+            "test_image_content" => {
+                CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::image(
+                    PNG,
+                    "image/png",
+                )]))
+            }
+            "test_audio_content" => {
+                CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::audio(
+                    WAV,
+                    "audio/wav",
+                )]))
+            }
+            "test_embedded_resource" => {
+                CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::resource(
+                    ResourceContents::text(
+                        "This is an embedded resource content.",
+                        "test://embedded-resource",
+                    ),
+                )]))
+            }
+            "test_multiple_content_types" => {
+                CallToolResponse::Complete(CallToolResult::success(vec![
+                    ContentBlock::text("Multiple content types test:"),
+                    ContentBlock::image(PNG, "image/png"),
+                    ContentBlock::resource(
+                        ResourceContents::text(
+                            r#"{"test":"data","value":123}"#,
+                            "test://mixed-content-resource",
+                        )
+                        .with_mime_type("application/json"),
+                    ),
+                ]))
+            }
+            "test_error_handling" => {
+                error_result("This tool intentionally returns an error for testing")
+            }
+            "test_tool_with_logging" => self.logging_tool(&cx).await,
+            "test_tool_with_progress" => self.progress_tool(&cx).await,
+            "test_sampling" => self.sampling_tool(&args, &cx).await?,
+            "test_elicitation" => {
+                let message = string_arg(&args, "message")?;
+                match elicit(&cx, message, user_schema()).await {
+                    Ok(answer) => text_result(format!("User response: {}", describe(&answer))),
+                    Err(e) => error_result(e),
+                }
+            }
+            "test_elicitation_sep1034_defaults" => {
+                let message = "Please provide values (all have defaults)";
+                match elicit(&cx, message, defaults_schema()).await {
+                    Ok(answer) => {
+                        text_result(format!("Elicitation completed: {}", describe(&answer)))
+                    }
+                    Err(e) => error_result(e),
+                }
+            }
+            "test_elicitation_sep1330_enums" => {
+                let message = "Please pick from each list";
+                match elicit(&cx, message, enums_schema()).await {
+                    Ok(answer) => {
+                        text_result(format!("Elicitation completed: {}", describe(&answer)))
+                    }
+                    Err(e) => error_result(e),
+                }
+            }
+            name => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown tool {name}"),
+                    None,
+                ));
+            }
+        };
+        Ok(response)
+    }
+
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new(STATIC_TEXT, "Static text")
+                .with_description("A static text resource")
+                .with_mime_type("text/plain"),
+            Resource::new(STATIC_BINARY, "Static binary")
+                .with_description("A static binary resource: a 1x1 PNG")
+                .with_mime_type("image/png"),
+            Resource::new(WATCHED, "Watched resource")
+                .with_description("A resource to subscribe to; it never changes")
+                .with_mime_type("text/plain"),
+        ]))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            ResourceTemplate::new(TEMPLATE, "Template data")
+                .with_description("JSON data for any id")
+                .with_mime_type("application/json"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri.as_str();
+        let contents = match uri {
+            STATIC_TEXT => {
+                ResourceContents::text("This is the content of the static text resource.", uri)
+            }
+            STATIC_BINARY => ResourceContents::blob(PNG, uri).with_mime_type("image/png"),
+            WATCHED => ResourceContents::text("This is the content of the watched resource.", uri),
+            _ => {
+                let Some(id) = template_id(uri) else {
+                    return Err(ErrorData::resource_not_found(
+                        format!("no resource {uri}"),
+                        Some(json!({"uri": uri})),
+                    ));
+                };
+                // Written out rather than through `json!` to keep the keys in
+                // the documented order.
+                let text = format!(
+                    r#"{{"id":{},"templateTest":true,"data":{}}}"#,
+                    Value::from(id),
+                    Value::from(format!("Data for ID: {id}")),
+                );
+                ResourceContents::text(text, uri).with_mime_type("application/json")
+            }
+        };
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self
+            .subscriptions
+            .lock()
+            .map_err(|_| ErrorData::internal_error("subscriptions lock poisoned", None))?;
+        subscriptions.insert(request.uri);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self
+            .subscriptions
+            .lock()
+            .map_err(|_| ErrorData::internal_error("subscriptions lock poisoned", None))?;
+        subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let required = |name: &str, description: &str| {
+            PromptArgument::new(name)
+                .with_description(description)
+                .with_required(true)
+        };
+        Ok(ListPromptsResult::with_all_items(vec![
+            Prompt::new(
+                "test_simple_prompt",
+                Some("A prompt without arguments"),
+                None,
+            ),
+            Prompt::new(
+                "test_prompt_with_arguments",
+                Some("A prompt that quotes its two arguments"),
+                Some(vec![
+                    required("arg1", "First test argument"),
+                    required("arg2", "Second test argument"),
+                ]),
+            ),
+            Prompt::new(
+                "test_prompt_with_embedded_resource",
+                Some("A prompt that embeds a resource"),
+                Some(vec![required(
+                    "resourceUri",
+                    "URI of the resource to embed",
+                )]),
+            ),
+            Prompt::new(
+                "test_prompt_with_image",
+                Some("A prompt that shows an image"),
+                None,
+            ),
+        ]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let messages = match request.name.as_str() {
+            "test_simple_prompt" => vec![PromptMessage::new_text(
+                Role::User,
+                "This is a simple prompt for testing.",
+            )],
+            "test_prompt_with_arguments" => {
+                let (arg1, arg2) = (string_arg(&args, "arg1")?, string_arg(&args, "arg2")?);
+                vec![PromptMessage::new_text(
+                    Role::User,
+                    format!("Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"),
+                )]
+            }
+            "test_prompt_with_embedded_resource" => {
+                let uri = string_arg(&args, "resourceUri")?;
+                vec![
+                    PromptMessage::new(
+                        Role::User,
+                        ContentBlock::resource(ResourceContents::text(
+                            "Embedded resource content for testing.",
+                            uri,
+                        )),
+                    ),
+                    PromptMessage::new_text(
+                        Role::User,
+                        "Please process the embedded resource above.",
+                    ),
+                ]
+            }
+            "test_prompt_with_image" => vec![
+                PromptMessage::new(Role::User, ContentBlock::image(PNG, "image/png")),
+                PromptMessage::new_text(Role::User, "Please analyze the image above."),
+            ],
+            name => {
+                return Err(ErrorData::invalid_params(
+                    format!("unknown prompt {name}"),
+                    None,
+                ));
+            }
+        };
+        Ok(GetPromptResult::new(messages).into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let typed = request.argument.value.as_str();
+        let values = candidates(&request.r#ref, &request.argument.name)
+            .iter()
+            .filter(|c| c.starts_with(typed))
+            .map(|c| c.to_string())
+            .collect();
+        let completion = CompletionInfo::with_all_values(values)
+            .map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CompleteResult::new(completion))
+    }
+
+    #[allow(deprecated)] // Logging: deprecated by SEP-2577, still tested.
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.store(request.level as u8, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let mut http = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--http" => http = Some(args.next().ok_or("--http needs an address")?),
+            _ => return Err(format!("unknown flag {flag}").into()),
+        }
+    }
+
+    let Some(addr) = http else {
+        Fixture::default()
+            .serve(rmcp::transport::stdio())
+            .await?
+            .waiting()
+            .await?;
+        return Ok(());
+    };
+    let service = StreamableHttpService::new(
+        || Ok(Fixture::default()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on http://{}/mcp", listener.local_addr()?)?;
+    stdout.flush()?;
+    let app = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rmcp's typed `ElicitationSchema` must carry each schema the suite
+    /// inspects to the wire unchanged (defaults, `oneOf`, `enumNames`,
+    /// `items.anyOf`), or the elicitation scenarios fail.
+    #[test]
+    fn elicitation_schemas_survive_rmcp_types() {
+        for schema in [user_schema(), defaults_schema(), enums_schema()] {
+            let typed: ElicitationSchema = serde_json::from_value(schema.clone()).unwrap();
+            assert_eq!(serde_json::to_value(&typed).unwrap(), schema);
+        }
+    }
+
+    #[test]
+    fn every_tool_has_a_description_and_an_object_schema() {
+        for tool in tools() {
+            assert!(
+                tool.description.is_some_and(|d| !d.is_empty()),
+                "{}",
+                tool.name
+            );
+            assert_eq!(tool.input_schema.get("type"), Some(&json!("object")));
+        }
+    }
+
+    #[test]
+    fn template_ids() {
+        assert_eq!(template_id("test://template/123/data"), Some("123"));
+        assert_eq!(template_id("test://template//data"), None);
+        assert_eq!(template_id("test://template/1/2/data"), None);
+        assert_eq!(template_id("test://static-text"), None);
+    }
+}
