@@ -541,6 +541,57 @@ impl Gateway {
         }
     }
 
+    /// Runs `call`, answering what its upstream asks meanwhile (sampling,
+    /// elicitation) through this request's client, and passing its progress (with
+    /// this client's token) and log messages on: from this task, so rmcp sends
+    /// them on this request's own stream.
+    #[allow(deprecated)] // Sampling and logging: deprecated by 2026-07-28, part of 2025-11-25.
+    async fn forwarding(
+        &self,
+        context: &RequestContext<RoleServer>,
+        call: impl std::future::Future<Output = CallToolResult>,
+    ) -> CallToolResult {
+        use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
+        use trawl_tools::forward::{FORWARD, Forwarded};
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let call = FORWARD.scope(tx, call);
+        tokio::pin!(call);
+        let token = context.meta.get_progress_token();
+        let failed = |e: rmcp::ServiceError| match e {
+            rmcp::ServiceError::McpError(e) => e,
+            other => ErrorData::internal_error(format!("the client did not answer: {other}"), None),
+        };
+        loop {
+            tokio::select! {
+                result = &mut call => return result,
+                Some(msg) = rx.recv() => match msg {
+                    Forwarded::Sampling { params, reply } => {
+                        let answer = context.peer.create_message(params).await.map_err(failed);
+                        let _ = reply.send(answer);
+                    }
+                    Forwarded::Elicitation { params, reply } => {
+                        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+                        let answer = match context.peer.send_request(request).await {
+                            Ok(ClientResult::ElicitResult(r)) => Ok(r),
+                            Ok(_) => Err(ErrorData::internal_error("elicitation/create: unexpected answer", None)),
+                            Err(e) => Err(failed(e)),
+                        };
+                        let _ = reply.send(answer);
+                    }
+                    Forwarded::Progress(mut p) => {
+                        if let Some(t) = &token {
+                            p.progress_token = t.clone();
+                            let _ = context.peer.notify_progress(p).await;
+                        }
+                    }
+                    Forwarded::Log(p) => {
+                        let _ = context.peer.notify_logging_message(p).await;
+                    }
+                },
+            }
+        }
+    }
+
     async fn write_audit(&self, rec: Recorder) {
         let rows = rec.finish().audit;
         if rows.is_empty() {
@@ -966,7 +1017,10 @@ impl ServerHandler for Gateway {
             ));
         }
         Ok(self
-            .through_layer(layer, &tool, Value::Object(args), &caller)
+            .forwarding(
+                &context,
+                self.through_layer(layer, &tool, Value::Object(args), &caller),
+            )
             .await
             .into())
     }

@@ -24,6 +24,7 @@ pub mod auth;
 pub mod canonical;
 pub mod catalog;
 pub mod config;
+pub mod forward;
 mod layer;
 pub mod mcp;
 pub mod name;

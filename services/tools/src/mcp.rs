@@ -68,9 +68,12 @@ use std::time::Duration;
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, ErrorCode, Implementation,
-    PaginatedRequestParams, ProtocolVersion,
+    CallToolRequest, CallToolRequestParams, ClientRequest, ErrorCode, PaginatedRequestParams,
+    ServerResult,
 };
+use rmcp::service::PeerRequestOptions;
+
+use crate::forward::{Routes, UpstreamHandler};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
@@ -190,7 +193,7 @@ pub struct Upstream {
     timeout: Duration,
     // Declared before `child`: on drop the service is cancelled first, then
     // the process group is killed.
-    service: RunningService<RoleClient, ClientConfig>,
+    service: RunningService<RoleClient, UpstreamHandler>,
     child: Option<Child>,
 }
 
@@ -306,8 +309,30 @@ impl Upstream {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
         // `Peer::call_tool` makes one round: a server that asks for input
         // mid-call (SEP-2322) gets `UnexpectedResponse`, as trawl has no user
-        // to ask.
-        let result = tokio::time::timeout(self.timeout, self.service.peer().call_tool(params))
+        // to ask. A caller that can answer sampling, elicitation and
+        // notifications (the /mcp gateway) has set a forwarder: the call is
+        // registered under its request id and progress token while it runs.
+        let made = async {
+            let Some(to) = crate::forward::current() else {
+                return self.service.peer().call_tool(params).await;
+            };
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let handle = self
+                .service
+                .peer()
+                .send_request_with_option(request, PeerRequestOptions::default())
+                .await?;
+            let routes = &self.service.service().routes;
+            let id = handle.id.clone();
+            routes.add(id.clone(), handle.progress_token.clone(), to);
+            let answer = handle.await_response().await;
+            routes.remove(&id);
+            match answer? {
+                ServerResult::CallToolResult(r) => Ok(r),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
+        let result = tokio::time::timeout(self.timeout, made)
             .await
             .map_err(|_| {
                 ToolError::transient(
@@ -439,12 +464,11 @@ impl Upstream {
 }
 
 /// What a client says about itself in `initialize`.
-fn client_config() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("trawl", env!("CARGO_PKG_VERSION")),
-    )
-    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+/// trawl's client side towards one upstream (see [`crate::forward`]).
+fn client_config() -> UpstreamHandler {
+    UpstreamHandler {
+        routes: Routes::default(),
+    }
 }
 
 async fn connect_stdio(
@@ -453,7 +477,7 @@ async fn connect_stdio(
     args: &[String],
     env: &BTreeMap<String, String>,
     cwd: Option<&PathBuf>,
-) -> Result<(RunningService<RoleClient, ClientConfig>, Child), UpstreamError> {
+) -> Result<(RunningService<RoleClient, UpstreamHandler>, Child), UpstreamError> {
     let server = &cfg.server;
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(args)
@@ -542,7 +566,7 @@ async fn connect_http(
     url: &str,
     headers: &BTreeMap<String, String>,
     auth: &crate::auth::UpstreamAuth,
-) -> Result<RunningService<RoleClient, ClientConfig>, UpstreamError> {
+) -> Result<RunningService<RoleClient, UpstreamHandler>, UpstreamError> {
     let server = &cfg.server;
     let start = |reason: String| UpstreamError::Start {
         server: server.clone(),
