@@ -316,7 +316,35 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK);
-    assert!(res.headers().get("mcp-session-id").is_some());
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    // A session id is not a credential: another caller's valid token naming this
+    // session finds no such session, and no token at all is refused.
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}).to_string();
+    let other_caller = auth.token("reader", &resource, "research:read").await;
+    let res = mcp_post(&http, &t, Some(&other_caller))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(ping.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = mcp_post(&http, &t, None)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(ping.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let res = mcp_post(&http, &t, Some(&good))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(ping)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
 
     // Every other token is refused with 401 and `invalid_token`, saying why.
     let (key, kid) = auth.signing_key();
@@ -538,6 +566,49 @@ async fn sdk_clients_run_a_job_with_a_token() {
     // Without a token the Python client gets 401.
     let (code, _, err) = python_client(&t.resource, None, &["list"]);
     assert_eq!(code, 3, "{err}");
+}
+
+/// The deployed shape serves `/mcp` too: `trawl api` with OAuth, a scheduler and
+/// a worker over Postgres, NATS and Redis, driven by the TypeScript SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trawl_api_serves_mcp_behind_oauth() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let auth = AuthServer::start(&resource, "http://127.0.0.1:1/other");
+    let dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_RESOURCE_URI", &resource)
+        .with_env("TRAWL_OAUTH_ISSUER", &auth.issuer);
+    let mut api = dep.spawn("api", "api");
+    let _scheduler = dep.spawn("scheduler", "scheduler");
+    let _worker = dep.spawn("worker", "worker");
+    api.api_url().await;
+    let token = auth
+        .token("svc", &resource, "research:read research:write tools:call")
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("spec.json");
+    std::fs::write(
+        &spec,
+        json!({"name": "mcp-deployed", "pages": {"urls": ["https://shop.example/p/1", "https://shop.example/p/2"], "geos": ["us"]},
+               "extract": {"fields": {"name": {"jsonld": "name"}}},
+               "schema": {"type": "object", "required": ["name"]}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = node_client(&resource, Some(&token), &["job", spec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}\n{}", api.log());
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        ["succeeded", "partial"].contains(&v["status"].as_str().unwrap()),
+        "{v}"
+    );
+    assert!(v["items"].as_u64().unwrap() >= 1, "{v}");
+    // Without a token: 401 with the metadata pointer, from the api role too.
+    let (code, _, err) = node_client(&resource, None, &["list"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("resource_metadata="), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
