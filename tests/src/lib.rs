@@ -579,3 +579,107 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+// ---------------------------------------------------------------------------
+// OAuth and MCP clients from npm and PyPI
+
+/// `tests/upstreams`: the npm and PyPI parts the tests drive.
+pub fn upstreams() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams")
+}
+
+/// The `oidc-provider` authorization server (`upstreams/oauth-server.mjs`) on a
+/// loopback port, stopped (SIGTERM) when dropped. Its signing key is written to
+/// `signing.jwk` and `signing.pem` in [`AuthServer::dir`].
+pub struct AuthServer {
+    child: Child,
+    pub issuer: String,
+    dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        terminate(&self.child);
+        let _ = self.child.wait();
+    }
+}
+
+impl AuthServer {
+    /// Starts it with `config` (the script's format: `resources`, `clients`, …;
+    /// `port` and the key files are filled in). A client's secret is expected to
+    /// be `<client_id>-secret` by [`AuthServer::token`].
+    pub fn start(mut config: Value) -> AuthServer {
+        let dir = tempfile::tempdir().unwrap();
+        config["port"] = 0.into();
+        config["key_file"] = dir.path().join("signing.jwk").to_string_lossy().into();
+        config["key_pem_file"] = dir.path().join("signing.pem").to_string_lossy().into();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, config.to_string()).unwrap();
+        let mut child = Command::new("node")
+            .arg(upstreams().join("oauth-server.mjs"))
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs the authorization server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ready: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("authorization server did not start ({e}): {line:?}"));
+        trawl_brightdata::ensure_crypto_provider();
+        AuthServer {
+            child,
+            issuer: ready["issuer"].as_str().unwrap().to_owned(),
+            dir,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Where its signing key was written.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client-credentials access token of `client` for `resource`.
+    pub async fn token(&self, client: &str, resource: &str, scope: &str) -> String {
+        let body: String = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("grant_type", "client_credentials")
+            .append_pair("resource", resource)
+            .append_pair("scope", scope)
+            .finish();
+        let res = self
+            .http
+            .post(format!("{}/token", self.issuer))
+            .basic_auth(client, Some(format!("{client}-secret")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        let v: Value = res.json().await.unwrap();
+        assert!(status.is_success(), "token request refused: {v}");
+        v["access_token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Runs the TypeScript SDK client (`upstreams/mcp-client.mjs`) against `url`;
+/// returns its exit code, stdout and stderr.
+pub fn node_client(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new("node");
+    cmd.arg(upstreams().join("mcp-client.mjs"))
+        .args(args)
+        .env("MCP_URL", url);
+    if let Some(t) = token {
+        cmd.env("MCP_TOKEN", t);
+    }
+    let out = cmd.output().expect("node runs the MCP client");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

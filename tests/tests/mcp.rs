@@ -13,115 +13,43 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use trawl_sim::SimConfig;
-use trawl_tests::{Deployment, Role, free_port, terminate, wait_for_port};
+use trawl_tests::{AuthServer, Deployment, Role, free_port, node_client, upstreams, wait_for_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
 
-fn upstreams() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams")
+/// The authorization server for `resource` (every trawl scope) and `other`
+/// (its own scope), with a client `svc` that may have everything and a client
+/// `reader` that may only read.
+fn auth_server(resource: &str, other: &str) -> AuthServer {
+    AuthServer::start(json!({
+        "resources": [
+            {"uri": resource, "scopes": ["research:read", "research:write", "tools:call"]},
+            {"uri": other, "scopes": ["other:read"]},
+        ],
+        "clients": [
+            {"client_id": "svc", "client_secret": "svc-secret", "grant_types": ["client_credentials"],
+             "scope": "research:read research:write tools:call other:read"},
+            {"client_id": "reader", "client_secret": "reader-secret", "grant_types": ["client_credentials"],
+             "scope": "research:read"},
+        ],
+    }))
 }
 
-/// The `oidc-provider` fixture, stopped (SIGTERM) when dropped.
-struct AuthServer {
-    child: Child,
-    issuer: String,
-    dir: tempfile::TempDir,
-    http: reqwest::Client,
-}
-
-impl Drop for AuthServer {
-    fn drop(&mut self) {
-        terminate(&self.child);
-        let _ = self.child.wait();
-    }
-}
-
-impl AuthServer {
-    /// An authorization server for `resource` (every trawl scope) and `other`
-    /// (its own scope), with a client `svc` that may have everything and a
-    /// client `reader` that may only read.
-    fn start(resource: &str, other: &str) -> AuthServer {
-        let dir = tempfile::tempdir().unwrap();
-        let config = json!({
-            "port": 0,
-            "resources": [
-                {"uri": resource, "scopes": ["research:read", "research:write", "tools:call"]},
-                {"uri": other, "scopes": ["other:read"]},
-            ],
-            "clients": [
-                {"client_id": "svc", "client_secret": "svc-secret", "grant_types": ["client_credentials"],
-                 "scope": "research:read research:write tools:call other:read"},
-                {"client_id": "reader", "client_secret": "reader-secret", "grant_types": ["client_credentials"],
-                 "scope": "research:read"},
-            ],
-            "key_file": dir.path().join("signing.jwk"),
-            "key_pem_file": dir.path().join("signing.pem"),
-        });
-        let path = dir.path().join("config.json");
-        std::fs::write(&path, config.to_string()).unwrap();
-        let mut child = Command::new("node")
-            .arg(upstreams().join("oauth-server.mjs"))
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("node runs the authorization server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("authorization server did not start ({e}): {line:?}"));
-        trawl_brightdata::ensure_crypto_provider();
-        AuthServer {
-            child,
-            issuer: ready["issuer"].as_str().unwrap().to_owned(),
-            dir,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    /// A client-credentials access token for `resource`.
-    async fn token(&self, client: &str, resource: &str, scope: &str) -> String {
-        let body: String = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("grant_type", "client_credentials")
-            .append_pair("resource", resource)
-            .append_pair("scope", scope)
-            .finish();
-        let res = self
-            .http
-            .post(format!("{}/token", self.issuer))
-            .basic_auth(client, Some(format!("{client}-secret")))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        let status = res.status();
-        let v: Value = res.json().await.unwrap();
-        assert_eq!(status, StatusCode::OK, "token request refused: {v}");
-        v["access_token"].as_str().unwrap().to_owned()
-    }
-
-    /// The authorization server's own signing key and its `kid`.
-    fn signing_key(&self) -> (jsonwebtoken::EncodingKey, String) {
-        let pem = std::fs::read(self.dir.path().join("signing.pem")).unwrap();
-        let jwk: Value =
-            serde_json::from_slice(&std::fs::read(self.dir.path().join("signing.jwk")).unwrap())
-                .unwrap();
-        (
-            jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
-            jwk["kid"].as_str().unwrap().to_owned(),
-        )
-    }
+/// The authorization server's own signing key and its `kid`.
+fn signing_key(auth: &AuthServer) -> (jsonwebtoken::EncodingKey, String) {
+    let pem = std::fs::read(auth.dir().join("signing.pem")).unwrap();
+    let jwk: Value =
+        serde_json::from_slice(&std::fs::read(auth.dir().join("signing.jwk")).unwrap()).unwrap();
+    (
+        jsonwebtoken::EncodingKey::from_rsa_pem(&pem).unwrap(),
+        jwk["kid"].as_str().unwrap().to_owned(),
+    )
 }
 
 fn now() -> u64 {
@@ -215,23 +143,6 @@ fn challenge(res: &reqwest::Response) -> String {
         .unwrap_or_default()
 }
 
-/// Runs a client script; returns (exit code, stdout, stderr).
-fn node_client(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new("node");
-    cmd.arg(upstreams().join("mcp-client.mjs"))
-        .args(args)
-        .env("MCP_URL", url);
-    if let Some(t) = token {
-        cmd.env("MCP_TOKEN", t);
-    }
-    let out = cmd.output().expect("node runs the MCP client");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn python_client(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {
     let python = upstreams().join(".venv/bin/python");
     assert!(
@@ -259,7 +170,7 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
     let port = free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let other = "http://127.0.0.1:1/other";
-    let auth = AuthServer::start(&resource, other);
+    let auth = auth_server(&resource, other);
     let t = trawl_with_oauth(Some(&auth.issuer), port).await;
     let http = reqwest::Client::new();
     let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", t.base);
@@ -347,7 +258,7 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
     assert_eq!(res.status(), StatusCode::OK);
 
     // Every other token is refused with 401 and `invalid_token`, saying why.
-    let (key, kid) = auth.signing_key();
+    let (key, kid) = signing_key(&auth);
     let claims = |aud: &str, exp: u64| {
         json!({"iss": auth.issuer, "aud": aud, "sub": "svc", "client_id": "svc",
                "scope": "research:read research:write tools:call", "iat": now(), "exp": exp})
@@ -369,8 +280,7 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
     );
     // The HMAC confusion: the public key used as a shared secret.
     let jwk: Value =
-        serde_json::from_slice(&std::fs::read(auth.dir.path().join("signing.jwk")).unwrap())
-            .unwrap();
+        serde_json::from_slice(&std::fs::read(auth.dir().join("signing.jwk")).unwrap()).unwrap();
     let mut hs_header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
     hs_header.kid = Some(kid.clone());
     let hs256 = jsonwebtoken::encode(
@@ -483,7 +393,7 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
 async fn sdk_clients_run_a_job_with_a_token() {
     let port = free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
-    let auth = AuthServer::start(&resource, "http://127.0.0.1:1/other");
+    let auth = auth_server(&resource, "http://127.0.0.1:1/other");
     let t = trawl_with_oauth(Some(&auth.issuer), port).await;
     let token = auth
         .token("svc", &resource, "research:read research:write tools:call")
@@ -574,7 +484,7 @@ async fn sdk_clients_run_a_job_with_a_token() {
 async fn trawl_api_serves_mcp_behind_oauth() {
     let port = free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
-    let auth = AuthServer::start(&resource, "http://127.0.0.1:1/other");
+    let auth = auth_server(&resource, "http://127.0.0.1:1/other");
     let dep = Deployment::new(BIN, SimConfig::default())
         .await
         .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))

@@ -9,93 +9,35 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use trawl_sim::SimConfig;
-use trawl_tests::{Deployment, Role, free_port, terminate, wait_for_port};
+use trawl_tests::{AuthServer, Deployment, Role, free_port, node_client, wait_for_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
 
-fn upstreams() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams")
-}
-
-struct AuthServer {
-    child: std::process::Child,
-    issuer: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for AuthServer {
-    fn drop(&mut self) {
-        terminate(&self.child);
-        let _ = self.child.wait();
-    }
-}
-
-impl AuthServer {
-    fn start(resources: &[&str], advertise_s256: bool) -> AuthServer {
-        let dir = tempfile::tempdir().unwrap();
-        let scopes = ["research:read", "research:write", "tools:call"];
-        let config = json!({
-            "port": 0,
-            "resources": resources.iter().map(|r| json!({"uri": r, "scopes": scopes})).collect::<Vec<_>>(),
-            "clients": [
-                {"client_id": "gateway", "client_secret": "gateway-secret",
-                 "grant_types": ["client_credentials"], "scope": "research:read tools:call"},
-                {"client_id": "caller", "client_secret": "caller-secret",
-                 "grant_types": ["client_credentials"], "scope": "research:read research:write tools:call"},
-                {"client_id": "app", "token_endpoint_auth_method": "none", "application_type": "native",
-                 "grant_types": ["authorization_code", "refresh_token"],
-                 "redirect_uris": ["http://127.0.0.1/callback"], "scope": "research:read tools:call"},
-            ],
-            "auto_approve_user": "alice",
-            "advertise_s256": advertise_s256,
-        });
-        let path = dir.path().join("config.json");
-        std::fs::write(&path, config.to_string()).unwrap();
-        let mut child = Command::new("node")
-            .arg(upstreams().join("oauth-server.mjs"))
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs the authorization server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ready: Value = serde_json::from_str(&line).unwrap();
-        AuthServer {
-            child,
-            issuer: ready["issuer"].as_str().unwrap().to_owned(),
-            _dir: dir,
-        }
-    }
-
-    async fn token(&self, client: &str, resource: &str, scope: &str) -> String {
-        let body: String = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("grant_type", "client_credentials")
-            .append_pair("resource", resource)
-            .append_pair("scope", scope)
-            .finish();
-        let v: Value = reqwest::Client::new()
-            .post(format!("{}/token", self.issuer))
-            .basic_auth(client, Some(format!("{client}-secret")))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["access_token"].as_str().unwrap().to_owned()
-    }
+/// The authorization server for `resources`, with a service account `gateway`
+/// (trawl's own), a `caller` and a public client `app` for `trawl login`.
+fn auth_server(resources: &[&str], advertise_s256: bool) -> AuthServer {
+    let scopes = ["research:read", "research:write", "tools:call"];
+    AuthServer::start(json!({
+        "resources": resources.iter().map(|r| json!({"uri": r, "scopes": scopes})).collect::<Vec<_>>(),
+        "clients": [
+            {"client_id": "gateway", "client_secret": "gateway-secret",
+             "grant_types": ["client_credentials"], "scope": "research:read tools:call"},
+            {"client_id": "caller", "client_secret": "caller-secret",
+             "grant_types": ["client_credentials"], "scope": "research:read research:write tools:call"},
+            {"client_id": "app", "token_endpoint_auth_method": "none", "application_type": "native",
+             "grant_types": ["authorization_code", "refresh_token"],
+             "redirect_uris": ["http://127.0.0.1/callback"], "scope": "research:read tools:call"},
+        ],
+        "auto_approve_user": "alice",
+        "advertise_s256": advertise_s256,
+    }))
 }
 
 /// `trawl dev` on `port` with OAuth for `http://127.0.0.1:{port}/mcp`.
@@ -116,21 +58,6 @@ async fn trawl_dev(port: u16, issuer: &str, extra: &[(&str, &str)]) -> (Role, De
     role.api_url().await;
     wait_for_port(port, Duration::from_secs(10)).await;
     (role, dep)
-}
-
-fn node_client(url: &str, token: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("node")
-        .arg(upstreams().join("mcp-client.mjs"))
-        .args(args)
-        .env("MCP_URL", url)
-        .env("MCP_TOKEN", token)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `trawl tools list --json` with this tools file and state folder.
@@ -173,7 +100,7 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
     let (inner_port, front_port) = (free_port(), free_port());
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
     let front = format!("http://127.0.0.1:{front_port}/mcp");
-    let auth = AuthServer::start(&[&inner, &front], true);
+    let auth = auth_server(&[&inner, &front], true);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -219,7 +146,7 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
 
     // Through the gateway, the same caller reaches the upstream's tools: the
     // gateway used a token of its own, minted for the upstream.
-    let (code, out, err) = node_client(&front, &caller, &["list"]);
+    let (code, out, err) = node_client(&front, Some(&caller), &["list"]);
     assert_eq!(code, 0, "{err}\n{}", front_role.log());
     let listed: Value = serde_json::from_str(out.trim()).unwrap();
     let listed = names(&listed["tools"]);
@@ -230,7 +157,7 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
     );
     let (code, out, err) = node_client(
         &front,
-        &caller,
+        Some(&caller),
         &[
             "call",
             "inner.tool_search",
@@ -272,7 +199,7 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
 async fn trawl_login_gets_a_grant_with_pkce_and_seals_it() {
     let inner_port = free_port();
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
-    let auth = AuthServer::start(&[&inner], true);
+    let auth = auth_server(&[&inner], true);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -348,7 +275,7 @@ async fn trawl_login_gets_a_grant_with_pkce_and_seals_it() {
 async fn an_authorization_server_without_s256_is_refused() {
     let inner_port = free_port();
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
-    let auth = AuthServer::start(&[&inner], false);
+    let auth = auth_server(&[&inner], false);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools.yaml");
