@@ -21,13 +21,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use trawl_core::resource::ResourceUri;
 
 /// Clock skew allowed on `exp` and `nbf`.
@@ -144,7 +145,15 @@ pub struct ResourceServer {
     keys: RwLock<Arc<Keys>>,
     /// One fetch at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// Tokens verified already, by the sha256 of the token, with their `exp`: a
+    /// host sends the same token with every request, and an RSA signature check
+    /// costs far more than the request it guards. Emptied when the keys are
+    /// fetched again, and when it holds [`VERIFIED_MAX`] tokens.
+    verified: Mutex<HashMap<[u8; 32], (Principal, u64)>>,
 }
+
+/// The most verified tokens remembered.
+const VERIFIED_MAX: usize = 10_000;
 
 impl fmt::Debug for ResourceServer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -159,6 +168,8 @@ impl fmt::Debug for ResourceServer {
 /// the verification itself).
 #[derive(Deserialize)]
 struct Claims {
+    /// Seconds since the epoch; some issuers write a fraction.
+    exp: f64,
     sub: Option<String>,
     client_id: Option<String>,
     scope: Option<String>,
@@ -187,6 +198,7 @@ impl ResourceServer {
                 fetched: None,
             })),
             fetching: tokio::sync::Mutex::new(()),
+            verified: Mutex::new(HashMap::new()),
         })
     }
 
@@ -226,8 +238,32 @@ impl ResourceServer {
         self.refetch(true).await
     }
 
-    /// Verifies `token` and returns who it speaks for.
+    /// Verifies `token` and returns who it speaks for. A token verified before
+    /// is answered from memory until its `exp`.
     pub async fn verify(&self, token: &str) -> Result<Principal, TokenError> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let now = jsonwebtoken::get_current_timestamp();
+        if let Some((p, exp)) = self
+            .verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&digest)
+            && now < *exp
+        {
+            return Ok(p.clone());
+        }
+        let (principal, exp) = self.verify_signed(token).await?;
+        let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if verified.len() >= VERIFIED_MAX {
+            verified.clear();
+        }
+        verified.insert(digest, (principal.clone(), exp));
+        Ok(principal)
+    }
+
+    /// The whole check: header, key, signature, claims. Returns the principal
+    /// and the token's `exp`.
+    async fn verify_signed(&self, token: &str) -> Result<(Principal, u64), TokenError> {
         let header = header_of(token)?;
         let kid = header.kid.as_deref();
         let key = match self.key(kid) {
@@ -264,11 +300,16 @@ impl ResourceServer {
             .clone()
             .or_else(|| c.client_id.clone())
             .ok_or(TokenError::MissingClaim("sub"))?;
-        Ok(Principal {
-            subject,
-            client_id: c.client_id,
-            scopes,
-        })
+        Ok((
+            Principal {
+                subject,
+                client_id: c.client_id,
+                scopes,
+            },
+            // Saturating: a negative or huge `exp` was refused by the check above
+            // or stands for "far off".
+            c.exp as u64,
+        ))
     }
 
     /// The key for `kid`, if the cached set has it and is not too old.
@@ -307,6 +348,12 @@ impl ResourceServer {
         let keys = keys_of(&set);
         tracing::debug!(keys = keys.by_kid.len(), %jwks_uri, "authorization server keys fetched");
         *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+        // A key the authorization server no longer publishes verifies nothing,
+        // remembered or not.
+        self.verified
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         Ok(())
     }
 
