@@ -8,6 +8,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -116,6 +117,14 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(%addr, "API listening");
     }
+    // Answers are often written in pieces (an SSE event after its headers);
+    // without TCP_NODELAY each piece after the first waits for the client's
+    // delayed ACK, about 40 ms on Linux.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set");
+        }
+    });
     let server = axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.clone().cancelled_owned())
         .into_future();
