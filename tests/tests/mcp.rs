@@ -569,6 +569,9 @@ async fn bad_input_gets_the_answer_the_spec_requires() {
     );
     let res = post(&huge).send().await.unwrap();
     assert_eq!(res.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The unread rest of the body leaves the connection unusable: it is closed,
+    // and the client told so (the next request here must not land on it).
+    assert_eq!(res.headers()["connection"], "close");
     // An unsupported protocol version: 400.
     let res = post(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string())
         .header("mcp-protocol-version", "1999-01-01")

@@ -316,6 +316,12 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
+            // The rest of the body is never read, so the connection cannot
+            // carry another request: say so, or a client may reuse it and
+            // see it drop (RFC 9110 §15.5.14, RFC 9112 §9.6).
+            ApiError::PayloadTooLarge(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             _ => {}
         }
         res

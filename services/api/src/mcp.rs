@@ -563,7 +563,9 @@ impl Gateway {
         };
         loop {
             tokio::select! {
-                result = &mut call => return result,
+                // What the upstream sent before its answer is in `rx` before
+                // the answer is (see `trawl_tools::forward`): pass it on first.
+                biased;
                 Some(msg) = rx.recv() => match msg {
                     Forwarded::Sampling { params, reply } => {
                         let answer = context.peer.create_message(params).await.map_err(failed);
@@ -578,16 +580,16 @@ impl Gateway {
                         };
                         let _ = reply.send(answer);
                     }
-                    Forwarded::Progress(mut p) => {
-                        if let Some(t) = &token {
-                            p.progress_token = t.clone();
-                            let _ = context.peer.notify_progress(p).await;
-                        }
-                    }
-                    Forwarded::Log(p) => {
-                        let _ = context.peer.notify_logging_message(p).await;
-                    }
+                    Forwarded::Progress(p) => notify(context, token.as_ref(), Forwarded::Progress(p)).await,
+                    Forwarded::Log(p) => notify(context, token.as_ref(), Forwarded::Log(p)).await,
                 },
+                result = &mut call => {
+                    // Notifications read in the instant before the answer.
+                    while let Ok(msg) = rx.try_recv() {
+                        notify(context, token.as_ref(), msg).await;
+                    }
+                    return result;
+                }
             }
         }
     }
@@ -1219,6 +1221,31 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
         state.sessions.record(id, &caller.label);
     }
     Ok(res)
+}
+
+/// Passes a forwarded progress (with the client's own token, when it gave one)
+/// or log notification on to the client of the call. A request cannot be
+/// pending once the call has answered; one that is gets dropped, which its
+/// upstream sees as no answer.
+#[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
+async fn notify(
+    context: &RequestContext<RoleServer>,
+    token: Option<&rmcp::model::ProgressToken>,
+    msg: trawl_tools::forward::Forwarded,
+) {
+    use trawl_tools::forward::Forwarded;
+    match msg {
+        Forwarded::Progress(mut p) => {
+            if let Some(t) = token {
+                p.progress_token = t.clone();
+                let _ = context.peer.notify_progress(p).await;
+            }
+        }
+        Forwarded::Log(p) => {
+            let _ = context.peer.notify_logging_message(p).await;
+        }
+        Forwarded::Sampling { .. } | Forwarded::Elicitation { .. } => {}
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,12 @@
 //! call of that upstream is in flight, by that (stdio has no such tag). A
 //! request that belongs to no forwarding call is refused, as trawl has no user of
 //! its own to ask.
+//!
+//! Progress and log notifications are routed the same way, but by [`Routed`],
+//! the upstream's transport, as they are read: rmcp runs notification handlers
+//! on tasks of their own, which may run after the call's answer has come back
+//! and the call has stopped listening. Routed as they are read, they are in the
+//! call's channel before its answer is, and the caller passes them on first.
 
 // Sampling and logging are deprecated by MCP 2026-07-28 (SEP-2577) but are part
 // of 2025-11-25, which upstreams and clients still speak.
@@ -25,7 +31,9 @@ use rmcp::model::{
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
     RequestId, SamplingCapability,
 };
-use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
+use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ServerNotification};
+use rmcp::service::{InboundStreamOrigin, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use tokio::sync::{mpsc, oneshot};
 
@@ -103,6 +111,36 @@ impl Routes {
             .find(|(t, _)| t == token)
             .map(|(_, to)| to.clone())
     }
+
+    /// The forwarding call a progress or log notification belongs to, with
+    /// what to send it; `None` (and the message untouched) for anything else.
+    fn claim(
+        &self,
+        msg: &mut Option<RxJsonRpcMessage<RoleClient>>,
+    ) -> Option<(Forwarder, Forwarded)> {
+        let Some(JsonRpcMessage::Notification(JsonRpcNotification { notification, .. })) = msg
+        else {
+            return None;
+        };
+        let to = match notification {
+            ServerNotification::ProgressNotification(n) => self.by_token(&n.params.progress_token),
+            ServerNotification::LoggingMessageNotification(n) => {
+                self.by_origin(n.extensions.get::<InboundStreamOrigin>())
+            }
+            _ => None,
+        }?;
+        match msg.take() {
+            Some(JsonRpcMessage::Notification(JsonRpcNotification {
+                notification: ServerNotification::ProgressNotification(n),
+                ..
+            })) => Some((to, Forwarded::Progress(n.params))),
+            Some(JsonRpcMessage::Notification(JsonRpcNotification {
+                notification: ServerNotification::LoggingMessageNotification(n),
+                ..
+            })) => Some((to, Forwarded::Log(n.params))),
+            _ => unreachable!("matched as a progress or log notification above"),
+        }
+    }
 }
 
 /// trawl's client side towards an upstream: it declares sampling and
@@ -169,27 +207,40 @@ impl ClientHandler for UpstreamHandler {
             .map_err(|_| no_route("elicitation/create"))?;
         answer.await.map_err(|_| no_route("elicitation/create"))?
     }
+}
 
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        if let Some(to) = self.routes.by_token(&params.progress_token) {
-            let _ = to.send(Forwarded::Progress(params)).await;
+/// An upstream's transport that hands progress and log notifications to the
+/// call they belong to as it reads them (see the module doc). What belongs to
+/// no forwarding call goes on to rmcp.
+pub(crate) struct Routed<T> {
+    pub(crate) inner: T,
+    pub(crate) routes: Routes,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Routed<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let mut msg = Some(self.inner.receive().await?);
+            match self.routes.claim(&mut msg) {
+                // A call that stopped listening (it timed out) misses it.
+                Some((to, forwarded)) => {
+                    let _ = to.send(forwarded).await;
+                }
+                None => return msg,
+            }
         }
     }
 
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        context: NotificationContext<RoleClient>,
-    ) {
-        if let Some(to) = self
-            .routes
-            .by_origin(context.extensions.get::<InboundStreamOrigin>())
-        {
-            let _ = to.send(Forwarded::Log(params)).await;
-        }
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }

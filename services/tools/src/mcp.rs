@@ -73,7 +73,7 @@ use rmcp::model::{
 };
 use rmcp::service::PeerRequestOptions;
 
-use crate::forward::{Routes, UpstreamHandler};
+use crate::forward::{Routed, Routes, UpstreamHandler};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
@@ -463,12 +463,17 @@ impl Upstream {
     }
 }
 
-/// What a client says about itself in `initialize`.
-/// trawl's client side towards one upstream (see [`crate::forward`]).
-fn client_config() -> UpstreamHandler {
-    UpstreamHandler {
-        routes: Routes::default(),
-    }
+/// trawl's client side towards one upstream, over `transport` (see
+/// [`crate::forward`]).
+async fn serve<T: rmcp::transport::Transport<RoleClient> + 'static>(
+    transport: T,
+) -> Result<RunningService<RoleClient, UpstreamHandler>, rmcp::service::ClientInitializeError> {
+    let routes = Routes::default();
+    let transport = Routed {
+        inner: transport,
+        routes: routes.clone(),
+    };
+    UpstreamHandler { routes }.serve(transport).await
 }
 
 async fn connect_stdio(
@@ -524,7 +529,13 @@ async fn connect_stdio(
         inner: stdout,
         head: head.clone(),
     };
-    let outcome = tokio::time::timeout(cfg.timeout, client_config().serve((stdout, stdin))).await;
+    let outcome = tokio::time::timeout(
+        cfg.timeout,
+        serve(rmcp::transport::async_rw::AsyncRwTransport::new_client(
+            stdout, stdin,
+        )),
+    )
+    .await;
     let error = match outcome {
         Ok(Ok(service)) => return Ok((service, child)),
         Ok(Err(e)) => handshake_error(server, &e),
@@ -611,11 +622,11 @@ async fn connect_http(
         Some(manager) => {
             let client = rmcp::transport::auth::AuthClient::new(client, manager);
             let transport = StreamableHttpClientTransport::with_client(client, config);
-            tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await
+            tokio::time::timeout(cfg.timeout, serve(transport)).await
         }
         None => {
             let transport = StreamableHttpClientTransport::with_client(client, config);
-            tokio::time::timeout(cfg.timeout, client_config().serve(transport)).await
+            tokio::time::timeout(cfg.timeout, serve(transport)).await
         }
     };
     match served {
