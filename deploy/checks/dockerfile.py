@@ -1,0 +1,147 @@
+"""Does deploy/Dockerfile copy what `cargo build -p trawl` needs? (deploy/check)
+
+    python dockerfile.py REPO_ROOT
+
+Cargo resolves the whole workspace even for one package, so every workspace
+member (root Cargo.toml `members`, globs expanded) must be in the build
+context's copies; so must the files outside a crate that build scripts and
+`include_str!`/`include_bytes!` reach with `../` paths (proto/, migrations/).
+The COPY sources of the build stage are read from the Dockerfile, and
+.dockerignore must not exclude any git-tracked file under them (its patterns are
+matched with a simplified version of Docker's rules: `*`, `?`, `**`, trailing
+`/`, no `!` exceptions).
+
+It does not run the build (that needs Docker and a Rust toolchain): a crate that
+fails to compile, or a dependency missing from Cargo.lock, is not seen here.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REF = re.compile(r"""(?:include_str|include_bytes)!\(\s*"(\.\./[^"]+)"|join\(\s*"(\.\./[^"]+)"\s*\)""")
+
+
+def copy_sources(dockerfile: Path) -> list[str]:
+    """The sources of the COPY instructions of the first (build) stage."""
+    sources: list[str] = []
+    stage = 0
+    text = dockerfile.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        op = words[0].upper()
+        if op == "FROM":
+            stage += 1
+            if stage > 1:
+                break
+        elif op in ("COPY", "ADD"):
+            args = [w for w in words[1:] if not w.startswith("--")]
+            if any(w.startswith("--from") for w in words[1:]):
+                continue
+            sources += [a.rstrip("/").removeprefix("./") for a in args[:-1]]
+    return sources
+
+
+def covered(path: str, sources: list[str]) -> bool:
+    return any(path == s or path.startswith(s + "/") for s in sources)
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regex over slash-separated relative paths."""
+    p = pattern.strip().removeprefix("/").rstrip("/")
+    out, i = "", 0
+    while i < len(p):
+        if p.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif p.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif p[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif p[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(p[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def ignored(path: str, patterns: list[str]) -> str | None:
+    """The pattern that excludes `path` (itself or a folder above it), if any."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pat in patterns:
+        rx = pattern_regex(pat)
+        if any(rx.match(pre) for pre in prefixes):
+            return pat
+    return None
+
+
+def main() -> int:
+    root = Path(sys.argv[1]).resolve()
+    errors: list[str] = []
+    sources = copy_sources(root / "deploy" / "Dockerfile")
+    if not sources:
+        errors.append("no COPY instructions found in the build stage")
+
+    workspace = tomllib.loads((root / "Cargo.toml").read_text()).get("workspace", {})
+    need = {"Cargo.toml", "Cargo.lock"}
+    for pattern in workspace.get("members", []):
+        for m in sorted(glob.glob(str(root / pattern))):
+            if (Path(m) / "Cargo.toml").is_file():
+                need.add(str(Path(m).relative_to(root)))
+
+    # Paths outside a crate that its build script or include_* macros read.
+    for rs in sorted(root.glob("services/*/build.rs")) + sorted(root.glob("services/*/src/**/*.rs")):
+        for m in REF.finditer(rs.read_text()):
+            rel = m.group(1) or m.group(2)
+            # include_*! paths are relative to the file; build.rs joins are
+            # relative to CARGO_MANIFEST_DIR, the folder build.rs is in.
+            target = (rs.parent / rel).resolve()
+            try:
+                target_rel = target.relative_to(root)
+            except ValueError:
+                continue
+            top = target_rel.parts[0]
+            if top not in ("services",) and (root / top).exists():
+                need.add(top)
+
+    for n in sorted(need):
+        if not covered(n, sources):
+            errors.append(f"{n} is needed by the build but not copied (COPY sources: {', '.join(sources)})")
+
+    dockerignore = root / ".dockerignore"
+    patterns = [
+        line.strip()
+        for line in (dockerignore.read_text().splitlines() if dockerignore.exists() else [])
+        if line.strip() and not line.strip().startswith("#")
+    ]
+    if any(p.startswith("!") for p in patterns):
+        errors.append(".dockerignore uses ! exceptions, which this check does not model")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", *sources], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for f in tracked:
+        pat = ignored(f, patterns)
+        if pat:
+            errors.append(f"{f} is needed by the build but .dockerignore excludes it ({pat})")
+    for must in ("target", ".git"):
+        if not ignored(must, patterns):
+            errors.append(f".dockerignore should exclude {must}/")
+
+    for e in errors:
+        print(f"FAIL {e}")
+    print(
+        f"build stage copies {', '.join(sources)}; {len(need)} required paths, {len(tracked)} tracked files: "
+        f"{'FAILED' if errors else 'OK'}"
+    )
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
