@@ -18,7 +18,13 @@
    no replica count and one not scaled by KEDA has one; every Service,
    NetworkPolicy, PodDisruptionBudget and ScaledObject points at something
    rendered; every Secret a pod reads is rendered or named with
-   --external-secret.
+   --external-secret. Metrics: every long-running role (api, scheduler, worker)
+   sets TRAWL_OPS_LISTEN on a declared `ops` port, where its /metrics is (the
+   api serves none on its HTTP port then); its prometheus.io/port annotation,
+   the `trawl-metrics` Services and the ServiceMonitor's endpoints point at that
+   port and no other; where NetworkPolicies admit scrapers to one role's ops
+   port they admit the same peers to every role's (the isolated pool may have
+   its own).
 3. The scenario: --expect Kind=N says how many objects of a kind the value set
    must produce (so a value set that silently turned a feature off fails).
 """
@@ -188,6 +194,109 @@ def check_pod(doc: dict[str, Any], secrets: set[str]) -> None:
             fail(cw, f"env {dup} is set twice")
 
 
+ROLES = {"api", "scheduler", "worker"}
+METRICS_LABEL = "trawl-metrics"
+
+
+def ops_port(container: dict[str, Any]) -> int | None:
+    for p in container.get("ports") or []:
+        if p.get("name") == "ops":
+            return p.get("containerPort")
+    return None
+
+
+def rule_admits(rule: dict[str, Any], name: str, number: int | None) -> bool:
+    ports = rule.get("ports")
+    if not ports:
+        return True
+    return any(p.get("port") in (name, number) for p in ports)
+
+
+def canonical(peers: Any) -> str:
+    return yaml.safe_dump(peers, sort_keys=True)
+
+
+def check_metrics(docs: list[dict[str, Any]], deployments: dict[str, dict[str, Any]]) -> None:
+    """Where /metrics is served, annotated, discovered, scraped and admitted."""
+    roles: dict[str, tuple[dict[str, Any], int | None]] = {}
+    for name, d in deployments.items():
+        for c in (pod_template(d).get("spec") or {}).get("containers") or []:
+            args = c.get("args") or []
+            if not args or args[0] not in ROLES:
+                continue
+            cw = f"Deployment/{name} container {c.get('name')}"
+            env = {e.get("name"): e.get("value") for e in c.get("env") or []}
+            port = ops_port(c)
+            roles[name] = (d, port)
+            listen = env.get("TRAWL_OPS_LISTEN")
+            if listen is None:
+                fail(cw, f"`trawl {args[0]}` must set TRAWL_OPS_LISTEN (its /healthz, /readyz and /metrics)")
+                continue
+            if port is None:
+                fail(cw, "TRAWL_OPS_LISTEN is set but no container port is named `ops`")
+                continue
+            if str(listen).rsplit(":", 1)[-1] != str(port):
+                fail(cw, f"TRAWL_OPS_LISTEN {listen!r} is not the `ops` port {port}")
+            ann = (pod_template(d).get("metadata") or {}).get("annotations") or {}
+            if "prometheus.io/port" in ann and ann["prometheus.io/port"] != str(port):
+                fail(cw, f"prometheus.io/port {ann['prometheus.io/port']!r} is not the `ops` port {port} (where /metrics is)")
+
+    services = [d for d in docs if d.get("kind") == "Service"]
+    discovered: set[str] = set()
+    for svc in services:
+        labels = (svc.get("metadata") or {}).get("labels") or {}
+        if labels.get(METRICS_LABEL) != "true":
+            continue
+        sel = (svc.get("spec") or {}).get("selector") or {}
+        for name, (d, port) in roles.items():
+            pod_labels = (pod_template(d).get("metadata") or {}).get("labels") or {}
+            if not selector_matches(sel, pod_labels):
+                continue
+            discovered.add(name)
+            for sp in (svc.get("spec") or {}).get("ports") or []:
+                if sp.get("targetPort") not in ("ops", port):
+                    fail(name_of(svc), f"{METRICS_LABEL} Service targets {sp.get('targetPort')!r} of Deployment/{name}, which serves /metrics on `ops` only")
+    for name in sorted(set(roles) - discovered):
+        fail(f"Deployment/{name}", f"no {METRICS_LABEL} Service selects it (the ServiceMonitor would not find it)")
+
+    for sm in (d for d in docs if d.get("kind") == "ServiceMonitor"):
+        sel = ((sm.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        selected = [s for s in services if selector_matches(sel, (s.get("metadata") or {}).get("labels") or {})]
+        names = {p.get("name") for s in selected for p in (s.get("spec") or {}).get("ports") or []}
+        scraped = set()
+        for i, ep in enumerate((sm.get("spec") or {}).get("endpoints") or []):
+            if ep.get("port") not in names:
+                fail(name_of(sm), f"endpoints[{i}].port {ep.get('port')!r} is not a port of any Service it selects ({sorted(n for n in names if n)})")
+            scraped.add(ep.get("port"))
+        for s in selected:
+            if not {p.get("name") for p in (s.get("spec") or {}).get("ports") or []} & scraped:
+                fail(name_of(sm), f"selects {name_of(s)} but scrapes none of its ports")
+
+    policies = [d for d in docs if d.get("kind") == "NetworkPolicy"]
+    admitted: dict[str, str] = {}
+    for name, (d, port) in roles.items():
+        pod_labels = (pod_template(d).get("metadata") or {}).get("labels") or {}
+        if pod_labels.get("app.kubernetes.io/component", "").endswith("-isolated"):
+            continue
+        mine = [
+            np
+            for np in policies
+            if selector_matches(((np.get("spec") or {}).get("podSelector") or {}).get("matchLabels") or {}, pod_labels)
+        ]
+        if not mine:
+            continue
+        peers = [
+            rule.get("from", "anyone")
+            for np in mine
+            for rule in (np.get("spec") or {}).get("ingress") or []
+            if rule_admits(rule, "ops", port)
+        ]
+        admitted[name] = canonical(peers)
+    if len(set(admitted.values())) > 1:
+        detail = "; ".join(f"Deployment/{n}: {yaml.safe_load(v) or 'nobody'}" for n, v in sorted(admitted.items()))
+        fail("NetworkPolicies", f"the roles' ops ports (/metrics) admit different scrapers: {detail}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("rendered")
@@ -230,6 +339,8 @@ def main() -> int:
             fail(f"Deployment/{name}", "scaled by KEDA, so it must not set replicas (KEDA owns them)")
         if name not in scaled and not has:
             fail(f"Deployment/{name}", "not scaled by KEDA, so it must set replicas")
+
+    check_metrics(docs, deployments)
 
     pod_labels = [(d, (pod_template(d).get("metadata") or {}).get("labels") or {}) for d in pods]
     for d in docs:
