@@ -284,6 +284,8 @@ pub struct Role {
     log: Arc<Mutex<String>>,
     /// The API's address once it says where it listens.
     listening: watch::Receiver<Option<String>>,
+    /// The ops listener's address (`TRAWL_OPS_LISTEN`) once it says.
+    ops: watch::Receiver<Option<String>>,
 }
 
 impl Role {
@@ -297,17 +299,16 @@ impl Role {
 
     /// The base URL the API announced.
     pub async fn api_url(&mut self) -> String {
-        let r = tokio::time::timeout(
-            Duration::from_secs(30),
-            self.listening.wait_for(Option::is_some),
-        )
-        .await
-        .ok()
-        .and_then(|r| r.ok().map(|v| v.clone()));
-        match r {
-            Some(Some(url)) => url,
-            _ => panic!("{} did not start listening:\n{}", self.name, self.log()),
-        }
+        let name = self.name.clone();
+        let log = self.log.clone();
+        announced(&mut self.listening, &name, &log).await
+    }
+
+    /// The base URL of the ops listener (`/healthz`, `/readyz`, `/metrics`).
+    pub async fn ops_url(&mut self) -> String {
+        let name = self.name.clone();
+        let log = self.log.clone();
+        announced(&mut self.ops, &name, &log).await
     }
 
     /// SIGKILL: the process gets no chance to clean up.
@@ -337,6 +338,21 @@ impl Role {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+async fn announced(
+    rx: &mut watch::Receiver<Option<String>>,
+    name: &str,
+    log: &Mutex<String>,
+) -> String {
+    let r = tokio::time::timeout(Duration::from_secs(30), rx.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(|r| r.ok().map(|v| v.clone()));
+    match r {
+        Some(Some(url)) => url,
+        _ => panic!("{name} did not start listening:\n{}", log.lock().unwrap()),
     }
 }
 
@@ -420,11 +436,14 @@ impl Deployment {
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = watch::channel(None);
+        let (ops_tx, ops_rx) = watch::channel(None);
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if let Some(rest) = line.split("listening on ").nth(1) {
+                if let Some(rest) = line.split("ops listening on ").nth(1) {
+                    let _ = ops_tx.send(Some(rest.trim().to_owned()));
+                } else if let Some(rest) = line.split("listening on ").nth(1) {
                     let _ = tx.send(Some(rest.trim().to_owned()));
                 }
                 let mut l = sink.lock().unwrap();
@@ -437,6 +456,7 @@ impl Deployment {
             child: Some(child),
             log,
             listening: rx,
+            ops: ops_rx,
         }
     }
 

@@ -3,7 +3,9 @@
 //!
 //! The decision itself is the scheduler's ([`Scheduler::decide`]): it records it and
 //! moves the job to `queued` or `cancelled`; the API then emits
-//! `approval.decided` so the scheduler acts on it at once.
+//! `approval.decided` so the scheduler acts on it at once. A click in Slack
+//! (`crate::slack`) decides through the same [`decide`]. The first decision wins;
+//! an approval decided, or past its expiry, answers 409 and changes nothing.
 
 use std::time::Duration;
 
@@ -12,14 +14,16 @@ use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tracing::instrument;
-use trawl_core::model::{JobId, JobStatus};
+use trawl_core::model::{JobStatus, now_ms};
 use trawl_core::ports::{ApprovalRecord, Event};
 use trawl_scheduler::{ScheduleError, Scheduler};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Problem};
-use crate::jobs::{emit, rfc3339};
+use crate::jobs::emit;
 use crate::state::{ApiState, Caller};
+
+pub use trawl_notify::view::{ApprovalLinks, ApprovalView};
 
 /// The most approvals one list shows.
 const LIST_LIMIT: u32 = 1000;
@@ -30,76 +34,6 @@ const LIST_LIMIT: u32 = 1000;
 pub struct ApprovalsQuery {
     /// `pending` (the default) or `all`.
     pub status: Option<String>,
-}
-
-/// An approval as the API shows it.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct ApprovalView {
-    pub id: i64,
-    /// What is asked: `job_budget` (the job's estimate is above its threshold),
-    /// `tool_change` (a pinned tool's definition changed: the tool is quarantined)
-    /// or `new_tool` (a server added a tool and its policy asks for approval).
-    pub kind: String,
-    /// The job, for `job_budget`.
-    #[schema(value_type = Option<String>)]
-    pub job_id: Option<JobId>,
-    /// The namespaced tool, for `tool_change` and `new_tool`.
-    pub tool: Option<String>,
-    /// `pending`, `approved` or `rejected`.
-    pub status: String,
-    /// The amount at stake; for display.
-    pub amount_usd: f64,
-    /// The same in millionths of a dollar; exact.
-    pub amount_micros: i64,
-    pub reason: String,
-    /// For tool approvals: the pinned and the new definition, and their differences.
-    #[schema(value_type = Option<Object>)]
-    pub detail: Option<serde_json::Value>,
-    /// Who decided (`api`, or the API key's label `key-…`); null while pending.
-    pub decided_by: Option<String>,
-    /// RFC 3339, UTC.
-    pub requested: String,
-    /// RFC 3339, UTC; null while pending.
-    pub decided: Option<String>,
-    pub links: ApprovalLinks,
-}
-
-/// Where an approval's actions are.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct ApprovalLinks {
-    pub approve: String,
-    pub reject: String,
-    /// The job, for `job_budget`.
-    pub job: Option<String>,
-}
-
-impl From<ApprovalRecord> for ApprovalView {
-    fn from(r: ApprovalRecord) -> ApprovalView {
-        let status = match r.approved {
-            None => "pending",
-            Some(true) => "approved",
-            Some(false) => "rejected",
-        };
-        ApprovalView {
-            links: ApprovalLinks {
-                approve: format!("/v1/approvals/{}/approve", r.id),
-                reject: format!("/v1/approvals/{}/reject", r.id),
-                job: r.job_id.as_ref().map(|j| format!("/v1/jobs/{j}")),
-            },
-            id: r.id,
-            kind: r.kind,
-            job_id: r.job_id,
-            tool: r.tool,
-            status: status.to_owned(),
-            amount_usd: r.amount.usd(),
-            amount_micros: r.amount.0,
-            reason: r.reason,
-            detail: r.detail,
-            decided_by: r.decided_by,
-            requested: rfc3339(r.requested_ms),
-            decided: r.decided_ms.map(rfc3339),
-        }
-    }
 }
 
 /// A list of approvals.
@@ -162,7 +96,7 @@ pub(crate) async fn list(
         (status = 200, description = "Approved; the job is queued.", body = Decision),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already decided, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already decided, expired, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])),
 )]
@@ -171,7 +105,7 @@ pub(crate) async fn approve(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Decision>, ApiError> {
-    decide(&state, &caller, &id, true).await.map(Json)
+    decide_view(&state, &caller, &id, true).await.map(Json)
 }
 
 /// Reject: the job is cancelled.
@@ -184,7 +118,7 @@ pub(crate) async fn approve(
         (status = 200, description = "Rejected; the job is cancelled.", body = Decision),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Already decided, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Already decided, expired, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])),
 )]
@@ -193,53 +127,71 @@ pub(crate) async fn reject(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Decision>, ApiError> {
-    decide(&state, &caller, &id, false).await.map(Json)
+    decide_view(&state, &caller, &id, false).await.map(Json)
 }
 
-#[instrument(skip_all, fields(approval = %raw, approved, by = %caller.label))]
-async fn decide(
+async fn decide_view(
     state: &ApiState,
     caller: &Caller,
     raw: &str,
     approved: bool,
 ) -> Result<Decision, ApiError> {
+    let (record, job_status) = decide(state, &caller.label, raw, approved).await?;
+    Ok(Decision {
+        approval: record.into(),
+        job_status,
+    })
+}
+
+/// Why an approval that is no longer pending (or is past its expiry) cannot be
+/// decided: 409.
+pub(crate) fn closed(r: &ApprovalRecord) -> ApiError {
+    if r.expired || (r.approved.is_none() && r.expires_ms.is_some_and(|e| e <= now_ms())) {
+        return ApiError::Conflict(format!(
+            "{}; it can no longer be decided",
+            r.expiry_reason()
+        ));
+    }
+    ApiError::Conflict(format!(
+        "approval {} was already {} by {}",
+        r.id,
+        r.status(),
+        r.decided_by.as_deref().unwrap_or("someone"),
+    ))
+}
+
+/// Decides approval `raw` (its id as the path or the button carries it) for
+/// `by`: the record as decided, and for `job_budget` where the job is now.
+#[instrument(skip_all, fields(approval = %raw, approved, by = %by))]
+pub(crate) async fn decide(
+    state: &ApiState,
+    by: &str,
+    raw: &str,
+    approved: bool,
+) -> Result<(ApprovalRecord, Option<JobStatus>), ApiError> {
     let not_found = || ApiError::NotFound(format!("approval {raw}"));
     let id: i64 = raw.parse().map_err(|_| not_found())?;
     let record = state.store.approval(id).await?.ok_or_else(not_found)?;
-    let already = |r: &ApprovalRecord| {
-        ApiError::Conflict(format!(
-            "approval {id} was already {} by {}",
-            if r.approved == Some(true) {
-                "approved"
-            } else {
-                "rejected"
-            },
-            r.decided_by.as_deref().unwrap_or("someone"),
-        ))
-    };
-    if record.approved.is_some() {
-        return Err(already(&record));
+    if record.approved.is_some() || record.expires_ms.is_some_and(|e| e <= now_ms()) {
+        return Err(closed(&record));
     }
+    // Decided (or expired) by someone else between the read and the write.
+    let lost = || async {
+        match state.store.approval(id).await {
+            Ok(Some(now)) => closed(&now),
+            Ok(None) => not_found(),
+            Err(e) => e.into(),
+        }
+    };
     let Some(job_id) = record.job_id.clone() else {
         // A tool approval: the store applies it to the tool's pin; workers see it
         // when they next read the pins.
-        return match state
-            .store
-            .decide_tool_approval(id, approved, &caller.label)
-            .await?
-        {
+        return match state.store.decide_tool_approval(id, approved, by).await? {
             Some(decided) => {
                 tracing::info!(tool = ?decided.tool, approved, "tool approval decided");
-                Ok(Decision {
-                    approval: decided.into(),
-                    job_status: None,
-                })
+                Ok((decided, None))
             }
-            // Decided by someone else meanwhile.
-            None => {
-                let now = state.store.approval(id).await?.ok_or_else(not_found)?;
-                Err(already(&now))
-            }
+            None => Err(lost().await),
         };
     };
     let scheduler = Scheduler {
@@ -250,7 +202,7 @@ async fn decide(
         // Only `drive` reads it; `decide` does not wait.
         reconcile_every: Duration::from_secs(1),
     };
-    let job_status = match scheduler.decide(&job_id, approved, &caller.label).await {
+    let job_status = match scheduler.decide(&job_id, approved, by).await {
         Ok(status) => status,
         Err(ScheduleError::UnknownJob(_)) => {
             return Err(ApiError::Internal(anyhow::anyhow!(
@@ -258,10 +210,15 @@ async fn decide(
             )));
         }
         Err(ScheduleError::NotAwaitingApproval(_, status)) => {
+            let now = state.store.approval(id).await?.ok_or_else(not_found)?;
+            if now.approved.is_some() {
+                return Err(closed(&now));
+            }
             return Err(ApiError::Conflict(format!(
                 "job {job_id} no longer waits for approval: it is {status}"
             )));
         }
+        Err(ScheduleError::ApprovalClosed(_)) => return Err(lost().await),
         Err(ScheduleError::Port(e)) => return Err(e.into()),
     };
     tracing::info!(job_id = %job_id, status = job_status.as_str(), "approval decided");
@@ -274,8 +231,5 @@ async fn decide(
     )
     .await;
     let record = state.store.approval(id).await?.ok_or_else(not_found)?;
-    Ok(Decision {
-        approval: record.into(),
-        job_status: Some(job_status),
-    })
+    Ok((record, Some(job_status)))
 }

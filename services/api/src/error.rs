@@ -56,6 +56,10 @@ pub enum ApiError {
     /// A valid credential without the scope this request needs (OAuth tokens).
     #[error("insufficient scope: {0} needed")]
     InsufficientScope(&'static str),
+    /// A signed request (a Slack interaction) whose signature is missing, stale or
+    /// wrong: 401 without a bearer challenge; the text says which check failed.
+    #[error("bad signature: {0}")]
+    BadSignature(String),
     /// An access token in the query string: refused wherever it is (OAuth 2.1
     /// §5.1.1, MCP `basic/authorization`), before anything else is looked at.
     #[error("access token in the query string")]
@@ -147,7 +151,7 @@ impl ApiError {
             }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized { .. } | ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -175,6 +179,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "The body is too large"),
             ApiError::Unauthorized { .. } => ("unauthorized", "Authentication is required"),
             ApiError::InsufficientScope(_) => ("insufficient-scope", "The token lacks a scope"),
+            ApiError::BadSignature(_) => ("bad-signature", "The request signature is not valid"),
             ApiError::TokenInQuery => (
                 "token-in-query",
                 "Access tokens are not accepted in the query string",
@@ -196,6 +201,7 @@ impl ApiError {
             ApiError::BadRequest(d) | ApiError::MalformedBody(d) | ApiError::Conflict(d) => {
                 d.clone()
             }
+            ApiError::BadSignature(why) => format!("{why}; nothing was done"),
             ApiError::NotFound(what) => format!("no {what}"),
             ApiError::InvalidSpec(errs) => format!(
                 "the job spec has {} error(s); see `errors`; nothing was stored",

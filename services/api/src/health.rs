@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
-use trawl_core::ports::PortError;
+use trawl_core::ports::{ContentCache, PortError, SliceQueue, Store};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem, chain};
@@ -54,12 +54,32 @@ pub(crate) async fn healthz() -> Json<Health> {
     ),
 )]
 pub(crate) async fn readyz(State(state): State<ApiState>) -> Result<Json<Ready>, ApiError> {
+    ready(
+        state.store.as_ref(),
+        state.queue.as_ref(),
+        Some(state.cache.as_ref()),
+    )
+    .await
+}
+
+/// Pings the store, the queue and, when the role uses it, the cache, together.
+pub(crate) async fn ready(
+    store: &dyn Store,
+    queue: &dyn SliceQueue,
+    cache: Option<&dyn ContentCache>,
+) -> Result<Json<Ready>, ApiError> {
     let (store, queue, cache) = tokio::join!(
-        check("store", state.store.ping()),
-        check("queue", state.queue.ping()),
-        check("cache", state.cache.ping()),
+        check("store", store.ping()),
+        check("queue", queue.ping()),
+        async {
+            match cache {
+                Some(c) => Some(check("cache", c.ping()).await),
+                None => None,
+            }
+        },
     );
-    let results = [("store", store), ("queue", queue), ("cache", cache)];
+    let mut results = vec![("store", store), ("queue", queue)];
+    results.extend(cache.map(|c| ("cache", c)));
     let checks: serde_json::Map<String, serde_json::Value> = results
         .iter()
         .map(|(name, r)| ((*name).to_owned(), (*r).into()))

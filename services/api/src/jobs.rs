@@ -188,6 +188,11 @@ pub struct JobView {
     pub created_ms: i64,
     pub estimate: EstimateView,
     pub counts: CountsView,
+    /// The OpenTelemetry trace of the job (32 hex digits): its submission,
+    /// planning, every slice and tool call. Open it in Jaeger at
+    /// `<jaeger>/trace/<trace_id>`. Null when traces are not exported.
+    #[schema(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
+    pub trace_id: Option<String>,
     pub links: JobLinks,
 }
 
@@ -205,6 +210,11 @@ impl JobView {
             reason: job.reason,
             estimate,
             counts: counts.into(),
+            trace_id: job
+                .traceparent
+                .as_deref()
+                .and_then(trawl_telemetry::propagation::trace_id_in)
+                .map(str::to_owned),
         })
     }
 }
@@ -406,6 +416,8 @@ pub(crate) async fn submit_job(
             key,
             request_digest: digest.clone(),
         }),
+        // Planning and the slices continue this request's trace.
+        traceparent: trawl_telemetry::propagation::current_traceparent(),
     };
     match state.store.create_job(&job, &[]).await {
         Ok(()) => {}

@@ -11,7 +11,11 @@
 //! - `rows`: `GET /v1/jobs/{id}/items|rejections|trace`, cursor pages as JSON or
 //!   NDJSON.
 //! - `approvals`: `GET /v1/approvals`, `POST /v1/approvals/{id}/approve|reject`.
+//! - [`slack`]: `POST /v1/integrations/slack/interactions`, clicks on approval
+//!   buttons in Slack, checked by Slack's signature instead of a bearer token.
 //! - `health`: `GET /healthz`, `GET /readyz`.
+//! - [`ops`]: the operations listener (`/healthz`, `/readyz`, `/metrics`) the
+//!   scheduler and the workers serve, and the API when `TRAWL_OPS_LISTEN` is set.
 //! - [`openapi`]: `GET /openapi.json`, generated from the handlers.
 //! - [`oauth`]: the OAuth 2.1 resource server (RFC 9728 metadata, JWT access
 //!   tokens checked against the authorization server's keys, RFC 8707 audience,
@@ -31,11 +35,14 @@ mod jobs;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
+pub mod ops;
 mod rows;
 pub mod server;
+pub mod slack;
 pub mod state;
 
 pub use approvals::{ApprovalLinks, ApprovalView, ApprovalsList, Decision};
+pub use axum::Router;
 pub use error::{ApiError, FieldError, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use health::{Health, PING_TIMEOUT, Ready};
 pub use jobs::{
@@ -45,6 +52,8 @@ pub use jobs::{
 pub use mcp::McpConfig;
 pub use oauth::{OAuthConfig, ResourceServer};
 pub use openapi::ApiDoc;
+pub use ops::{OpsBackends, metrics, ops_router, with_metrics};
 pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
 pub use server::{DRAIN_DEADLINE, router, serve};
+pub use slack::SlackConfig;
 pub use state::{ApiState, Auth};

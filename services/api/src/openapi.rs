@@ -27,6 +27,7 @@ use crate::{approvals, health, jobs, rows};
         approvals::list,
         approvals::approve,
         approvals::reject,
+        crate::slack::interactions,
         health::healthz,
         health::readyz,
         openapi_json,
@@ -36,7 +37,8 @@ use crate::{approvals, health, jobs, rows};
     tags(
         (name = "jobs", description = "Submit, read and cancel jobs."),
         (name = "rows", description = "What a job found, rejected and did, a page at a time."),
-        (name = "approvals", description = "Decide on jobs that wait for a human."),
+        (name = "approvals", description = "Decide on jobs and tools that wait for a human, over \
+            the API or with a click in Slack."),
         (name = "health", description = "Liveness and readiness probes."),
     ),
 )]

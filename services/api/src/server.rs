@@ -4,7 +4,7 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,8 +22,9 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Every route of the API over `state`.
 ///
-/// `/healthz`, `/readyz` and `/openapi.json` are open; the `/v1` routes go through
-/// the key check first. Bodies are capped at the state's limit. Unknown routes and
+/// `/healthz`, `/readyz` and `/openapi.json` are open; Slack's interactions are
+/// checked by their signature; the other `/v1` routes go through the key check
+/// first. Bodies are capped at the state's limit. Unknown routes and
 /// methods answer problem+json like every other error.
 pub fn router(state: ApiState) -> Router {
     let v1 = Router::new()
@@ -50,6 +51,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json))
+        // Signed by Slack instead of a bearer credential (see `slack`).
+        .route(
+            "/v1/integrations/slack/interactions",
+            post(crate::slack::interactions),
+        )
         .route(
             "/.well-known/oauth-protected-resource",
             get(resource_metadata),
@@ -91,13 +97,30 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// One span per request, and one line when it is answered.
+/// One span per request, and one line when it is answered. The span is an
+/// OpenTelemetry server span named by the route (`POST /v1/jobs`), the child of
+/// the caller's span when the request carries a `traceparent`.
 async fn log_request(req: Request, next: Next) -> Response {
-    let span = tracing::info_span!("request", method = %req.method(), path = %req.uri().path());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| req.uri().path().to_owned(), |m| m.as_str().to_owned());
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{} {route}", req.method()),
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        http.route = %route,
+        url.path = %req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    trawl_telemetry::propagation::set_parent_from_headers(&span, req.headers());
     async move {
         let started = Instant::now();
         let res = next.run(req).await;
-        tracing::debug!(status = res.status().as_u16(), elapsed = ?started.elapsed(), "answered");
+        let status = res.status().as_u16();
+        tracing::Span::current().record("http.response.status_code", status);
+        tracing::debug!(status, elapsed = ?started.elapsed(), "answered");
         res
     }
     .instrument(span)

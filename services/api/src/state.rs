@@ -55,6 +55,8 @@ pub struct ApiState {
     pub(crate) sessions: Arc<crate::mcp::SessionOwners>,
     /// Ends MCP sessions and streams when the server stops.
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    /// Slack interactions (`TRAWL_SLACK_SIGNING_SECRET`), when configured.
+    pub(crate) slack: Option<Arc<crate::slack::SlackConfig>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -64,6 +66,7 @@ impl fmt::Debug for ApiState {
             .field("keys", &self.keys.len())
             .field("oauth", &self.oauth)
             .field("body_limit", &self.body_limit)
+            .field("slack", &self.slack.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +100,15 @@ impl ApiState {
             mcp: Arc::new(crate::mcp::McpConfig::default()),
             sessions: Arc::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            slack: None,
         }
+    }
+
+    /// Takes clicks on approval buttons from Slack at
+    /// `/v1/integrations/slack/interactions`, checked with its signing secret.
+    pub fn with_slack(mut self, config: crate::slack::SlackConfig) -> ApiState {
+        self.slack = Some(Arc::new(config));
+        self
     }
 
     /// Where `/mcp` may be reached from (hosts and browser origins).

@@ -687,6 +687,7 @@ async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize)
                 estimate: Micros(1_500),
                 created_ms: 1_700_000_000_000,
                 idempotency: None,
+                traceparent: None,
             },
             &specs,
         )
@@ -731,6 +732,8 @@ async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize)
                     latency_us: 1_000,
                     cost: Micros(0),
                     at_ms: 1_700_000_000_000,
+                    trace_id: None,
+                    span_id: None,
                 })
                 .collect(),
             ..SliceOutcome::default()
@@ -1165,6 +1168,7 @@ async fn the_openapi_description_lists_every_route() {
         ("/v1/approvals", "get"),
         ("/v1/approvals/{id}/approve", "post"),
         ("/v1/approvals/{id}/reject", "post"),
+        ("/v1/integrations/slack/interactions", "post"),
         ("/healthz", "get"),
         ("/readyz", "get"),
         ("/openapi.json", "get"),
@@ -1174,7 +1178,7 @@ async fn the_openapi_description_lists_every_route() {
             "{method} {path} missing"
         );
     }
-    assert_eq!(paths.len(), 12, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(paths.len(), 13, "{:?}", paths.keys().collect::<Vec<_>>());
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     for s in [
         "Problem",

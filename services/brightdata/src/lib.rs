@@ -29,6 +29,7 @@ use async_trait::async_trait;
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{Engine, normalize_query, normalize_url};
@@ -85,24 +86,46 @@ impl BrightData {
         &self.config
     }
 
-    /// One request to `/request`; the body on success, a classified error otherwise.
+    /// One request to `/request`; the body on success, a classified error
+    /// otherwise. An OpenTelemetry client span whose `traceparent` the request
+    /// carries.
     async fn request(&self, body: &RequestBody<'_>) -> Result<Vec<u8>, ToolError> {
         let url = format!("{}/request", self.config.api_url.trim_end_matches('/'));
-        let resp = self
-            .http
-            .post(url)
-            .bearer_auth(self.config.token.expose_secret())
-            .json(body)
-            .send()
-            .await
-            .map_err(classify::transport)?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let bytes = resp.bytes().await.map_err(classify::transport)?;
-        match classify::response(status, &headers, &bytes) {
-            Some(err) => Err(err),
-            None => Ok(bytes.to_vec()),
+        let span = tracing::info_span!(
+            "http",
+            otel.name = "POST /request",
+            otel.kind = "client",
+            http.request.method = "POST",
+            url.full = %url,
+            brightdata.zone = body.zone,
+            http.response.status_code = tracing::field::Empty,
+            http.response.body.size = tracing::field::Empty,
+        );
+        async {
+            let mut traced = reqwest::header::HeaderMap::new();
+            trawl_telemetry::propagation::inject_headers(&mut traced);
+            let resp = self
+                .http
+                .post(url.as_str())
+                .headers(traced)
+                .bearer_auth(self.config.token.expose_secret())
+                .json(body)
+                .send()
+                .await
+                .map_err(classify::transport)?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let bytes = resp.bytes().await.map_err(classify::transport)?;
+            let span = tracing::Span::current();
+            span.record("http.response.status_code", status);
+            span.record("http.response.body.size", bytes.len());
+            match classify::response(status, &headers, &bytes) {
+                Some(err) => Err(err),
+                None => Ok(bytes.to_vec()),
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// Fetches a page through Web Unlocker from `geo`.

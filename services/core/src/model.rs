@@ -367,6 +367,11 @@ pub struct TraceStep {
     pub latency_us: u64,
     pub cost: Micros,
     pub at_ms: i64,
+    /// The trace and span (hex) of the tool call, when traces are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
 }
 
 /// What the tool layer decided about one call, and how the call went.

@@ -72,6 +72,9 @@ pub struct Delivery {
     pub delivery: u32,
     /// The queue stops delivering after this many.
     pub max_deliver: u32,
+    /// The W3C `traceparent` of the span that published the slice, when traces
+    /// are exported: the slice's span continues that trace.
+    pub traceparent: Option<String>,
     pub acker: Box<dyn Acker>,
 }
 
@@ -375,6 +378,9 @@ pub struct JobRecord {
     /// The client's `Idempotency-Key` and a digest of its request, when given. The
     /// store keeps keys unique: a second job with one is refused with `Conflict`.
     pub idempotency: Option<Idempotency>,
+    /// The W3C `traceparent` of the span that submitted the job, when traces
+    /// are exported: planning and every slice continue that trace.
+    pub traceparent: Option<String>,
 }
 
 /// An `Idempotency-Key` and what it was first used for.
@@ -407,6 +413,77 @@ pub struct ApprovalRecord {
     pub decided_by: Option<String>,
     pub requested_ms: i64,
     pub decided_ms: Option<i64>,
+    /// When it stops being decidable: `requested_ms` plus the approval TTL,
+    /// stamped by the notifier (`None` while unstamped, or with no TTL).
+    pub expires_ms: Option<i64>,
+    /// Closed because nobody decided before `expires_ms`; `approved` is then
+    /// `Some(false)`.
+    pub expired: bool,
+    /// When its request was delivered (Slack, the outgoing webhook); `None` until then.
+    pub notified_ms: Option<i64>,
+}
+
+impl ApprovalRecord {
+    /// `pending`, `approved`, `rejected` or `expired`.
+    pub fn status(&self) -> &'static str {
+        match self.approved {
+            None => "pending",
+            Some(true) => "approved",
+            Some(false) if self.expired => "expired",
+            Some(false) => "rejected",
+        }
+    }
+
+    /// The notice this record was claimed for by
+    /// [`Store::claim_approval_notices`]: its request while undecided and never
+    /// announced, its outcome once decided after its request was announced.
+    pub fn notice(&self) -> Option<ApprovalNotice> {
+        match (self.approved, self.notified_ms) {
+            (None, None) => Some(ApprovalNotice::Requested),
+            (Some(_), Some(_)) => Some(ApprovalNotice::Decided),
+            _ => None,
+        }
+    }
+
+    /// Why a job (or tool) stays blocked once this approval expired: "approval 12
+    /// expired after 24h, nobody decided".
+    pub fn expiry_reason(&self) -> String {
+        let after = self
+            .expires_ms
+            .map(|e| short_duration(e.saturating_sub(self.requested_ms)))
+            .unwrap_or_else(|| "its time".to_owned());
+        format!("approval {} expired after {after}, nobody decided", self.id)
+    }
+}
+
+/// `24h`, `1h 30m`, `45s`, `500ms`: whole hours, minutes and seconds (days count
+/// as hours, as TTLs are usually written).
+fn short_duration(ms: i64) -> String {
+    let ms = ms.max(0);
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    let parts = [(s / 3600, "h"), (s % 3600 / 60, "m"), (s % 60, "s")];
+    parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Who an expired approval counts as decided by.
+pub const EXPIRED_BY: &str = "trawl: nobody decided in time";
+
+/// A message about an approval that is due to go out (see
+/// [`Store::claim_approval_notices`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalNotice {
+    /// Someone is asked to decide.
+    Requested,
+    /// It was decided (or expired) after its request went out.
+    Decided,
 }
 
 /// Where a page of rows starts: after this (slice, seq), in slice order.
@@ -657,6 +734,43 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError>;
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError>;
+
+    // --- approvals: expiry and the outbox of their notices (Slack, webhooks)
+
+    /// Expires what nobody decided in time, in one transaction: first every
+    /// pending approval without an expiry gets one, `ttl_ms` after it was
+    /// requested (none when `ttl_ms` is `None`); then up to `limit` pending
+    /// approvals whose expiry is at or before `now_ms` are closed as expired
+    /// (`approved = false`, `expired`, decided at `now_ms`), and each one's job,
+    /// while it still awaits approval, ends `cancelled` with
+    /// [`ApprovalRecord::expiry_reason`]. A tool's pin is left as it is: the
+    /// tool stays out. Returns the approvals it expired.
+    async fn expire_approvals(
+        &self,
+        now_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError>;
+    /// Claims up to `limit` approvals whose notice is due (see
+    /// [`ApprovalRecord::notice`]) and not claimed by anyone else until
+    /// `now_ms`: each is leased until `now_ms + lease_ms`, so several notifiers
+    /// never send one notice at once. Oldest first.
+    async fn claim_approval_notices(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError>;
+    /// The `notice` of approval `id` was delivered at `at_ms`; its lease ends.
+    async fn approval_notice_sent(
+        &self,
+        id: i64,
+        notice: ApprovalNotice,
+        at_ms: i64,
+    ) -> Result<(), PortError>;
+    /// A claimed notice could not be delivered: it may be claimed again from
+    /// `retry_at_ms`.
+    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError>;
 
     // --- the tool layer: pins and audit
 

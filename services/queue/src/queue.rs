@@ -109,9 +109,10 @@ impl EmbeddedQueue {
 impl SliceQueue for EmbeddedQueue {
     async fn publish(&self, msg: &SliceMessage) -> Result<(), PortError> {
         let id = msg.msg_id();
+        let traceparent = trawl_telemetry::propagation::current_traceparent();
         let published = {
             let mut st = self.inner.lock();
-            st.publish(id.clone(), msg.clone(), Instant::now())
+            st.publish(id.clone(), msg.clone(), traceparent, Instant::now())
         };
         if published {
             self.inner.wake(Wake {
@@ -146,6 +147,7 @@ impl SliceQueue for EmbeddedQueue {
             message: taken.message,
             delivery: taken.delivery,
             max_deliver: inner.config.max_deliver,
+            traceparent: taken.traceparent,
             acker: Box::new(EmbeddedAcker {
                 inner: Arc::clone(inner),
                 seq: taken.seq,
@@ -309,6 +311,8 @@ impl Inner {
 /// A message the queue holds.
 struct Entry {
     message: SliceMessage,
+    /// Of the span that published it.
+    traceparent: Option<String>,
     /// Deliveries made so far; the one in flight included.
     deliveries: u32,
     flight: Option<Flight>,
@@ -324,6 +328,7 @@ struct Flight {
 /// A delivery just taken off the queue.
 struct Taken {
     message: SliceMessage,
+    traceparent: Option<String>,
     delivery: u32,
     seq: u64,
     token: u64,
@@ -348,7 +353,13 @@ struct State {
 
 impl State {
     /// False if the id was seen before.
-    fn publish(&mut self, id: String, message: SliceMessage, now: Instant) -> bool {
+    fn publish(
+        &mut self,
+        id: String,
+        message: SliceMessage,
+        traceparent: Option<String>,
+        now: Instant,
+    ) -> bool {
         if !self.seen.insert(id) {
             return false;
         }
@@ -358,6 +369,7 @@ impl State {
             seq,
             Entry {
                 message,
+                traceparent,
                 deliveries: 0,
                 flight: None,
             },
@@ -384,6 +396,7 @@ impl State {
             self.deadlines.insert((deadline, seq));
             return Some(Taken {
                 message: entry.message.clone(),
+                traceparent: entry.traceparent.clone(),
                 delivery: entry.deliveries,
                 seq,
                 token,

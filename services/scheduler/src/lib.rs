@@ -40,6 +40,10 @@ pub enum ScheduleError {
     UnknownJob(JobId),
     #[error("job {0} is {1}, not awaiting approval")]
     NotAwaitingApproval(JobId, &'static str),
+    /// The job waits, but its approval is no longer open: decided by someone
+    /// else a moment ago, or expired.
+    #[error("the approval of job {0} is no longer pending")]
+    ApprovalClosed(JobId),
 }
 
 /// A job just stored.
@@ -95,6 +99,7 @@ impl Scheduler<'_> {
                     estimate: p.estimate.cost,
                     created_ms,
                     idempotency: None,
+                    traceparent: None,
                 },
                 &p.slices,
             )
@@ -112,7 +117,9 @@ impl Scheduler<'_> {
         })
     }
 
-    /// Records a decision on a job awaiting approval.
+    /// Records a decision on a job awaiting approval. The first decision wins:
+    /// the store records one only while the approval is pending and unexpired,
+    /// and the job moves only when this call recorded it.
     pub async fn decide(
         &self,
         id: &JobId,
@@ -130,7 +137,14 @@ impl Scheduler<'_> {
                 job.status.as_str(),
             ));
         }
-        self.store.decide_approval(id, approved, by).await?;
+        if self
+            .store
+            .decide_approval(id, approved, by)
+            .await?
+            .is_none()
+        {
+            return Err(ScheduleError::ApprovalClosed(id.clone()));
+        }
         let (status, reason) = if approved {
             (JobStatus::Queued, None)
         } else {

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, instrument, warn};
+use tracing::{Instrument as _, debug, info, instrument, warn};
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, now_ms};
 use trawl_core::plan::plan;
@@ -45,6 +45,8 @@ use crate::{approval_for, reason_for};
 const PUBLISH_BATCH: u32 = 1_000;
 /// Live jobs looked at per reconciliation pass.
 const JOBS_PER_PASS: u32 = 10_000;
+/// The most pending approvals the `trawl_approvals_pending` gauge counts.
+const APPROVALS_COUNTED: u32 = 10_000;
 
 /// Settings of the scheduler role.
 #[derive(Clone, Debug)]
@@ -142,9 +144,11 @@ impl Service {
         let _ = dead.await;
     }
 
-    /// One pass over every live job.
-    #[instrument(skip_all)]
+    /// One pass over every live job. (Its span and `advance`'s are debug-level:
+    /// at info they would be exported as a new trace every pass.)
+    #[instrument(level = "debug", skip_all)]
     pub async fn reconcile(&self) -> Result<(), PortError> {
+        self.gauges().await;
         let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
         let jobs = self.store.jobs_with_status(&live, JOBS_PER_PASS).await?;
         if jobs.is_empty() {
@@ -180,12 +184,51 @@ impl Service {
         }
     }
 
+    /// The queue's lag and the approvals waiting, for `/metrics`.
+    async fn gauges(&self) {
+        match self.queue.lag().await {
+            Ok(lag) => trawl_telemetry::names::queue_lag(lag),
+            Err(e) => debug!(error = %e, "queue lag unknown"),
+        }
+        match self.store.approvals(true, APPROVALS_COUNTED).await {
+            Ok(pending) => trawl_telemetry::names::approvals_pending(pending.len() as u64),
+            Err(e) => debug!(error = %e, "pending approvals unknown"),
+        }
+    }
+
     /// Moves a job as far as the store allows: plan, publish, finish.
-    #[instrument(skip_all, fields(job_id = %job.id, status = job.status.as_str()))]
+    #[instrument(level = "debug", skip_all, fields(job_id = %job.id, status = job.status.as_str()))]
     async fn advance(&self, job: JobRecord, stale_before: i64) -> Result<(), PortError> {
         let mut status = job.status;
+        if matches!(status, JobStatus::Pending | JobStatus::Queued) {
+            // Planning and the first publication continue the trace the API
+            // began when the job was submitted; the slices published here carry
+            // this span's context to the workers.
+            let span = tracing::info_span!(
+                "plan",
+                otel.name = "plan job",
+                job_id = %job.id,
+                slices = tracing::field::Empty,
+                status = tracing::field::Empty,
+            );
+            trawl_telemetry::propagation::set_parent(&span, job.traceparent.as_deref());
+            status = self.plan_and_publish(&job, status).instrument(span).await?;
+        }
+        if status == JobStatus::Running {
+            self.publish_open(&job.id, stale_before).await?;
+            self.finish_if_done(&job).await?;
+        }
+        Ok(())
+    }
+
+    /// Plans a pending job and publishes the slices of a queued one.
+    async fn plan_and_publish(
+        &self,
+        job: &JobRecord,
+        mut status: JobStatus,
+    ) -> Result<JobStatus, PortError> {
         if status == JobStatus::Pending {
-            status = self.plan_pending(&job).await?;
+            status = self.plan_pending(job).await?;
         }
         if status == JobStatus::Queued {
             // Every open slice, however often this runs again: a job leaves
@@ -196,11 +239,8 @@ impl Service {
                 .await?;
             status = JobStatus::Running;
         }
-        if status == JobStatus::Running {
-            self.publish_open(&job.id, stale_before).await?;
-            self.finish_if_done(&job).await?;
-        }
-        Ok(())
+        tracing::Span::current().record("status", status.as_str());
+        Ok(status)
     }
 
     /// Publishes every open slice of a job (the queue drops those it has).
@@ -252,6 +292,7 @@ impl Service {
                 .await?
                 .map_or(JobStatus::Failed, |j| j.status));
         }
+        tracing::Span::current().record("slices", p.slices.len());
         info!(job_id = %job.id, slices = p.slices.len(), status = status.as_str(), "job planned");
         Ok(status)
     }
@@ -361,6 +402,7 @@ impl Service {
             .record_outcome(job_id, slice_id, &outcome)
             .await?;
         if recorded.written {
+            trawl_telemetry::names::slice_recorded(dead.message.slice.kind.name(), false, 0, 0, 0);
             self.events
                 .slice_finished(SliceFinished::of(job_id, slice_id, &outcome, 0))
                 .await?;

@@ -29,12 +29,12 @@ use trawl_core::model::{
 };
 use trawl_core::plan::{follow_ups, plan};
 use trawl_core::ports::{
-    Approval, ApprovalRecord, DeadLetter, Delivery, Event, Events, FailedSlice, JobRecord,
-    PortError, Recorded, RowCursor, SliceFinished, SliceMessage, SliceQueue, Store,
+    Approval, ApprovalNotice, ApprovalRecord, DeadLetter, Delivery, Event, Events, FailedSlice,
+    JobRecord, PortError, Recorded, RowCursor, SliceFinished, SliceMessage, SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_scheduler::{Scheduler, Service, ServiceConfig};
+use trawl_scheduler::{ScheduleError, Scheduler, Service, ServiceConfig};
 use trawl_store::SqliteStore;
 
 /// A reconcile period no test outlives: only its first tick, at start, runs.
@@ -73,6 +73,7 @@ fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
         estimate,
         created_ms,
         idempotency: None,
+        traceparent: None,
     }
 }
 
@@ -262,6 +263,35 @@ impl Store for Hooked {
     }
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
         self.inner.approval(id).await
+    }
+    async fn expire_approvals(
+        &self,
+        now_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.inner.expire_approvals(now_ms, ttl_ms, limit).await
+    }
+    async fn claim_approval_notices(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.inner
+            .claim_approval_notices(now_ms, lease_ms, limit)
+            .await
+    }
+    async fn approval_notice_sent(
+        &self,
+        id: i64,
+        notice: ApprovalNotice,
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        self.inner.approval_notice_sent(id, notice, at_ms).await
+    }
+    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
+        self.inner.approval_notice_failed(id, retry_at_ms).await
     }
     async fn tool_pins(&self) -> Result<Vec<trawl_core::ports::ToolPin>, PortError> {
         self.inner.tool_pins().await
@@ -585,6 +615,51 @@ async fn a_job_above_its_approval_threshold_waits_and_runs_once_approved() {
             .all(|a| a.job_id.as_ref() != Some(&id)),
         "no approval left pending"
     );
+}
+
+#[tokio::test]
+async fn a_second_decision_and_a_decision_after_expiry_change_nothing() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let costly = "budget: {max_usd: 1.0, approve_above_usd: 0.001}\n";
+    let first = sys.store_pending(&pages("first", 3, costly)).await;
+    let late = sys.store_pending(&pages("late", 3, costly)).await;
+    sys.service.reconcile().await.unwrap();
+    assert_eq!(sys.job(&first).await.status, JobStatus::AwaitingApproval);
+    assert_eq!(sys.job(&late).await.status, JobStatus::AwaitingApproval);
+
+    // The first decision wins; a second is refused and moves nothing.
+    let status = sys.scheduler().decide(&first, false, "bob").await.unwrap();
+    assert_eq!(status, JobStatus::Cancelled);
+    let again = sys.scheduler().decide(&first, true, "alice").await;
+    assert!(
+        matches!(again, Err(ScheduleError::NotAwaitingApproval(..))),
+        "{again:?}"
+    );
+    assert_eq!(sys.job(&first).await.status, JobStatus::Cancelled);
+
+    // Past its expiry (a TTL of 0), not yet closed by a notifier: the job still
+    // waits, and a decision is refused rather than queueing it.
+    let requested = sys
+        .store
+        .approvals(true, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.job_id.as_ref() == Some(&late))
+        .unwrap()
+        .requested_ms;
+    sys.store
+        .expire_approvals(requested - 1, Some(0), 10)
+        .await
+        .unwrap();
+    let refused = sys.scheduler().decide(&late, true, "alice").await;
+    assert!(
+        matches!(refused, Err(ScheduleError::ApprovalClosed(ref j)) if *j == late),
+        "{refused:?}"
+    );
+    let job = sys.job(&late).await;
+    assert_eq!(job.status, JobStatus::AwaitingApproval);
+    assert!(sys.publications(&late).is_empty());
 }
 
 #[tokio::test]

@@ -18,7 +18,8 @@ use trawl_core::model::{
     SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    Approval, Idempotency, JobRecord, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, EXPIRED_BY, Idempotency, JobRecord, PinChange,
+    PinStatus, PortError, RowCursor, Store, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -65,6 +66,11 @@ macro_rules! suite {
             a_new_tool_awaits_approval,
             audit_rows_are_written_with_outcomes_and_on_their_own,
             a_tool_call_is_approved_once_per_arguments,
+            approvals_expire_and_their_jobs_are_cancelled_with_the_reason,
+            an_approval_past_its_expiry_cannot_be_decided,
+            approval_notices_are_claimed_once_and_kept_until_delivered,
+            concurrent_claims_of_approval_notices_never_overlap,
+            a_replaced_request_is_announced_again_only_when_it_changed,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -119,6 +125,7 @@ pub(crate) fn job_record(n: u64) -> JobRecord {
         estimate: Micros(4_500),
         created_ms: 1_700_000_000_000,
         idempotency: None,
+        traceparent: None,
     }
 }
 
@@ -166,6 +173,8 @@ pub(crate) fn step(slice: &SliceSpec, seq: u32, cache_hit: bool) -> TraceStep {
         latency_us: 12_345,
         cost: Micros(if cache_hit { 0 } else { 1_500 }),
         at_ms: 1_700_000_000_123,
+        trace_id: None,
+        span_id: None,
     }
 }
 
@@ -1523,4 +1532,419 @@ pub(crate) async fn a_tool_call_is_approved_once_per_arguments(f: &dyn Fixture) 
     // The change is still pending: deciding a call does not touch the pin.
     let p = pin_of(&store.tool_pins().await.unwrap(), "up.send");
     assert_eq!(p.status, PinStatus::Quarantined);
+}
+
+// ---------------------------------------------------------------------------
+// Approval expiry and the outbox of approval notices
+
+/// A job waiting for a pending approval of `amount`; the approval's record.
+async fn awaiting(store: &dyn Store, n: u64, amount: i64) -> (JobId, ApprovalRecord) {
+    let job = JobRecord {
+        status: JobStatus::AwaitingApproval,
+        ..job_record(n)
+    };
+    store.create_job(&job, &[]).await.unwrap();
+    store
+        .request_approval(&ask(&job.id, amount, "over budget"))
+        .await
+        .unwrap();
+    let record = store
+        .approvals(true, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.job_id.as_ref() == Some(&job.id))
+        .unwrap();
+    (job.id, record)
+}
+
+pub(crate) async fn approvals_expire_and_their_jobs_are_cancelled_with_the_reason(f: &dyn Fixture) {
+    let store = f.store();
+    let (job, a) = awaiting(&*store, 1, 5_000).await;
+    let (decided_job, d) = awaiting(&*store, 2, 6_000).await;
+    store
+        .decide_approval(&decided_job, true, "alice")
+        .await
+        .unwrap()
+        .unwrap();
+    store.save_pins(&[pin("up.t", "h1")]).await.unwrap();
+    store
+        .save_pins(&[hold("up.t", "tool_change", "h2")])
+        .await
+        .unwrap();
+    let tool = store.tool_pins().await.unwrap()[0].approval_id.unwrap();
+    assert_eq!(a.expires_ms, None);
+    assert!(!a.expired);
+
+    // Stamped with the TTL, not yet due.
+    let ttl = 60_000;
+    let now = trawl_core::model::now_ms();
+    assert!(
+        store
+            .expire_approvals(now, Some(ttl), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let a = store.approval(a.id).await.unwrap().unwrap();
+    assert_eq!(a.expires_ms, Some(a.requested_ms + ttl));
+    assert_eq!(
+        store.approval(d.id).await.unwrap().unwrap().expires_ms,
+        None,
+        "a decided approval gets no expiry"
+    );
+    let tool_expiry = store.approval(tool).await.unwrap().unwrap().expires_ms;
+    assert!(tool_expiry.is_some());
+    let due = a.expires_ms.unwrap().max(tool_expiry.unwrap());
+    // A later TTL does not move an expiry already stamped.
+    assert!(
+        store
+            .expire_approvals(due - 1, Some(1), 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.expires_ms.unwrap() <= due - 1)
+    );
+
+    let expired = store.expire_approvals(due, None, 10).await.unwrap();
+    let ids: Vec<i64> = expired.iter().map(|r| r.id).collect();
+    let mut want = vec![a.id, tool];
+    want.sort_unstable();
+    // Some may have gone in the call above when both expire at once; read them back.
+    for id in &want {
+        let r = store.approval(*id).await.unwrap().unwrap();
+        assert_eq!(
+            (r.approved, r.expired, r.status(), r.decided_by.as_deref()),
+            (Some(false), true, "expired", Some(EXPIRED_BY)),
+            "{r:?}"
+        );
+    }
+    assert!(ids.iter().all(|id| want.contains(id)), "{ids:?}");
+    let a = store.approval(a.id).await.unwrap().unwrap();
+    let j = store.job(&job).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Cancelled);
+    assert_eq!(
+        j.reason.as_deref(),
+        Some(format!("approval {} expired after 1m, nobody decided", a.id).as_str())
+    );
+    assert_eq!(a.expiry_reason(), j.reason.clone().unwrap());
+    // The decided one and its job are untouched.
+    let d2 = store.approval(d.id).await.unwrap().unwrap();
+    assert_eq!((d2.approved, d2.expired), (Some(true), false));
+    assert_eq!(
+        store.job(&decided_job).await.unwrap().unwrap().status,
+        JobStatus::AwaitingApproval,
+        "the store leaves moving an approved job to the scheduler"
+    );
+    // The tool stays out, held by the approval that expired.
+    let p = pin_of(&store.tool_pins().await.unwrap(), "up.t");
+    assert_eq!(
+        (p.status, p.approval_id, p.hash.as_deref()),
+        (PinStatus::Quarantined, Some(tool), Some("h1"))
+    );
+    // Closed: nothing decides it, and nothing expires twice.
+    assert_eq!(
+        store.decide_approval(&job, true, "late").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .decide_tool_approval(tool, true, "late")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .expire_approvals(due + 1_000_000, Some(1), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.job(&job).await.unwrap().unwrap().status,
+        JobStatus::Cancelled
+    );
+
+    // A job that no longer waits keeps its own status and reason.
+    let (gone, g) = awaiting(&*store, 3, 7_000).await;
+    store
+        .set_job_status(&gone, JobStatus::Cancelled, Some("cancelled over the API"))
+        .await
+        .unwrap();
+    store
+        .expire_approvals(trawl_core::model::now_ms(), Some(0), 10)
+        .await
+        .unwrap();
+    assert!(store.approval(g.id).await.unwrap().unwrap().expired);
+    assert_eq!(
+        store.job(&gone).await.unwrap().unwrap().reason.as_deref(),
+        Some("cancelled over the API")
+    );
+
+    // At most `limit` at a time.
+    for n in 10..13 {
+        awaiting(&*store, n, 1_000).await;
+    }
+    let now = trawl_core::model::now_ms();
+    assert_eq!(
+        store.expire_approvals(now, Some(0), 2).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        store.expire_approvals(now, Some(0), 2).await.unwrap().len(),
+        1
+    );
+}
+
+pub(crate) async fn an_approval_past_its_expiry_cannot_be_decided(f: &dyn Fixture) {
+    let store = f.store();
+    let (job, a) = awaiting(&*store, 1, 5_000).await;
+    // Stamped with a TTL of 0 but not yet closed (its expiry is in the future
+    // of this call, so nothing expires now).
+    store
+        .expire_approvals(a.requested_ms - 1, Some(0), 10)
+        .await
+        .unwrap();
+    let a = store.approval(a.id).await.unwrap().unwrap();
+    assert_eq!((a.approved, a.expires_ms), (None, Some(a.requested_ms)));
+    assert_eq!(
+        store.decide_approval(&job, true, "alice").await.unwrap(),
+        None,
+        "its time is over, whether or not a notifier closed it yet"
+    );
+    let a = store.approval(a.id).await.unwrap().unwrap();
+    assert_eq!(a.approved, None);
+
+    store.save_pins(&[pin("up.t", "h1")]).await.unwrap();
+    store
+        .save_pins(&[hold("up.t", "tool_change", "h2")])
+        .await
+        .unwrap();
+    let tool = store.tool_pins().await.unwrap()[0].approval_id.unwrap();
+    let requested = store.approval(tool).await.unwrap().unwrap().requested_ms;
+    store
+        .expire_approvals(requested - 1, Some(0), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .decide_tool_approval(tool, true, "alice")
+            .await
+            .unwrap(),
+        None
+    );
+    // Without a TTL, decisions work as ever.
+    let (job2, _) = awaiting(&*store, 2, 5_000).await;
+    assert!(
+        store
+            .decide_approval(&job2, true, "alice")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f: &dyn Fixture) {
+    let store = f.store();
+    let (job_a, a) = awaiting(&*store, 1, 5_000).await;
+    let (job_b, b) = awaiting(&*store, 2, 6_000).await;
+    let now = trawl_core::model::now_ms();
+    let lease = 1_000;
+    let ids = |v: &[ApprovalRecord]| v.iter().map(|r| r.id).collect::<Vec<_>>();
+
+    let claimed = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    assert_eq!(ids(&claimed), vec![a.id, b.id]);
+    assert!(
+        claimed
+            .iter()
+            .all(|r| r.notice() == Some(ApprovalNotice::Requested))
+    );
+    // Leased: nobody else gets them, until the lease runs out (the claimer died).
+    assert!(
+        store
+            .claim_approval_notices(now, lease, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .claim_approval_notices(now + lease - 1, lease, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = store
+        .claim_approval_notices(now + lease, lease, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&again), vec![a.id, b.id], "not lost with its claimer");
+
+    // Delivered: never claimed again for its request.
+    store
+        .approval_notice_sent(a.id, ApprovalNotice::Requested, now + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.approval(a.id).await.unwrap().unwrap().notified_ms,
+        Some(now + 1)
+    );
+    // Not delivered: claimable again from the time given.
+    store
+        .approval_notice_failed(b.id, now + 5_000)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .claim_approval_notices(now + 4_999, lease, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let retried = store
+        .claim_approval_notices(now + 5_000, lease, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&retried), vec![b.id]);
+    store.approval_notice_failed(b.id, now).await.unwrap();
+
+    // Decided after its request went out: the outcome is due, once.
+    store
+        .decide_approval(&job_a, true, "alice")
+        .await
+        .unwrap()
+        .unwrap();
+    // Decided before its request went out: nothing more to announce.
+    store
+        .decide_approval(&job_b, false, "bob")
+        .await
+        .unwrap()
+        .unwrap();
+    let decided = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    assert_eq!(ids(&decided), vec![a.id]);
+    assert_eq!(decided[0].notice(), Some(ApprovalNotice::Decided));
+    assert_eq!(decided[0].status(), "approved");
+    store
+        .approval_notice_sent(a.id, ApprovalNotice::Decided, now + 2)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .claim_approval_notices(now + 10 * lease, lease, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // An expiry of an announced request is an outcome to announce too.
+    let (_, c) = awaiting(&*store, 3, 7_000).await;
+    let got = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    assert_eq!(ids(&got), vec![c.id]);
+    store
+        .approval_notice_sent(c.id, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+    store
+        .expire_approvals(trawl_core::model::now_ms(), Some(0), 10)
+        .await
+        .unwrap();
+    let got = store
+        .claim_approval_notices(now + lease, lease, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&got), vec![c.id]);
+    assert_eq!(
+        (got[0].notice(), got[0].status()),
+        (Some(ApprovalNotice::Decided), "expired")
+    );
+
+    // At most `limit`, oldest first.
+    for n in 10..14 {
+        awaiting(&*store, n, 1_000).await;
+    }
+    let first = store.claim_approval_notices(now, lease, 3).await.unwrap();
+    let rest = store.claim_approval_notices(now, lease, 3).await.unwrap();
+    assert_eq!((first.len(), rest.len()), (3, 1));
+    assert!(first.iter().all(|r| r.id < rest[0].id));
+}
+
+pub(crate) async fn concurrent_claims_of_approval_notices_never_overlap(f: &dyn Fixture) {
+    let store = f.store();
+    for n in 0..40 {
+        awaiting(&*store, n, 1_000 + n as i64).await;
+    }
+    let now = trawl_core::model::now_ms();
+    let claims: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_approval_notices(now, 60_000, 15).await })
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for c in claims {
+        for r in c.await.unwrap().unwrap() {
+            total += 1;
+            assert!(seen.insert(r.id), "approval {} claimed twice", r.id);
+        }
+    }
+    assert_eq!((total, seen.len()), (40, 40));
+}
+
+pub(crate) async fn a_replaced_request_is_announced_again_only_when_it_changed(f: &dyn Fixture) {
+    let store = f.store();
+    let (job, a) = awaiting(&*store, 1, 5_000).await;
+    let now = trawl_core::model::now_ms();
+    store.expire_approvals(now, Some(60_000), 10).await.unwrap();
+    store.claim_approval_notices(now, 1_000, 10).await.unwrap();
+    store
+        .approval_notice_sent(a.id, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+
+    // Asked the same again (a scheduler planning it again): nothing new to say.
+    store
+        .request_approval(&ask(&job, 5_000, "over budget"))
+        .await
+        .unwrap();
+    let same = store.approval(a.id).await.unwrap().unwrap();
+    assert_eq!(same.notified_ms, Some(now));
+    assert!(same.expires_ms.is_some());
+    // Asked for more: announced again, with a new expiry.
+    store
+        .request_approval(&ask(&job, 9_000, "over budget"))
+        .await
+        .unwrap();
+    let changed = store.approval(a.id).await.unwrap().unwrap();
+    assert_eq!((changed.notified_ms, changed.expires_ms), (None, None));
+    let got = store.claim_approval_notices(now, 1_000, 10).await.unwrap();
+    assert_eq!(got.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a.id]);
+
+    // The same for a tool's change: the same change held again keeps its notice,
+    // another change is announced again.
+    store.save_pins(&[pin("up.t", "h1")]).await.unwrap();
+    store
+        .save_pins(&[hold("up.t", "tool_change", "h2")])
+        .await
+        .unwrap();
+    let tool = store.tool_pins().await.unwrap()[0].approval_id.unwrap();
+    store
+        .approval_notice_sent(tool, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+    store
+        .save_pins(&[hold("up.t", "tool_change", "h2")])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.approval(tool).await.unwrap().unwrap().notified_ms,
+        Some(now)
+    );
+    store
+        .save_pins(&[hold("up.t", "tool_change", "h3")])
+        .await
+        .unwrap();
+    let t = store.approval(tool).await.unwrap().unwrap();
+    assert_eq!((t.id, t.notified_ms), (tool, None));
 }

@@ -32,6 +32,10 @@
 //!   triggers, Postgres adds up per-slice tallies written with each outcome (a
 //!   per-job row would make concurrent writers of one job wait for each other).
 //! - An idempotency key names at most one job; a second is `PortError::Conflict`.
+//! - An approval is decided once, and only while pending and before its expiry;
+//!   an expired one is closed `approved = false, expired`. Its notices (Slack, the
+//!   outgoing webhook) go out through the row itself, claimed with a lease, and
+//!   are marked sent only after delivery: at least once, never lost.
 
 #[cfg(test)]
 mod conformance;

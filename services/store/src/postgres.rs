@@ -67,8 +67,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError, Recorded, RowCursor,
-    Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError,
+    Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -77,6 +77,7 @@ use rows::{
     json, rejection, text, trace_step,
 };
 
+mod notices;
 mod outcomes;
 mod rows;
 mod tools;
@@ -95,6 +96,16 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "tools",
         include_str!("../../../migrations/0003_tools.sql"),
     ),
+    (
+        4,
+        "approval_notices",
+        include_str!("../../../migrations/0004_approval_notices.sql"),
+    ),
+    (
+        5,
+        "trace_ids",
+        include_str!("../../../migrations/0005_trace_ids.sql"),
+    ),
 ];
 
 /// How long opening a connection may take before the database counts as down.
@@ -105,7 +116,7 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec::text AS spec, status, reason, estimate, created_ms, \
-             idempotency_key, request_digest FROM jobs ",
+             idempotency_key, request_digest, traceparent FROM jobs ",
             $tail
         )
     };
@@ -116,7 +127,7 @@ macro_rules! select_approvals {
     ($tail:literal) => {
         concat!(
             "SELECT id, kind, job_id, tool, amount, reason, detail::text AS detail, approved, \
-             decided_by, requested_ms, decided_ms FROM approvals ",
+             decided_by, requested_ms, decided_ms, expires_ms, expired, notified_ms FROM approvals ",
             $tail
         )
     };
@@ -295,8 +306,8 @@ impl Store for PgStore {
         let mut tx = self.pool.begin().await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest) \
-             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10)",
+             idempotency_key, request_digest, traceparent) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(job.id.as_str())
         .bind(text(&job.name))
@@ -308,6 +319,7 @@ impl Store for PgStore {
         .bind(now)
         .bind(job.idempotency.as_ref().map(|i| text(&i.key)))
         .bind(job.idempotency.as_ref().map(|i| text(&i.request_digest)))
+        .bind(job.traceparent.as_deref().map(text))
         .execute(&mut *tx)
         .await
         .port()?;
@@ -510,7 +522,8 @@ impl Store for PgStore {
     }
 
     /// Stores `approval` as pending (its decision fields are ignored), replacing a
-    /// pending one of the same job.
+    /// pending one of the same job. A replacement that asks something else is
+    /// announced again and gets a new expiry; one that asks the same keeps both.
     #[instrument(skip_all, fields(job_id = %approval.job_id))]
     async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
         sqlx::query(
@@ -518,7 +531,11 @@ impl Store for PgStore {
              VALUES ($1, $2, $3, $4) \
              ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
              amount = EXCLUDED.amount, reason = EXCLUDED.reason, \
-             requested_ms = EXCLUDED.requested_ms",
+             requested_ms = EXCLUDED.requested_ms, \
+             expires_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
+                 AND approvals.reason = EXCLUDED.reason THEN approvals.expires_ms END, \
+             notified_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
+                 AND approvals.reason = EXCLUDED.reason THEN approvals.notified_ms END",
         )
         .bind(approval.job_id.as_str())
         .bind(approval.amount.0)
@@ -540,7 +557,8 @@ impl Store for PgStore {
         let by = text(by);
         let row = sqlx::query(
             "UPDATE approvals SET approved = $1, decided_by = $2, decided_ms = $3 \
-             WHERE job_id = $4 AND approved IS NULL RETURNING amount, reason",
+             WHERE job_id = $4 AND approved IS NULL \
+             AND (expires_ms IS NULL OR expires_ms > $3) RETURNING amount, reason",
         )
         .bind(approved)
         .bind(&*by)
@@ -724,7 +742,7 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<TraceStep>, PortError> {
         let sql = "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
-                 latency_us, cost, at_ms FROM trace_steps \
+                 latency_us, cost, at_ms, trace_id, span_id FROM trace_steps \
                  WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
                  ORDER BY slice_id, seq LIMIT $4";
         self.page(sql, id, after, limit, trace_step).await
@@ -756,6 +774,39 @@ impl Store for PgStore {
             .await
             .port()?;
         row.as_ref().map(approval_record).transpose()
+    }
+
+    #[instrument(skip_all)]
+    async fn expire_approvals(
+        &self,
+        now_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        notices::expire_approvals(&self.pool, now_ms, ttl_ms, limit).await
+    }
+
+    #[instrument(skip_all)]
+    async fn claim_approval_notices(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        notices::claim_approval_notices(&self.pool, now_ms, lease_ms, limit).await
+    }
+
+    async fn approval_notice_sent(
+        &self,
+        id: i64,
+        notice: ApprovalNotice,
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        notices::approval_notice_sent(&self.pool, id, notice, at_ms).await
+    }
+
+    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
+        notices::approval_notice_failed(&self.pool, id, retry_at_ms).await
     }
 
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {

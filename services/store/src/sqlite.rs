@@ -26,8 +26,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError, Recorded, RowCursor,
-    Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError,
+    Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -36,6 +36,7 @@ use rows::{
     rejection, to_json, trace_step,
 };
 
+mod notices;
 mod outcomes;
 mod rows;
 pub(crate) mod tools;
@@ -46,6 +47,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v2.sql"),
     include_str!("sqlite_v3.sql"),
     include_str!("sqlite_v4.sql"),
+    include_str!("sqlite_v5.sql"),
+    include_str!("sqlite_v6.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -53,7 +56,7 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec, status, reason, estimate, created_ms, idempotency_key, \
-             request_digest FROM jobs ",
+             request_digest, traceparent FROM jobs ",
             $tail
         )
     };
@@ -64,7 +67,7 @@ macro_rules! select_approvals {
     ($tail:literal) => {
         concat!(
             "SELECT id, kind, job_id, tool, amount, reason, detail, approved, decided_by, \
-             requested_ms, decided_ms FROM approvals ",
+             requested_ms, decided_ms, expires_ms, expired, notified_ms FROM approvals ",
             $tail
         )
     };
@@ -214,7 +217,8 @@ impl Store for SqliteStore {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idempotency_key, request_digest, traceparent) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.as_str())
         .bind(job.name.as_str())
@@ -226,6 +230,7 @@ impl Store for SqliteStore {
         .bind(now)
         .bind(job.idempotency.as_ref().map(|i| i.key.as_str()))
         .bind(job.idempotency.as_ref().map(|i| i.request_digest.as_str()))
+        .bind(job.traceparent.as_deref())
         .execute(&mut *tx)
         .await
         .port()?;
@@ -405,14 +410,19 @@ impl Store for SqliteStore {
     }
 
     /// Stores `approval` as pending (its decision fields are ignored), replacing a
-    /// pending one of the same job.
+    /// pending one of the same job. A replacement that asks something else is
+    /// announced again and gets a new expiry; one that asks the same keeps both.
     #[instrument(skip_all, fields(job_id = %approval.job_id))]
     async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
         sqlx::query(
             "INSERT INTO approvals (job_id, amount, reason, requested_ms) VALUES (?, ?, ?, ?) \
              ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
              amount = excluded.amount, reason = excluded.reason, \
-             requested_ms = excluded.requested_ms",
+             requested_ms = excluded.requested_ms, \
+             expires_ms = CASE WHEN approvals.amount = excluded.amount \
+                 AND approvals.reason = excluded.reason THEN approvals.expires_ms END, \
+             notified_ms = CASE WHEN approvals.amount = excluded.amount \
+                 AND approvals.reason = excluded.reason THEN approvals.notified_ms END",
         )
         .bind(approval.job_id.as_str())
         .bind(approval.amount.0)
@@ -432,8 +442,9 @@ impl Store for SqliteStore {
         by: &str,
     ) -> Result<Option<Approval>, PortError> {
         let row = sqlx::query(
-            "UPDATE approvals SET approved = ?, decided_by = ?, decided_ms = ? \
-             WHERE job_id = ? AND approved IS NULL RETURNING amount, reason",
+            "UPDATE approvals SET approved = ?1, decided_by = ?2, decided_ms = ?3 \
+             WHERE job_id = ?4 AND approved IS NULL \
+             AND (expires_ms IS NULL OR expires_ms > ?3) RETURNING amount, reason",
         )
         .bind(approved)
         .bind(by)
@@ -619,7 +630,7 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<TraceStep>, PortError> {
         let sql = "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
-                 latency_us, cost, at_ms FROM trace_steps \
+                 latency_us, cost, at_ms, trace_id, span_id FROM trace_steps \
                  WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?";
         self.page(sql, id, after, limit, trace_step).await
     }
@@ -650,6 +661,39 @@ impl Store for SqliteStore {
             .await
             .port()?;
         row.as_ref().map(approval_record).transpose()
+    }
+
+    #[instrument(skip_all)]
+    async fn expire_approvals(
+        &self,
+        now_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        notices::expire_approvals(&mut *self.conn().await?, now_ms, ttl_ms, limit).await
+    }
+
+    #[instrument(skip_all)]
+    async fn claim_approval_notices(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        notices::claim_approval_notices(&mut *self.conn().await?, now_ms, lease_ms, limit).await
+    }
+
+    async fn approval_notice_sent(
+        &self,
+        id: i64,
+        notice: ApprovalNotice,
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        notices::approval_notice_sent(&mut *self.conn().await?, id, notice, at_ms).await
+    }
+
+    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
+        notices::approval_notice_failed(&mut *self.conn().await?, id, retry_at_ms).await
     }
 
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 use trawl_core::cost::Micros;
 use trawl_core::ports::{
     ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
@@ -295,23 +296,45 @@ impl ToolLayer {
         opts: &CallOptions<'_>,
         rec: &Recorder,
     ) -> Result<Vec<u8>, ToolError> {
-        let started = Instant::now();
-        let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
-        let catalog = self.catalog();
-        let (decision, reason, result) = self
-            .guarded(&catalog, tool, args, &args_digest, opts, rec)
-            .await;
-        let bytes = result.as_ref().map_or(0, Vec::len);
-        rec.audit(
+        let span = tracing::info_span!(
+            "tool_call",
+            otel.name = %format_args!("tool {tool}"),
             tool,
-            &args_digest,
-            decision,
-            &reason,
-            started.elapsed(),
-            bytes,
-            result.as_ref().err(),
+            decision = tracing::field::Empty,
+            cache = tracing::field::Empty,
+            outcome = tracing::field::Empty,
         );
-        result
+        async {
+            let started = Instant::now();
+            let args_digest = trawl_core::digest(&[tool, &args.to_string()]);
+            let catalog = self.catalog();
+            let (decision, reason, result) = self
+                .guarded(&catalog, tool, args, &args_digest, opts, rec)
+                .await;
+            let bytes = result.as_ref().map_or(0, Vec::len);
+            let elapsed = started.elapsed();
+            rec.audit(
+                tool,
+                &args_digest,
+                decision,
+                &reason,
+                elapsed,
+                bytes,
+                result.as_ref().err(),
+            );
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(e) if decision == "allow" => e.code.as_str(),
+                Err(_) => "refused",
+            };
+            let span = tracing::Span::current();
+            span.record("decision", decision);
+            span.record("outcome", outcome);
+            trawl_telemetry::names::tool_call(tool, outcome, elapsed);
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     /// The decision, its reason, and the call's result.
@@ -489,6 +512,17 @@ impl ToolLayer {
                 "",
             );
         };
+        // "shared": served by another call's load of the same key (its answer
+        // or its failure), counted as a hit, as the slice's trace does.
+        let cache = match &result {
+            Ok((_, Served::Hit)) => "hit",
+            Ok((_, Served::Coalesced)) => "shared",
+            Ok((_, Served::Loaded)) => "miss",
+            Err(_) if ran.load(Ordering::Relaxed) => "miss",
+            Err(_) => "shared",
+        };
+        tracing::Span::current().record("cache", cache);
+        trawl_telemetry::names::cache_lookup(cache != "miss");
         match result {
             Ok((body, Served::Loaded)) => Ok(body),
             Ok((body, Served::Hit | Served::Coalesced)) => {
@@ -576,7 +610,18 @@ impl ToolLayer {
                 }
             }
             let t = Instant::now();
-            match self.attempt(entry, args).await {
+            let span = tracing::info_span!(
+                "attempt",
+                otel.name = %format_args!("attempt {n} {tool}"),
+                tool,
+                attempt = n,
+                status = tracing::field::Empty,
+            );
+            let answer = self.attempt(entry, args).instrument(span.clone()).await;
+            let status = answer.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok");
+            span.record("status", status);
+            trawl_telemetry::names::upstream_attempt(tool, n, status);
+            match answer {
                 Ok(answer) => {
                     opts.budget.settle(price, answer.cost).await;
                     rec.step(
@@ -617,6 +662,9 @@ impl ToolLayer {
             .when(|e: &ToolError| e.is_transient())
             .adjust(|e: &ToolError, next: Option<Duration>| {
                 next.map(|d| policy.wait(d, e.retry_after))
+            })
+            .notify(|e: &ToolError, after: Duration| {
+                tracing::info!(error = %e.code, ?after, "retry");
             })
             .await
     }

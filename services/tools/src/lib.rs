@@ -279,6 +279,7 @@ impl Recorder {
         product: &str,
     ) {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let (trace_id, span_id) = trawl_telemetry::propagation::current_ids().unzip();
         let step = TraceStep {
             slice_id: self.slice_id.clone(),
             seq,
@@ -291,6 +292,8 @@ impl Recorder {
             latency_us: u64::try_from(latency.as_micros()).unwrap_or(u64::MAX),
             cost,
             at_ms: now_ms(),
+            trace_id,
+            span_id,
         };
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if cost > Micros::ZERO {
@@ -501,6 +504,7 @@ mod tests {
             estimate: Micros::ZERO,
             created_ms: now_ms(),
             idempotency: None,
+            traceparent: None,
         };
         store.create_job(&job, &[]).await.unwrap();
         (Arc::new(store), id)

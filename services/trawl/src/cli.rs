@@ -216,6 +216,11 @@ struct DeployArgs {
     /// Address the API listens on.
     #[arg(long, env = "TRAWL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Address of the operations listener (`/healthz`, `/readyz`, `/metrics`)
+    /// of `trawl scheduler`, `trawl worker` and `trawl api`; none when unset
+    /// (the API then serves `/metrics` on its own port).
+    #[arg(long, env = "TRAWL_OPS_LISTEN")]
+    ops_listen: Option<SocketAddr>,
     /// Bearer keys the API accepts, comma-separated.
     #[arg(
         long,
@@ -259,6 +264,31 @@ struct DeployArgs {
     /// How often workers list the upstream servers and read the tool pins again.
     #[arg(long, env = "TRAWL_TOOLS_REFRESH", default_value = "60s", value_parser = humantime::parse_duration)]
     tools_refresh: Duration,
+    /// Slack's incoming webhook: the scheduler posts every approval there, with
+    /// Approve and Reject buttons.
+    #[arg(long, env = "TRAWL_SLACK_WEBHOOK_URL", hide_env_values = true)]
+    slack_webhook_url: Option<String>,
+    /// The Slack app's signing secret: the API takes clicks on the buttons at
+    /// /v1/integrations/slack/interactions, checked with it.
+    #[arg(long, env = "TRAWL_SLACK_SIGNING_SECRET", hide_env_values = true)]
+    slack_signing_secret: Option<String>,
+    /// Hosts besides hooks.slack.com a click's response_url may name,
+    /// comma-separated (a proxy; tests).
+    #[arg(long, env = "TRAWL_SLACK_RESPONSE_HOSTS", value_delimiter = ',')]
+    slack_response_hosts: Vec<String>,
+    /// A generic outgoing webhook: every approval is POSTed there as signed JSON.
+    #[arg(long, env = "TRAWL_WEBHOOK_URL", hide_env_values = true)]
+    webhook_url: Option<String>,
+    /// The secret the outgoing webhook's bodies are signed with (HMAC-SHA256).
+    #[arg(long, env = "TRAWL_WEBHOOK_SECRET", hide_env_values = true)]
+    webhook_secret: Option<String>,
+    /// How long an approval waits for a decision before it expires (its job is
+    /// cancelled, its tool stays out); 0: it waits forever.
+    #[arg(long, env = "TRAWL_APPROVAL_TTL", default_value = "24h", value_parser = humantime::parse_duration)]
+    approval_ttl: Duration,
+    /// This API's public base URL, for links in Slack and webhook messages.
+    #[arg(long, env = "TRAWL_PUBLIC_URL")]
+    public_url: Option<String>,
     #[command(flatten)]
     sim: SimArgs,
 }
@@ -297,12 +327,14 @@ impl DeployArgs {
             .with_stop_grace(self.stop_grace)
             .with_shared_budget(true)
             .with_heartbeat((self.ack_wait / 3).max(Duration::from_millis(100)));
+        let (notify, slack) = self.approvals()?;
         Ok(crate::deployed::Settings {
             database_url: self.database_url.clone(),
             database_pool: self.database_pool,
             nats,
             redis,
             listen: self.listen,
+            ops_listen: self.ops_listen,
             api_keys: self
                 .api_keys
                 .iter()
@@ -341,7 +373,79 @@ impl DeployArgs {
                 .filter(|o| !o.is_empty())
                 .cloned()
                 .collect(),
+            notify,
+            slack,
         })
+    }
+
+    /// Approvals in Slack and the outgoing webhook: the notifier's settings, and
+    /// the API's Slack interactions when a signing secret is given. Every URL is
+    /// checked here, so a typo stops the role at start, not at the first approval.
+    fn approvals(
+        &self,
+    ) -> anyhow::Result<(
+        trawl_notify::NotifyConfig,
+        Option<crate::deployed::SlackInteractions>,
+    )> {
+        fn given(v: &Option<String>) -> Option<&str> {
+            v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+        }
+        let slack_webhook = given(&self.slack_webhook_url)
+            .map(|u| outbound_url("TRAWL_SLACK_WEBHOOK_URL", u))
+            .transpose()?;
+        let webhook = match (given(&self.webhook_url), given(&self.webhook_secret)) {
+            (Some(url), Some(secret)) => Some(trawl_notify::Webhook {
+                url: outbound_url("TRAWL_WEBHOOK_URL", url)?,
+                secret: SecretString::from(secret.to_owned()),
+            }),
+            (Some(_), None) => anyhow::bail!(
+                "TRAWL_WEBHOOK_URL is set without TRAWL_WEBHOOK_SECRET: the webhook's bodies are signed with it"
+            ),
+            (None, Some(_)) => {
+                anyhow::bail!("TRAWL_WEBHOOK_SECRET is set without TRAWL_WEBHOOK_URL")
+            }
+            (None, None) => None,
+        };
+        let public_url = given(&self.public_url)
+            .map(|u| {
+                let mut url = url::Url::parse(u)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("TRAWL_PUBLIC_URL: {u:?} is not an http(s) URL")
+                    })?;
+                if !url.path().ends_with('/') {
+                    url.set_path(&format!("{}/", url.path()));
+                }
+                Ok::<_, anyhow::Error>(url)
+            })
+            .transpose()?;
+        let mut hosts = Vec::new();
+        for h in self.slack_response_hosts.iter().map(|h| h.trim()) {
+            if h.is_empty() {
+                continue;
+            }
+            if h.contains(['/', ' ', '@', '?', '#']) {
+                anyhow::bail!(
+                    "TRAWL_SLACK_RESPONSE_HOSTS: {h:?} is not a host name (no scheme, port or path)"
+                );
+            }
+            hosts.push(h.to_owned());
+        }
+        let slack =
+            given(&self.slack_signing_secret).map(|secret| crate::deployed::SlackInteractions {
+                signing_secret: SecretString::from(secret.to_owned()),
+                response_hosts: hosts,
+                public_url: public_url.clone(),
+            });
+        let ttl = (!self.approval_ttl.is_zero()).then_some(self.approval_ttl);
+        let notify = trawl_notify::NotifyConfig::default()
+            .with_slack_webhook(slack_webhook)
+            .with_webhook(webhook)
+            .with_ttl(ttl)
+            .with_public_url(public_url)
+            .with_every(self.reconcile_every);
+        Ok((notify, slack))
     }
 
     /// The resource server's configuration, when both settings are given.
@@ -432,6 +536,29 @@ pub(crate) fn vault(home: &Path) -> anyhow::Result<trawl_tools::auth::Vault> {
 }
 
 /// `trawl login SERVER`: trawl's own grant for a protected upstream.
+/// A URL trawl posts to (`setting` names it in errors): https, or http to a
+/// loopback address only (a local relay, tests); no credentials in it except
+/// in the path, as Slack's webhook URLs carry theirs.
+fn outbound_url(setting: &str, raw: &str) -> anyhow::Result<url::Url> {
+    let url = url::Url::parse(raw).map_err(|e| anyhow::anyhow!("{setting}: not a URL ({e})"))?;
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    };
+    match url.scheme() {
+        "https" if url.host().is_some() => {}
+        "http" if loopback => {}
+        "http" => anyhow::bail!("{setting}: use https (http only to a loopback address)"),
+        other => anyhow::bail!("{setting}: {other}: URLs are not supported; use https"),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        anyhow::bail!("{setting}: user and password in the URL are not supported");
+    }
+    Ok(url)
+}
+
 async fn login(server: &str, config: &Path, home: &Path) -> anyhow::Result<()> {
     let tools = trawl_tools::config::ToolsConfig::load(config)?;
     let s = tools
@@ -459,7 +586,6 @@ async fn login(server: &str, config: &Path, home: &Path) -> anyhow::Result<()> {
 
 /// The program: parses the arguments, runs the command, returns its exit code.
 pub fn main() -> ExitCode {
-    crate::telemetry::init();
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -471,11 +597,33 @@ pub fn main() -> ExitCode {
             return ExitCode::from(exit::ERROR);
         }
     };
-    match rt.block_on(dispatch(cli.command)) {
+    let telemetry = {
+        let _in_runtime = rt.enter();
+        trawl_telemetry::init(cli.command.service_name())
+    };
+    let code = match rt.block_on(dispatch(cli.command)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(exit::ERROR)
+        }
+    };
+    // Outside the runtime: the exporter flushes on its own thread.
+    telemetry.shutdown();
+    code
+}
+
+impl Command {
+    /// The OpenTelemetry service name of the process (`OTEL_SERVICE_NAME`
+    /// overrides it).
+    fn service_name(&self) -> &'static str {
+        match self {
+            Command::Api { .. } => "trawl-api",
+            Command::Scheduler { .. } => "trawl-scheduler",
+            Command::Worker { .. } => "trawl-worker",
+            Command::Dev { .. } => "trawl-dev",
+            Command::Sim { .. } => "trawl-sim",
+            _ => "trawl",
         }
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
-use trawl_api::{ApiState, Auth};
+use trawl_api::{ApiState, Auth, OpsBackends};
 use trawl_cache::{RedisCache, RedisConfig, SqliteCache};
 use trawl_core::cost::PriceTable;
 use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
@@ -44,6 +44,10 @@ pub struct Settings {
     pub redis: RedisConfig,
     /// Where the API listens.
     pub listen: SocketAddr,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served apart from the
+    /// API (`TRAWL_OPS_LISTEN`): by the scheduler and the workers, and by the
+    /// API, which then keeps `/metrics` off its own port.
+    pub ops_listen: Option<SocketAddr>,
     /// Bearer keys the API accepts; empty means no authentication.
     pub api_keys: Vec<SecretString>,
     pub upstream: Upstream,
@@ -67,6 +71,22 @@ pub struct Settings {
     pub mcp_allowed_hosts: Vec<String>,
     /// Browser `Origin`s `/mcp` accepts besides loopback ones.
     pub mcp_allowed_origins: Vec<String>,
+    /// Approvals in Slack and the outgoing webhook, and their TTL: the notifier
+    /// of `trawl scheduler` and `trawl dev`.
+    pub notify: trawl_notify::NotifyConfig,
+    /// Clicks from Slack, when a signing secret is set (`trawl api`, `trawl dev`).
+    pub slack: Option<SlackInteractions>,
+}
+
+/// What the API needs to take clicks from Slack.
+#[derive(Clone, Debug)]
+pub struct SlackInteractions {
+    /// The Slack app's signing secret (`TRAWL_SLACK_SIGNING_SECRET`).
+    pub signing_secret: SecretString,
+    /// Hosts besides `hooks.slack.com` a click's `response_url` may name.
+    pub response_hosts: Vec<String>,
+    /// The API's public base URL, for links in updated messages.
+    pub public_url: Option<url::Url>,
 }
 
 /// The tool layer over Bright Data (or the simulator) and `cache`, and the
@@ -180,10 +200,41 @@ async fn api_state(
         }
         state = state.with_oauth(Arc::new(rs));
     }
+    if let Some(slack) = &s.slack {
+        let config = trawl_api::SlackConfig::new(
+            slack.signing_secret.clone(),
+            trawl_notify::ResponseHosts::new(slack.response_hosts.iter().cloned()),
+            slack.public_url.clone(),
+        )
+        .context("building the Slack interactions client")?;
+        state = state.with_slack(config);
+        eprintln!(
+            "Slack: clicks on approval buttons are taken at /v1/integrations/slack/interactions"
+        );
+    }
     Ok(state.with_mcp(trawl_api::McpConfig::new(
         hosts,
         s.mcp_allowed_origins.clone(),
     )))
+}
+
+/// The approvals notifier of the scheduler role and `trawl dev`: expires
+/// approvals after the TTL and posts them to Slack and the outgoing webhook.
+fn notifier(s: &Settings, store: Arc<dyn Store>) -> anyhow::Result<Arc<trawl_notify::Notifier>> {
+    let n = &s.notify;
+    let sinks: Vec<&str> = [
+        n.slack_webhook.as_ref().map(|_| "Slack"),
+        n.webhook.as_ref().map(|_| "the outgoing webhook"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !sinks.is_empty() {
+        eprintln!("approvals: posted to {}", sinks.join(" and "));
+    }
+    let notifier = trawl_notify::Notifier::new(store, n.clone())
+        .context("building the approvals notifier's HTTP client")?;
+    Ok(Arc::new(notifier))
 }
 
 /// Refuses to serve an open API anywhere but on loopback.
@@ -213,20 +264,23 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let cache = redis(s).await?;
     let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
     let refresh = refresh_tools(&tools, s, cancel.clone());
-    let state = ApiState::new(
-        store,
-        Arc::new(events),
-        Arc::new(queue),
-        cache,
-        s.prices,
-        auth(s),
-    );
+    let queue: Arc<dyn SliceQueue> = Arc::new(queue);
+    let (state_store, state_queue, state_cache): (Arc<dyn Store>, _, Arc<dyn ContentCache>) =
+        (store.clone(), queue.clone(), cache.clone());
+    let state = ApiState::new(store, Arc::new(events), queue, cache, s.prices, auth(s));
     let state = api_state(s, state, tools, &cancel).await?;
     if s.api_keys.is_empty() && s.oauth.is_none() {
         eprintln!("trawl api: no TRAWL_API_KEYS and no OAuth, the API is open (loopback only)");
     }
+    let backends = OpsBackends {
+        store: state_store,
+        queue: state_queue,
+        cache: Some(state_cache),
+    };
+    let ops = ops(s, backends, &cancel).await?;
+    let router = with_metrics(trawl_api::router(state), ops.is_none());
     let listener = bind(s.listen).await?;
-    let served = trawl_api::serve(listener, trawl_api::router(state), cancel.clone()).await;
+    let served = trawl_api::serve(listener, router, cancel.clone()).await;
     cancel.cancel();
     if let Some(refresh) = refresh {
         let _ = refresh.await;
@@ -234,7 +288,41 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     if let Some(sim) = sim {
         let _ = sim.shutdown().await;
     }
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     served.context("serving the API")
+}
+
+/// The API's router, with `/metrics` on it unless an ops listener serves it.
+fn with_metrics(router: trawl_api::Router, on_api_port: bool) -> trawl_api::Router {
+    if on_api_port {
+        trawl_api::with_metrics(router)
+    } else {
+        router
+    }
+}
+
+/// Serves `/healthz`, `/readyz` over `backends` and `/metrics` on
+/// `TRAWL_OPS_LISTEN`, when it is set, until `cancel` fires.
+async fn ops(
+    s: &Settings,
+    backends: OpsBackends,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(addr) = s.ops_listen else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr} (TRAWL_OPS_LISTEN)"))?;
+    eprintln!("trawl ops listening on http://{}", listener.local_addr()?);
+    let cancel = cancel.clone();
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = trawl_api::serve(listener, trawl_api::ops_router(backends), cancel).await {
+            tracing::warn!(error = %e, "the ops listener stopped");
+        }
+    })))
 }
 
 /// `trawl scheduler`: plans, publishes, finishes and reconciles every job.
@@ -243,15 +331,33 @@ pub async fn scheduler(s: &Settings, cancel: CancellationToken) -> anyhow::Resul
     let queue = nats(s).await?;
     let events = queue.events();
     let rx = events.subscribe().await.context("subscribing to events")?;
+    let queue: Arc<dyn SliceQueue> = Arc::new(queue);
+    let ops = ops(
+        s,
+        OpsBackends {
+            store: store.clone(),
+            queue: queue.clone(),
+            cache: None,
+        },
+        &cancel,
+    )
+    .await?;
+    let notifier = notifier(s, store.clone())?;
     let service = Arc::new(Service {
         store,
-        queue: Arc::new(queue),
+        queue,
         events: Arc::new(events),
         prices: s.prices,
         config: s.scheduler.clone(),
     });
     eprintln!("trawl scheduler running");
-    service.run(rx, cancel).await;
+    let notifying = tokio::spawn(notifier.run(cancel.clone()));
+    service.run(rx, cancel.clone()).await;
+    cancel.cancel();
+    let _ = notifying.await;
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     Ok(())
 }
 
@@ -261,10 +367,21 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
     let queue = nats(s).await?;
     let events = queue.events();
     let cache = redis(s).await?;
-    let (tools, sim) = tools(s, cache, store.clone()).await?;
+    let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
     let refresh = refresh_tools(&tools, s, cancel.clone());
+    let queue: Arc<dyn SliceQueue> = Arc::new(queue);
+    let ops = ops(
+        s,
+        OpsBackends {
+            store: store.clone(),
+            queue: queue.clone(),
+            cache: Some(cache),
+        },
+        &cancel,
+    )
+    .await?;
     let worker = Arc::new(Worker::new(
-        Arc::new(queue),
+        queue,
         store,
         Arc::new(events),
         tools,
@@ -281,6 +398,9 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
     }
     if let Some(sim) = sim {
         let _ = sim.shutdown().await;
+    }
+    if let Some(ops) = ops {
+        let _ = ops.await;
     }
     Ok(())
 }
@@ -328,6 +448,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         tools,
         s.worker.clone(),
     ));
+    let notifier = notifier(s, store.clone())?;
     let service = Arc::new(Service {
         store,
         queue,
@@ -337,8 +458,11 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     });
     let tasks = tokio_util::task::TaskTracker::new();
     tasks.spawn(service.run(rx, cancel.clone()));
+    tasks.spawn(notifier.run(cancel.clone()));
     tasks.spawn(worker.run(cancel.clone()));
-    let served = trawl_api::serve(listener, trawl_api::router(state), cancel.clone()).await;
+    // One process on loopback: `/metrics` is on the API's port.
+    let router = with_metrics(trawl_api::router(state), true);
+    let served = trawl_api::serve(listener, router, cancel.clone()).await;
     cancel.cancel();
     tasks.close();
     tasks.wait().await;

@@ -9,7 +9,6 @@
 //!   the built-in simulator when no token is set.
 //! - [`output`]: `items.jsonl`, `rejections.jsonl` and `summary.json`.
 //! - [`progress`]: a progress bar on a terminal, log lines otherwise.
-//! - [`telemetry`]: the tracing setup every role shares.
 //! - [`tools_cli`]: `trawl tools`: the tool layer's catalog, search, scanner,
 //!   pins and approvals.
 
@@ -19,5 +18,4 @@ pub mod deployed;
 pub mod embedded;
 pub mod output;
 pub mod progress;
-pub mod telemetry;
 pub mod tools_cli;

@@ -325,7 +325,20 @@ impl Worker {
 
     async fn handle(&self, d: Delivery, abort: &CancellationToken) {
         let msg = d.message.clone();
-        let span = tracing::info_span!("slice", job_id = %msg.job_id, slice_id = %msg.slice.id, kind = msg.slice.kind.name(), delivery = d.delivery);
+        let span = tracing::info_span!(
+            "slice",
+            otel.name = %format_args!("slice {}", msg.slice.kind.name()),
+            job_id = %msg.job_id,
+            slice_id = %msg.slice.id,
+            kind = msg.slice.kind.name(),
+            delivery = d.delivery,
+            outcome = tracing::field::Empty,
+            items.valid = tracing::field::Empty,
+            items.rejected = tracing::field::Empty,
+        );
+        // The span that published the slice (the scheduler's planning, or the
+        // parent slice that found it) is this one's parent: one job, one trace.
+        trawl_telemetry::propagation::set_parent(&span, d.traceparent.as_deref());
         async {
             let work = self.process(&d);
             tokio::pin!(work);
@@ -381,7 +394,7 @@ impl Worker {
             let i = (d.delivery.max(1) as usize - 1).min(self.config.redeliver.len() - 1);
             return Ok(Processed::Again(self.config.redeliver[i]));
         }
-        finish_slice(
+        let written = finish_slice(
             self.store.as_ref(),
             self.queue.as_ref(),
             self.events.as_ref(),
@@ -390,6 +403,14 @@ impl Worker {
             &outcome,
         )
         .await?;
+        // Validation, on the slice's span: each item is checked on its own.
+        let span = tracing::Span::current();
+        span.record("outcome", outcome.status().as_str());
+        span.record("items.valid", outcome.items.len());
+        span.record("items.rejected", outcome.rejections.len());
+        if written {
+            record_metrics(msg.slice.kind.name(), &outcome);
+        }
         Ok(Processed::Done)
     }
 }
@@ -402,8 +423,20 @@ enum Processed {
     Again(Duration),
 }
 
+/// Counts a slice whose outcome was written into the process's metrics.
+pub fn record_metrics(kind: &'static str, outcome: &SliceOutcome) {
+    trawl_telemetry::names::slice_recorded(
+        kind,
+        outcome.error.is_none(),
+        outcome.items.len() as u64,
+        outcome.rejections.len() as u64,
+        outcome.costs.iter().map(|c| c.amount.0.max(0) as u64).sum(),
+    );
+}
+
 /// Writes an outcome, publishes the new children and emits `slice.finished`.
-/// Shared by workers and by the scheduler when it fails a dead letter.
+/// Shared by workers and by the scheduler when it fails a dead letter. True
+/// when this call wrote the outcome (false: a redelivery found it written).
 pub async fn finish_slice(
     store: &dyn Store,
     queue: &dyn SliceQueue,
@@ -411,7 +444,7 @@ pub async fn finish_slice(
     job_id: &JobId,
     slice_id: &trawl_core::model::SliceId,
     outcome: &SliceOutcome,
-) -> Result<(), PortError> {
+) -> Result<bool, PortError> {
     let recorded = store.record_outcome(job_id, slice_id, outcome).await?;
     let children: Vec<SliceMessage> = recorded
         .new_children
@@ -434,5 +467,5 @@ pub async fn finish_slice(
             .slice_finished(SliceFinished::of(job_id, slice_id, outcome, children))
             .await?;
     }
-    Ok(())
+    Ok(recorded.written)
 }

@@ -221,6 +221,7 @@ impl Rig {
             estimate: p.estimate.cost,
             created_ms,
             idempotency: None,
+            traceparent: None,
         };
         self.store.create_job(&job, &p.slices).await.unwrap();
         (job.id, p.slices)

@@ -250,12 +250,18 @@ impl NatsQueue {
             return None;
         }
         let decoded = trawl_proto::decode_slice(&message.payload);
+        let traceparent = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(TRACEPARENT))
+            .map(|v| v.as_str().to_owned());
         let (message, acker) = message.split();
         match decoded {
             Ok(slice) => Some(Delivery {
                 message: slice,
                 delivery: delivered,
                 max_deliver: self.max_deliver(),
+                traceparent,
                 acker: Box::new(NatsAcker {
                     acker,
                     link: self.link().clone(),
@@ -332,6 +338,17 @@ impl NatsQueue {
     }
 }
 
+/// The header carrying the publishing span's W3C trace context.
+const TRACEPARENT: &str = trawl_telemetry::propagation::TRACEPARENT;
+
+/// `publish` with the current span's `traceparent` header, when it has one.
+fn traced(publish: PublishMessage) -> PublishMessage {
+    match trawl_telemetry::propagation::current_traceparent() {
+        Some(tp) => publish.header(TRACEPARENT, tp.as_str()),
+        None => publish,
+    }
+}
+
 #[async_trait]
 impl SliceQueue for NatsQueue {
     /// Publishes with `Nats-Msg-Id` = [`SliceMessage::msg_id`] and waits for the
@@ -341,9 +358,11 @@ impl SliceQueue for NatsQueue {
         link.check_up()?;
         let subject = link.names.slice_subject(&msg.slice.kind);
         let id = msg.msg_id();
-        let publish = PublishMessage::build()
-            .payload(trawl_proto::encode_slice(msg).into())
-            .message_id(&id);
+        let publish = traced(
+            PublishMessage::build()
+                .payload(trawl_proto::encode_slice(msg).into())
+                .message_id(&id),
+        );
         let ack = link
             .js
             .send_publish(subject, publish)
@@ -367,12 +386,16 @@ impl SliceQueue for NatsQueue {
     async fn publish_many(&self, msgs: &[SliceMessage]) -> Result<(), PortError> {
         let link = self.link();
         link.check_up()?;
+        let traceparent = trawl_telemetry::propagation::current_traceparent();
         for chunk in msgs.chunks(PUBLISH_WINDOW) {
             let mut acks = Vec::with_capacity(chunk.len());
             for msg in chunk {
-                let publish = PublishMessage::build()
+                let mut publish = PublishMessage::build()
                     .payload(trawl_proto::encode_slice(msg).into())
                     .message_id(msg.msg_id());
+                if let Some(tp) = &traceparent {
+                    publish = publish.header(TRACEPARENT, tp.as_str());
+                }
                 let ack = link
                     .js
                     .send_publish(link.names.slice_subject(&msg.slice.kind), publish)

@@ -82,14 +82,14 @@ WITH input AS (
     ON CONFLICT DO NOTHING
 ), new_trace AS (
     INSERT INTO trace_steps (job_id, slice_id, seq, tool, args_digest, cache_hit, attempt,
-        status, error, latency_us, cost, at_ms)
+        status, error, latency_us, cost, at_ms, trace_id, span_id)
     SELECT t.job_id, t.slice_id, t.seq, t.tool, t.args_digest, t.cache_hit, t.attempt,
-        t.status, t.error, t.latency_us, t.cost, t.at_ms
+        t.status, t.error, t.latency_us, t.cost, t.at_ms, t.trace_id, t.span_id
     FROM UNNEST($26::text[], $27::text[], $28::bigint[], $29::text[], $30::text[],
             $31::bool[], $32::bigint[], $33::text[], $34::text[], $35::bigint[],
-            $36::bigint[], $37::bigint[])
+            $36::bigint[], $37::bigint[], $61::text[], $62::text[])
         AS t (job_id, slice_id, seq, tool, args_digest, cache_hit, attempt, status, error,
-            latency_us, cost, at_ms)
+            latency_us, cost, at_ms, trace_id, span_id)
     WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
 ), new_costs AS (
@@ -319,6 +319,8 @@ struct Columns {
     t_latency: Vec<i64>,
     t_cost: Vec<i64>,
     t_at: Vec<i64>,
+    t_trace: Vec<Option<String>>,
+    t_span: Vec<Option<String>>,
     // costs
     c_job: Vec<String>,
     c_slice: Vec<String>,
@@ -406,6 +408,8 @@ impl Columns {
             self.t_latency.push(to_i64(t.latency_us));
             self.t_cost.push(t.cost.0);
             self.t_at.push(t.at_ms);
+            self.t_trace.push(t.trace_id.clone());
+            self.t_span.push(t.span_id.clone());
         }
         for c in &p.costs {
             self.c_job.push(j.into());
@@ -516,6 +520,8 @@ async fn write_batch(
         .bind(&c.a_bytes)
         .bind(&c.a_error)
         .bind(&c.a_at)
+        .bind(&c.t_trace)
+        .bind(&c.t_span)
         .fetch_one(pool)
         .await
         .port()?;

@@ -193,6 +193,7 @@ pub(super) fn job_record(row: &PgRow) -> Result<JobRecord, PortError> {
             }),
             None => None,
         },
+        traceparent: get(row, "traceparent")?,
     })
 }
 
@@ -233,6 +234,8 @@ pub(super) fn trace_step(row: &PgRow) -> Result<TraceStep, PortError> {
         latency_us: get_u64(row, "latency_us")?,
         cost: Micros(get(row, "cost")?),
         at_ms: get(row, "at_ms")?,
+        trace_id: get(row, "trace_id")?,
+        span_id: get(row, "span_id")?,
     })
 }
 
@@ -255,6 +258,9 @@ pub(super) fn approval_record(row: &PgRow) -> Result<ApprovalRecord, PortError> 
         decided_by: get(row, "decided_by")?,
         requested_ms: get(row, "requested_ms")?,
         decided_ms: get(row, "decided_ms")?,
+        expires_ms: get(row, "expires_ms")?,
+        expired: get(row, "expired")?,
+        notified_ms: get(row, "notified_ms")?,
     })
 }
 

@@ -65,7 +65,12 @@ pub(super) async fn save_pins(pool: &PgPool, changes: &[PinChange]) -> Result<()
                      ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool') \
                      DO UPDATE SET \
                      kind = EXCLUDED.kind, reason = EXCLUDED.reason, detail = EXCLUDED.detail, \
-                     requested_ms = EXCLUDED.requested_ms RETURNING id",
+                     requested_ms = EXCLUDED.requested_ms, \
+                     expires_ms = CASE WHEN approvals.kind = EXCLUDED.kind AND approvals.detail = EXCLUDED.detail \
+                         THEN approvals.expires_ms END, \
+                     notified_ms = CASE WHEN approvals.kind = EXCLUDED.kind AND approvals.detail = EXCLUDED.detail \
+                         THEN approvals.notified_ms END \
+                     RETURNING id",
                 )
                 .bind(*kind)
                 .bind(text(tool))
@@ -138,7 +143,8 @@ pub(super) async fn decide_tool_approval(
     let mut tx = pool.begin().await.port()?;
     let tool: Option<String> = sqlx::query_scalar(
         "UPDATE approvals SET approved = $1, decided_by = $2, decided_ms = $3 \
-         WHERE id = $4 AND approved IS NULL AND tool IS NOT NULL RETURNING tool",
+         WHERE id = $4 AND approved IS NULL AND tool IS NOT NULL \
+         AND (expires_ms IS NULL OR expires_ms > $3) RETURNING tool",
     )
     .bind(approved)
     .bind(&by)
@@ -176,7 +182,8 @@ pub(super) async fn decide_tool_approval(
     }
     let row = sqlx::query(
         "SELECT id, kind, job_id, tool, amount, reason, detail::text AS detail, approved, \
-         decided_by, requested_ms, decided_ms FROM approvals WHERE id = $1",
+         decided_by, requested_ms, decided_ms, expires_ms, expired, notified_ms FROM approvals \
+         WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&mut *tx)

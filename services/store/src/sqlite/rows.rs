@@ -106,9 +106,9 @@ const REJECTIONS: Insert = Insert {
 
 const TRACE_STEPS: Insert = Insert {
     head: "INSERT INTO trace_steps (job_id, slice_id, seq, tool, args_digest, cache_hit, \
-           attempt, status, error, latency_us, cost, at_ms)",
-    row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    params: 12,
+           attempt, status, error, latency_us, cost, at_ms, trace_id, span_id)",
+    row: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    params: 14,
     tail: SKIP,
 };
 
@@ -233,7 +233,9 @@ pub(super) async fn insert_trace_steps(
             .bind(t.error.as_deref())
             .bind(to_i64(t.latency_us))
             .bind(t.cost.0)
-            .bind(t.at_ms))
+            .bind(t.at_ms)
+            .bind(t.trace_id.as_deref())
+            .bind(t.span_id.as_deref()))
     });
     for q in statements {
         q?.execute(&mut *conn).await.port()?;
@@ -384,6 +386,7 @@ pub(super) fn job_record(row: &SqliteRow) -> Result<JobRecord, PortError> {
             }),
             None => None,
         },
+        traceparent: get(row, "traceparent")?,
     })
 }
 
@@ -424,6 +427,8 @@ pub(super) fn trace_step(row: &SqliteRow) -> Result<TraceStep, PortError> {
         latency_us: get_u64(row, "latency_us")?,
         cost: Micros(get(row, "cost")?),
         at_ms: get(row, "at_ms")?,
+        trace_id: get(row, "trace_id")?,
+        span_id: get(row, "span_id")?,
     })
 }
 
@@ -446,6 +451,9 @@ pub(super) fn approval_record(row: &SqliteRow) -> Result<ApprovalRecord, PortErr
         decided_by: get(row, "decided_by")?,
         requested_ms: get(row, "requested_ms")?,
         decided_ms: get(row, "decided_ms")?,
+        expires_ms: get(row, "expires_ms")?,
+        expired: get(row, "expired")?,
+        notified_ms: get(row, "notified_ms")?,
     })
 }
 

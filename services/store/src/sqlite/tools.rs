@@ -69,7 +69,12 @@ pub(super) async fn save_pins(
                      ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool') \
                      DO UPDATE SET \
                      kind = excluded.kind, reason = excluded.reason, detail = excluded.detail, \
-                     requested_ms = excluded.requested_ms RETURNING id",
+                     requested_ms = excluded.requested_ms, \
+                     expires_ms = CASE WHEN approvals.kind = excluded.kind AND approvals.detail IS excluded.detail \
+                         THEN approvals.expires_ms END, \
+                     notified_ms = CASE WHEN approvals.kind = excluded.kind AND approvals.detail IS excluded.detail \
+                         THEN approvals.notified_ms END \
+                     RETURNING id",
                 )
                 .bind(*kind)
                 .bind(tool)
@@ -139,8 +144,9 @@ pub(super) async fn decide_tool_approval(
     let now = now_ms();
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
     let tool: Option<String> = sqlx::query_scalar(
-        "UPDATE approvals SET approved = ?, decided_by = ?, decided_ms = ? \
-         WHERE id = ? AND approved IS NULL AND tool IS NOT NULL RETURNING tool",
+        "UPDATE approvals SET approved = ?1, decided_by = ?2, decided_ms = ?3 \
+         WHERE id = ?4 AND approved IS NULL AND tool IS NOT NULL \
+         AND (expires_ms IS NULL OR expires_ms > ?3) RETURNING tool",
     )
     .bind(approved)
     .bind(by)
@@ -167,7 +173,7 @@ pub(super) async fn decide_tool_approval(
     update.bind(&tool).bind(id).execute(&mut *tx).await.port()?;
     let row = sqlx::query(
         "SELECT id, kind, job_id, tool, amount, reason, detail, approved, decided_by, \
-         requested_ms, decided_ms FROM approvals WHERE id = ?",
+         requested_ms, decided_ms, expires_ms, expired, notified_ms FROM approvals WHERE id = ?",
     )
     .bind(id)
     .fetch_one(&mut *tx)

@@ -1,0 +1,224 @@
+//! `POST /v1/integrations/slack/interactions`: clicks on the Approve and Reject
+//! buttons of trawl's Slack messages.
+//!
+//! Slack signs the request instead of sending a bearer token, so the route is
+//! outside the `/v1` key check. Step by step:
+//!
+//! 1. the raw body is read, within the API's body limit;
+//! 2. `X-Slack-Signature` is checked over `v0:{X-Slack-Request-Timestamp}:{raw
+//!    body}` with the signing secret, in constant time, and a timestamp more than
+//!    5 minutes off is refused: any failure is 401 problem+json, nothing parsed,
+//!    nothing changed;
+//! 3. only then the form's `payload` is parsed; a `block_actions` click on one of
+//!    trawl's buttons is decided through the REST API's own path
+//!    ([`crate::approvals::decide`]), as `slack:<user id> (<name>)`;
+//! 4. Slack gets its 200 at once; the message is updated through the click's
+//!    `response_url` afterwards (the decision, without buttons), or, when the
+//!    approval was already decided or has expired, the user alone is told so
+//!    (ephemeral) and nothing is applied.
+//!
+//! A `response_url` is only posted to at `https://hooks.slack.com` or a host in
+//! `TRAWL_SLACK_RESPONSE_HOSTS` ([`ResponseHosts`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+use trawl_core::model::now_ms;
+use trawl_notify::ResponseHosts;
+use trawl_notify::signature::{SLACK_SIGNATURE, SLACK_TIMESTAMP, verify_slack};
+use trawl_notify::slack::{
+    Click, Interaction, MessageContext, already_closed, decided_message, ephemeral,
+    parse_interaction,
+};
+use url::Url;
+
+use crate::approvals::decide;
+use crate::error::{ApiError, Problem};
+use crate::state::ApiState;
+
+/// How long one reply to a `response_url` may take.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries of one reply (Slack accepts up to five uses of a `response_url`).
+const REPLY_ATTEMPTS: u32 = 3;
+
+/// What the interactions route needs: the signing secret, where replies may go,
+/// and a client to send them with.
+pub struct SlackConfig {
+    secret: SecretString,
+    hosts: ResponseHosts,
+    public_url: Option<Url>,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for SlackConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlackConfig")
+            .field("hosts", &self.hosts)
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SlackConfig {
+    /// `secret`: the app's signing secret (Basic Information → Signing Secret).
+    /// `hosts`: hosts besides `hooks.slack.com` a reply may go to. `public_url`:
+    /// the API's own address, for links in the updated message.
+    pub fn new(
+        secret: SecretString,
+        hosts: ResponseHosts,
+        public_url: Option<Url>,
+    ) -> Result<SlackConfig, reqwest::Error> {
+        trawl_notify::ensure_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(REPLY_TIMEOUT)
+            .connect_timeout(REPLY_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("trawl/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(SlackConfig {
+            secret,
+            hosts,
+            public_url,
+            http,
+        })
+    }
+}
+
+/// A click on Approve or Reject in Slack.
+#[utoipa::path(
+    post,
+    path = "/v1/integrations/slack/interactions",
+    tag = "approvals",
+    request_body(
+        content = String,
+        content_type = "application/x-www-form-urlencoded",
+        description = "Slack's interaction payload: one `payload` field holding the JSON of a \
+            `block_actions` click. Signed by Slack: `X-Slack-Signature: v0=<hex HMAC-SHA256 of \
+            \"v0:{X-Slack-Request-Timestamp}:{raw body}\">` with the app's signing secret; the \
+            timestamp must be within 5 minutes of the server's clock.",
+    ),
+    params(
+        ("X-Slack-Signature" = String, Header, description = "`v0=` and the hex HMAC-SHA256 of the signed string."),
+        ("X-Slack-Request-Timestamp" = i64, Header, description = "When Slack signed it, in Unix seconds."),
+    ),
+    responses(
+        (status = 200, description = "Taken: the decision is applied (or, for an approval already decided or expired, the user is told so) and the message is updated through the payload's `response_url`."),
+        (status = 400, description = "Signed, but not an interaction payload.", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Signature missing, stale (more than 5 minutes off) or wrong; nothing was done.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Slack is not configured (no `TRAWL_SLACK_SIGNING_SECRET`).", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large.", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub(crate) async fn interactions(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let Some(slack) = state.slack.clone() else {
+        return Err(ApiError::NotFound(
+            "Slack integration: TRAWL_SLACK_SIGNING_SECRET is not set".to_owned(),
+        ));
+    };
+    let body = body.map_err(|r| ApiError::from_body(&r, state.body_limit))?;
+    verify_slack(
+        slack.secret.expose_secret().as_bytes(),
+        headers.get(SLACK_TIMESTAMP).map(|v| v.as_bytes()),
+        headers.get(SLACK_SIGNATURE).map(|v| v.as_bytes()),
+        &body,
+        now_ms().div_euclid(1000),
+    )
+    .map_err(|e| {
+        warn!(error = %e, "Slack interaction refused");
+        ApiError::BadSignature(e.to_string())
+    })?;
+    let click = match parse_interaction(&body).map_err(|e| ApiError::BadRequest(e.to_string()))? {
+        Interaction::Click(click) => click,
+        Interaction::Ignored(why) => {
+            debug!(%why, "Slack interaction ignored");
+            return Ok(StatusCode::OK);
+        }
+    };
+    let reply = answer(&state, &slack, &click).await?;
+    match (reply, click.response_url.as_deref()) {
+        (Some(reply), Some(url)) => match slack.hosts.check(url) {
+            Ok(url) => {
+                let http = slack.http.clone();
+                tokio::spawn(post_reply(http, url, reply, REPLY_ATTEMPTS));
+            }
+            Err(why) => warn!(%why, "Slack interaction: not answering at its response_url"),
+        },
+        (Some(_), None) => debug!("Slack interaction without a response_url"),
+        (None, _) => {}
+    }
+    Ok(StatusCode::OK)
+}
+
+/// Decides the click; what to post to its `response_url`. Errors other than "no
+/// longer pending" (the store is down) are the route's: Slack shows them, and
+/// the user can click again.
+async fn answer(
+    state: &ApiState,
+    slack: &Arc<SlackConfig>,
+    click: &Click,
+) -> Result<Option<Value>, ApiError> {
+    let by = click.user.decided_by();
+    match decide(state, &by, &click.approval.to_string(), click.approve).await {
+        Ok((record, _)) => {
+            info!(approval = record.id, status = record.status(), %by, "decided in Slack");
+            let job_name = match &record.job_id {
+                Some(job) => state.store.job(job).await.ok().flatten().map(|j| j.name),
+                None => None,
+            };
+            let cx = MessageContext {
+                job_name: job_name.as_deref(),
+                public_url: slack.public_url.as_ref(),
+            };
+            Ok(Some(decided_message(&record, &cx, &click.user)))
+        }
+        Err(ApiError::Conflict(why)) => {
+            info!(approval = click.approval, %by, %why, "Slack click on a closed approval: not applied");
+            let text = match state.store.approval(click.approval).await? {
+                Some(r) if r.approved.is_some() => already_closed(&r),
+                _ => format!("{why}."),
+            };
+            Ok(Some(ephemeral(&text)))
+        }
+        Err(ApiError::NotFound(_)) => Ok(Some(ephemeral(&format!(
+            "There is no approval {} here.",
+            click.approval
+        )))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Posts a reply to a click's `response_url`: a few tries with a growing,
+/// jittered pause, each within the client's timeout. A failure is logged; the
+/// decision stands either way.
+async fn post_reply(http: reqwest::Client, url: Url, reply: Value, attempts: u32) {
+    let host = url.host_str().unwrap_or_default().to_owned();
+    for attempt in 1..=attempts {
+        match http.post(url.clone()).json(&reply).send().await {
+            Ok(res) if res.status().is_success() => {
+                debug!(%host, "Slack message updated");
+                return;
+            }
+            Ok(res) if res.status().is_client_error() => {
+                warn!(%host, status = res.status().as_u16(), "Slack refused the reply; not retried");
+                return;
+            }
+            Ok(res) => warn!(%host, status = res.status().as_u16(), attempt, "Slack reply failed"),
+            Err(e) => warn!(%host, timeout = e.is_timeout(), attempt, "Slack reply failed"),
+        }
+        if attempt < attempts {
+            let pause = Duration::from_millis(250 * 2u64.pow(attempt) + fastrand::u64(..250));
+            tokio::time::sleep(pause).await;
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The metrics every role records, by name, and the functions that record them,
+//! so a name or a label set is written in one place.
+//!
+//! Counters end in `_total`, durations are seconds (`_seconds`, rendered as
+//! histograms with the buckets of [`crate::install_metrics`]), money is
+//! micro-dollars (millionths of a US dollar, exact).
+
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
+
+pub const SLICES: &str = "trawl_slices_total";
+pub const ITEMS: &str = "trawl_items_total";
+pub const COST: &str = "trawl_cost_microdollars_total";
+pub const TOOL_CALL_DURATION: &str = "trawl_tool_call_duration_seconds";
+pub const UPSTREAM_CALLS: &str = "trawl_upstream_calls_total";
+pub const RETRIES: &str = "trawl_retries_total";
+pub const CACHE_LOOKUPS: &str = "trawl_cache_lookups_total";
+pub const APPROVALS_PENDING: &str = "trawl_approvals_pending";
+pub const QUEUE_LAG: &str = "trawl_queue_lag";
+
+/// Help texts, shown in `/metrics` as `# HELP`.
+pub(crate) fn describe() {
+    describe_counter!(
+        SLICES,
+        "Slices recorded, by kind (search, page) and outcome (succeeded, failed)."
+    );
+    describe_counter!(
+        ITEMS,
+        "Items a slice yielded, by outcome: valid (kept) or rejected by the job's schema."
+    );
+    describe_counter!(
+        COST,
+        "Cost recorded in the ledger, in micro-dollars (1e-6 USD)."
+    );
+    describe_histogram!(
+        TOOL_CALL_DURATION,
+        Unit::Seconds,
+        "Tool calls through the tool layer, from the policy check to the sanitized result, by tool and outcome."
+    );
+    describe_counter!(
+        UPSTREAM_CALLS,
+        "Attempts sent to a tool's provider (Bright Data, an upstream MCP server), by tool and status (ok or the error code)."
+    );
+    describe_counter!(
+        RETRIES,
+        "Attempts after the first of one tool call, by tool."
+    );
+    describe_counter!(
+        CACHE_LOOKUPS,
+        "Content cache lookups, by result: hit (served from the cache, or shared with a call in flight) or miss."
+    );
+    describe_gauge!(APPROVALS_PENDING, "Approvals waiting for a decision.");
+    describe_gauge!(
+        QUEUE_LAG,
+        "Slices waiting on the queue or in flight (what the autoscaler reads)."
+    );
+}
+
+/// A slice's outcome was written (once per slice, not per delivery).
+pub fn slice_recorded(kind: &'static str, succeeded: bool, valid: u64, rejected: u64, cost: u64) {
+    let outcome = if succeeded { "succeeded" } else { "failed" };
+    counter!(SLICES, "kind" => kind, "outcome" => outcome).increment(1);
+    counter!(ITEMS, "outcome" => "valid").increment(valid);
+    counter!(ITEMS, "outcome" => "rejected").increment(rejected);
+    counter!(COST).increment(cost);
+}
+
+/// One call through the tool layer ended: `outcome` is `ok`, `refused` or the
+/// error code.
+pub fn tool_call(tool: &str, outcome: &str, elapsed: Duration) {
+    metrics::histogram!(TOOL_CALL_DURATION, "tool" => tool.to_owned(), "outcome" => outcome.to_owned())
+        .record(elapsed.as_secs_f64());
+}
+
+/// One attempt at a provider ended; `attempt` is 1-based.
+pub fn upstream_attempt(tool: &str, attempt: u32, status: &str) {
+    counter!(UPSTREAM_CALLS, "tool" => tool.to_owned(), "status" => status.to_owned()).increment(1);
+    if attempt > 1 {
+        counter!(RETRIES, "tool" => tool.to_owned()).increment(1);
+    }
+}
+
+/// A cache lookup: served from the cache (or a call in flight) or not.
+pub fn cache_lookup(hit: bool) {
+    counter!(CACHE_LOOKUPS, "result" => if hit { "hit" } else { "miss" }).increment(1);
+}
+
+pub fn approvals_pending(n: u64) {
+    gauge!(APPROVALS_PENDING).set(n as f64);
+}
+
+pub fn queue_lag(n: u64) {
+    gauge!(QUEUE_LAG).set(n as f64);
+}
