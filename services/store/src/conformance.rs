@@ -1603,7 +1603,7 @@ pub(crate) async fn approvals_expire_and_their_jobs_are_cancelled_with_the_reaso
             .await
             .unwrap()
             .iter()
-            .all(|r| r.expires_ms.unwrap() <= due - 1)
+            .all(|r| r.expires_ms.unwrap() < due)
     );
 
     let expired = store.expire_approvals(due, None, 10).await.unwrap();
