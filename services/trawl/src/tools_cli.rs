@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use trawl_brightdata::{BrightData, BrightDataConfig};
+use trawl_core::model::now_ms;
 use trawl_core::ports::{ContentCache, Store};
 use trawl_tools::catalog::{Listing, Offered, assemble};
 use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy};
@@ -192,7 +193,18 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
                     Ok(OK)
                 }
                 None => {
-                    eprintln!("error: no pending tool approval {id}");
+                    // Say why: decided already, expired, or not a tool approval.
+                    match store.approval(*id).await? {
+                        Some(r) if r.expired || r.expires_ms.is_some_and(|e| e <= now_ms()) => {
+                            eprintln!("error: {}; it can no longer be decided", r.expiry_reason())
+                        }
+                        Some(r) if r.approved.is_some() && r.tool.is_some() => eprintln!(
+                            "error: approval {id} was already {} by {}",
+                            r.status(),
+                            r.decided_by.as_deref().unwrap_or("someone")
+                        ),
+                        _ => eprintln!("error: no pending tool approval {id}"),
+                    }
                     Ok(NOT_FOUND)
                 }
             }
