@@ -44,6 +44,8 @@ use crate::signature::{TRAWL_SIGNATURE, TRAWL_TIMESTAMP, sign_webhook};
 use crate::slack::{MessageContext, outcome_message, request_message};
 use crate::view::ApprovalView;
 
+/// How long a pass under way may take to finish once the notifier is stopped.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Notices claimed (and delivered concurrently) per pass.
 pub const CLAIM_BATCH: u32 = 16;
 /// Approvals expired per pass.
@@ -206,6 +208,11 @@ impl Notifier {
 
     /// Runs a pass every [`NotifyConfig::every`] until `cancel` fires. A pass that
     /// fails (the store is down) is logged and the next one tries again.
+    ///
+    /// On `cancel`, a pass under way gets [`STOP_GRACE`] to finish what it
+    /// claimed (dropping it would leave posted notices unmarked until their lease
+    /// runs out, and then post them again); after that it is dropped all the same,
+    /// so a sink that hangs cannot hold the process.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.config.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -214,9 +221,19 @@ impl Notifier {
                 () = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            // A pass finishes what it claimed: cancelling mid-way would leave
-            // posted notices unmarked until their lease runs out.
-            if let Err(e) = self.pass().await {
+            let pass = self.pass();
+            tokio::pin!(pass);
+            let result = tokio::select! {
+                r = &mut pass => r,
+                () = cancel.cancelled() => match tokio::time::timeout(STOP_GRACE, pass).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        warn!(grace = ?STOP_GRACE, "approval notices: pass dropped at shutdown; its claimed notices go out again when their lease ends");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = result {
                 warn!(error = %e, "approval notices: pass failed; trying again next pass");
             }
         }
