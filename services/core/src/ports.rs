@@ -754,11 +754,15 @@ pub trait Store: Send + Sync {
     /// Claims up to `limit` approvals whose notice is due (see
     /// [`ApprovalRecord::notice`]) and not claimed by anyone else until
     /// `now_ms`: each is leased until `now_ms + lease_ms`, so several notifiers
-    /// never send one notice at once. Oldest first.
+    /// never send one notice at once. Oldest first. A pending one without an
+    /// expiry gets one, `ttl_ms` after it was requested, in the same statement,
+    /// so the request announces it (a request stored after this notifier's
+    /// [`Store::expire_approvals`] would otherwise go out without).
     async fn claim_approval_notices(
         &self,
         now_ms: i64,
         lease_ms: i64,
+        ttl_ms: Option<i64>,
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError>;
     /// The `notice` of approval `id` was delivered at `at_ms`; its lease ends.

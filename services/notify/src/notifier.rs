@@ -261,7 +261,7 @@ impl Notifier {
         let lease_ms = i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX);
         let claimed = self
             .store
-            .claim_approval_notices(now_ms(), lease_ms, CLAIM_BATCH)
+            .claim_approval_notices(now_ms(), lease_ms, ttl_ms, CLAIM_BATCH)
             .await?;
         let outcomes = join_all(claimed.iter().map(|r| self.deliver(r))).await;
         for (r, outcome) in claimed.iter().zip(outcomes) {

@@ -276,10 +276,11 @@ impl Store for Hooked {
         &self,
         now_ms: i64,
         lease_ms: i64,
+        ttl_ms: Option<i64>,
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError> {
         self.inner
-            .claim_approval_notices(now_ms, lease_ms, limit)
+            .claim_approval_notices(now_ms, lease_ms, ttl_ms, limit)
             .await
     }
     async fn approval_notice_sent(

@@ -71,6 +71,7 @@ macro_rules! suite {
             approval_notices_are_claimed_once_and_kept_until_delivered,
             concurrent_claims_of_approval_notices_never_overlap,
             a_replaced_request_is_announced_again_only_when_it_changed,
+            a_claimed_request_carries_its_expiry,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -1753,7 +1754,10 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
     let lease = 1_000;
     let ids = |v: &[ApprovalRecord]| v.iter().map(|r| r.id).collect::<Vec<_>>();
 
-    let claimed = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    let claimed = store
+        .claim_approval_notices(now, lease, None, 10)
+        .await
+        .unwrap();
     assert_eq!(ids(&claimed), vec![a.id, b.id]);
     assert!(
         claimed
@@ -1763,20 +1767,20 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
     // Leased: nobody else gets them, until the lease runs out (the claimer died).
     assert!(
         store
-            .claim_approval_notices(now, lease, 10)
+            .claim_approval_notices(now, lease, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
         store
-            .claim_approval_notices(now + lease - 1, lease, 10)
+            .claim_approval_notices(now + lease - 1, lease, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     let again = store
-        .claim_approval_notices(now + lease, lease, 10)
+        .claim_approval_notices(now + lease, lease, None, 10)
         .await
         .unwrap();
     assert_eq!(ids(&again), vec![a.id, b.id], "not lost with its claimer");
@@ -1797,13 +1801,13 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .unwrap();
     assert!(
         store
-            .claim_approval_notices(now + 4_999, lease, 10)
+            .claim_approval_notices(now + 4_999, lease, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     let retried = store
-        .claim_approval_notices(now + 5_000, lease, 10)
+        .claim_approval_notices(now + 5_000, lease, None, 10)
         .await
         .unwrap();
     assert_eq!(ids(&retried), vec![b.id]);
@@ -1821,7 +1825,10 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .await
         .unwrap()
         .unwrap();
-    let decided = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    let decided = store
+        .claim_approval_notices(now, lease, None, 10)
+        .await
+        .unwrap();
     assert_eq!(ids(&decided), vec![a.id]);
     assert_eq!(decided[0].notice(), Some(ApprovalNotice::Decided));
     assert_eq!(decided[0].status(), "approved");
@@ -1831,7 +1838,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .unwrap();
     assert!(
         store
-            .claim_approval_notices(now + 10 * lease, lease, 10)
+            .claim_approval_notices(now + 10 * lease, lease, None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -1839,7 +1846,10 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
 
     // An expiry of an announced request is an outcome to announce too.
     let (_, c) = awaiting(&*store, 3, 7_000).await;
-    let got = store.claim_approval_notices(now, lease, 10).await.unwrap();
+    let got = store
+        .claim_approval_notices(now, lease, None, 10)
+        .await
+        .unwrap();
     assert_eq!(ids(&got), vec![c.id]);
     store
         .approval_notice_sent(c.id, ApprovalNotice::Requested, now)
@@ -1850,7 +1860,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .await
         .unwrap();
     let got = store
-        .claim_approval_notices(now + lease, lease, 10)
+        .claim_approval_notices(now + lease, lease, None, 10)
         .await
         .unwrap();
     assert_eq!(ids(&got), vec![c.id]);
@@ -1863,8 +1873,14 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
     for n in 10..14 {
         awaiting(&*store, n, 1_000).await;
     }
-    let first = store.claim_approval_notices(now, lease, 3).await.unwrap();
-    let rest = store.claim_approval_notices(now, lease, 3).await.unwrap();
+    let first = store
+        .claim_approval_notices(now, lease, None, 3)
+        .await
+        .unwrap();
+    let rest = store
+        .claim_approval_notices(now, lease, None, 3)
+        .await
+        .unwrap();
     assert_eq!((first.len(), rest.len()), (3, 1));
     assert!(first.iter().all(|r| r.id < rest[0].id));
 }
@@ -1878,7 +1894,7 @@ pub(crate) async fn concurrent_claims_of_approval_notices_never_overlap(f: &dyn 
     let claims: Vec<_> = (0..4)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.claim_approval_notices(now, 60_000, 15).await })
+            tokio::spawn(async move { store.claim_approval_notices(now, 60_000, None, 15).await })
         })
         .collect();
     let mut seen = HashSet::new();
@@ -1897,7 +1913,10 @@ pub(crate) async fn a_replaced_request_is_announced_again_only_when_it_changed(f
     let (job, a) = awaiting(&*store, 1, 5_000).await;
     let now = trawl_core::model::now_ms();
     store.expire_approvals(now, Some(60_000), 10).await.unwrap();
-    store.claim_approval_notices(now, 1_000, 10).await.unwrap();
+    store
+        .claim_approval_notices(now, 1_000, None, 10)
+        .await
+        .unwrap();
     store
         .approval_notice_sent(a.id, ApprovalNotice::Requested, now)
         .await
@@ -1918,7 +1937,10 @@ pub(crate) async fn a_replaced_request_is_announced_again_only_when_it_changed(f
         .unwrap();
     let changed = store.approval(a.id).await.unwrap().unwrap();
     assert_eq!((changed.notified_ms, changed.expires_ms), (None, None));
-    let got = store.claim_approval_notices(now, 1_000, 10).await.unwrap();
+    let got = store
+        .claim_approval_notices(now, 1_000, None, 10)
+        .await
+        .unwrap();
     assert_eq!(got.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a.id]);
 
     // The same for a tool's change: the same change held again keeps its notice,
@@ -1947,4 +1969,72 @@ pub(crate) async fn a_replaced_request_is_announced_again_only_when_it_changed(f
         .unwrap();
     let t = store.approval(tool).await.unwrap().unwrap();
     assert_eq!((t.id, t.notified_ms), (tool, None));
+}
+
+pub(crate) async fn a_claimed_request_carries_its_expiry(f: &dyn Fixture) {
+    let store = f.store();
+    // Stored after the notifier's expiry pass: the claim stamps it.
+    let (_, a) = awaiting(&*store, 1, 5_000).await;
+    let now = trawl_core::model::now_ms();
+    let got = store
+        .claim_approval_notices(now, 1_000, Some(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|r| (r.id, r.expires_ms)).collect::<Vec<_>>(),
+        vec![(a.id, Some(a.requested_ms + 60_000))]
+    );
+    assert_eq!(
+        store.approval(a.id).await.unwrap().unwrap().expires_ms,
+        Some(a.requested_ms + 60_000)
+    );
+    store
+        .approval_notice_sent(a.id, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+
+    // An expiry already stamped stays as it is.
+    let (_, b) = awaiting(&*store, 2, 5_000).await;
+    store
+        .expire_approvals(b.requested_ms - 10_000_000, Some(5_000_000), 10)
+        .await
+        .unwrap();
+    let got = store
+        .claim_approval_notices(now, 1_000, Some(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|r| (r.id, r.expires_ms)).collect::<Vec<_>>(),
+        vec![(b.id, Some(b.requested_ms + 5_000_000))]
+    );
+    store
+        .approval_notice_sent(b.id, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+
+    // A decided approval's outcome is claimed without an expiry stamped on it.
+    let (job_c, c) = awaiting(&*store, 3, 5_000).await;
+    store
+        .claim_approval_notices(now, 1_000, None, 10)
+        .await
+        .unwrap();
+    store
+        .approval_notice_sent(c.id, ApprovalNotice::Requested, now)
+        .await
+        .unwrap();
+    store
+        .decide_approval(&job_c, true, "x")
+        .await
+        .unwrap()
+        .unwrap();
+    let got = store
+        .claim_approval_notices(now, 1_000, Some(60_000), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter()
+            .map(|r| (r.id, r.notice(), r.expires_ms))
+            .collect::<Vec<_>>(),
+        vec![(c.id, Some(ApprovalNotice::Decided), None)]
+    );
 }

@@ -791,9 +791,10 @@ impl Store for PgStore {
         &self,
         now_ms: i64,
         lease_ms: i64,
+        ttl_ms: Option<i64>,
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError> {
-        notices::claim_approval_notices(&self.pool, now_ms, lease_ms, limit).await
+        notices::claim_approval_notices(&self.pool, now_ms, lease_ms, ttl_ms, limit).await
     }
 
     async fn approval_notice_sent(

@@ -83,6 +83,7 @@ pub(super) async fn claim_approval_notices(
     pool: &PgPool,
     now_ms: i64,
     lease_ms: i64,
+    ttl_ms: Option<i64>,
     limit: u32,
 ) -> Result<Vec<ApprovalRecord>, PortError> {
     let rows = sqlx::query(concat!(
@@ -91,13 +92,18 @@ pub(super) async fn claim_approval_notices(
          OR (approved IS NOT NULL AND notified_ms IS NOT NULL AND decision_notified_ms IS NULL)) \
          AND (notify_lease_ms IS NULL OR notify_lease_ms <= $1) \
          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         UPDATE approvals SET notify_lease_ms = $1 + $2 FROM due WHERE approvals.id = due.id \
+         UPDATE approvals SET notify_lease_ms = $1 + $2, \
+         expires_ms = CASE WHEN approvals.approved IS NULL \
+             THEN COALESCE(approvals.expires_ms, approvals.requested_ms + $4::bigint) \
+             ELSE approvals.expires_ms END \
+         FROM due WHERE approvals.id = due.id \
          AND (approvals.notify_lease_ms IS NULL OR approvals.notify_lease_ms <= $1) RETURNING ",
         approval_columns!()
     ))
     .bind(now_ms)
     .bind(lease_ms)
     .bind(i64::from(limit))
+    .bind(ttl_ms)
     .fetch_all(pool)
     .await
     .port()?;

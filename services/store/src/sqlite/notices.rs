@@ -75,10 +75,14 @@ pub(super) async fn claim_approval_notices(
     conn: &mut SqliteConnection,
     now_ms: i64,
     lease_ms: i64,
+    ttl_ms: Option<i64>,
     limit: u32,
 ) -> Result<Vec<ApprovalRecord>, PortError> {
     let rows = sqlx::query(concat!(
-        "UPDATE approvals SET notify_lease_ms = ?1 + ?2 WHERE id IN (SELECT id FROM approvals \
+        "UPDATE approvals SET notify_lease_ms = ?1 + ?2, \
+         expires_ms = CASE WHEN approved IS NULL \
+             THEN COALESCE(expires_ms, requested_ms + ?4) ELSE expires_ms END \
+         WHERE id IN (SELECT id FROM approvals \
          WHERE ((approved IS NULL AND notified_ms IS NULL) \
          OR (approved IS NOT NULL AND notified_ms IS NOT NULL AND decision_notified_ms IS NULL)) \
          AND (notify_lease_ms IS NULL OR notify_lease_ms <= ?1) ORDER BY id LIMIT ?3) RETURNING ",
@@ -87,6 +91,7 @@ pub(super) async fn claim_approval_notices(
     .bind(now_ms)
     .bind(lease_ms)
     .bind(i64::from(limit))
+    .bind(ttl_ms)
     .fetch_all(&mut *conn)
     .await
     .port()?;
