@@ -13,7 +13,16 @@ Baseline, on the same services: `bare_loop` (tests/examples/bare_loop.rs)
 publishes N messages to a JetStream work-queue stream, pulls them with the same
 concurrency as the two workers, inserts one row each into Postgres and acks.
 
+With `--otlp`, each run is an A/B pair of trawl runs: one without tracing and
+one with every role (api, scheduler, workers) exporting its spans over OTLP gRPC
+(`OTEL_EXPORTER_OTLP_ENDPOINT`) to `otlp_sink` (tests/examples/otlp_sink.rs), a
+receiver on this machine that counts the spans it is sent. The order alternates
+from run to run. The sink is stopped after the roles (which flush their last
+spans on exit), so its count is every span exported for the run. The bare loop
+is skipped in this mode unless `--bare` is given.
+
     python3 loadtest/deployed_bench.py [--slices 10000] [--runs 1]
+    python3 loadtest/deployed_bench.py --slices 10000 --runs 3 --otlp [--bare]
 """
 
 import argparse
@@ -21,6 +30,8 @@ import json
 import os
 import random
 import re
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,7 +119,41 @@ def http(method: str, url: str, key: str, body: bytes = None, ctype: str = None)
         return json.loads(r.read())
 
 
-def trawl_run(binary: str, n: int, budget: bool) -> dict:
+def sink_start(binary: str) -> tuple:
+    """Starts the OTLP sink; returns (process, endpoint URL)."""
+    sink = subprocess.Popen([binary, "--port", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    line = sink.stdout.readline()
+    m = re.match(r"listening on (http://\S+)", line)
+    if not m:
+        sink.kill()
+        raise SystemExit(f"otlp_sink did not start: {line!r}")
+    return sink, m.group(1)
+
+
+def sink_stop(sink: subprocess.Popen) -> dict:
+    """Closes the sink's stdin; returns its final counts (every span the roles
+    sent, their exit flush included) and, under "at_end", the counts it printed
+    when the job ended (SIGUSR1), if any."""
+    sink.stdin.close()
+    try:
+        out = sink.stdout.read()
+        sink.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        sink.kill()
+        sink.wait()
+        raise
+    lines = [json.loads(x) for x in out.strip().splitlines()]
+    res = dict(lines[-1])
+    if len(lines) > 1:
+        res["at_end"] = lines[0]
+    return res
+
+
+def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None) -> dict:
+    """One trawl run; with `sink` (its process, endpoint, and more variables for
+    the roles' environment) every role exports its spans there, and the sink's CPU and counts are sampled at the job's end."""
+    otlp = sink[1] if sink else None
     tag = f"{random.getrandbits(48):012x}"
     db = f"trawl_bench_{tag}"
     psql(f"CREATE DATABASE {db}")
@@ -136,15 +181,23 @@ def trawl_run(binary: str, n: int, budget: bool) -> dict:
                 "BRIGHTDATA_API_URL": sim_url,
                 "BRIGHTDATA_API_TOKEN": "bench",
             }
+            if otlp:
+                env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
+                env.update(sink[2])
             logs = {}
             roles = ["api", "scheduler"] + [f"worker-{i}" for i in range(WORKERS)]
             for role in roles:
                 logs[role] = os.path.join(d, f"{role}.log")
-                procs[role] = subprocess.Popen([binary, role.split("-")[0]], env=env,
+                role_env = {**env, "OTEL_SERVICE_NAME": f"trawl-{role}"} if otlp else env
+                procs[role] = subprocess.Popen([binary, role.split("-")[0]], env=role_env,
                                                stdout=subprocess.DEVNULL, stderr=open(logs[role], "w"))
             api = wait_line(logs["api"], r"listening on (http://\S+)")
             for w in roles[2:]:
                 wait_line(logs[w], r"(worker running)")
+            watched = {r: p.pid for r, p in procs.items()}
+            if sink:
+                watched["otlp_sink"] = sink[0].pid
+            own0 = {r: proc_stats(pid)["cpu_s"] for r, pid in watched.items()}
             t0 = time.monotonic()
             cpu0 = machine_cpu()
             svc0 = service_cpu()
@@ -159,13 +212,22 @@ def trawl_run(binary: str, n: int, budget: bool) -> dict:
             cpu1 = machine_cpu()
             svc1 = service_cpu()
             busy = (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
-            stats = {r: proc_stats(p.pid) for r, p in procs.items()}
+            stats = {r: proc_stats(pid) for r, pid in watched.items()}
+            if sink:
+                sink[0].send_signal(signal.SIGUSR1)
+            # CPU of the job: each process's CPU over the measured window.
+            for r, st in stats.items():
+                st["job_cpu_s"] = st["cpu_s"] - own0[r]
+            # What else the machine did meanwhile (other users' builds, tests):
+            # busy CPU not accounted for by these processes and the services.
+            ours = sum(st["job_cpu_s"] for st in stats.values()) + sum(svc1[k] - svc0[k] for k in svc0)
+            other = max(0.0, (cpu1[0] - cpu0[0]) / TICK - ours) / wall
             if os.environ.get("BENCH_LOG"):
                 for role in roles:
                     print(f"--- {role}", file=sys.stderr)
                     sys.stderr.write(open(logs[role]).read()[-3000:])
             return {"wall_s": wall, "slices": v["counts"]["slices"]["total"], "status": v["status"],
-                    "items": v["counts"]["items"], "machine_busy": busy, "roles": stats,
+                    "items": v["counts"]["items"], "machine_busy": busy, "other_cores": other, "roles": stats,
                     "services_cpu_s": {k: svc1[k] - svc0[k] for k in svc0}}
         finally:
             for p in procs.values():
@@ -189,18 +251,85 @@ def bare_run(binary: str, n: int) -> dict:
     return res
 
 
+def print_roles(t: dict) -> None:
+    for role, s in t["roles"].items():
+        print(f"  {role:10} CPU {s['cpu_s']:.2f} s ({1000 * s['cpu_s'] / t['slices']:.3f} s per 1,000 slices; "
+              f"{s['job_cpu_s']:.2f} s during the job), peak RSS {s['peak_rss_mb']:.1f} MB")
+    print("  services CPU during the trawl run: " + ", ".join(f"{k} {v:.2f} s" for k, v in t["services_cpu_s"].items()))
+    print(f"  machine busy {100 * t['machine_busy']:.0f}% of both cores during the trawl run; "
+          f"other work {t['other_cores']:.2f} cores")
+
+
+def otlp_main(args, trawl_bin: str, sink_bin: str, bare_bin: str) -> None:
+    """A/B: each run, trawl without tracing and with every role exporting to the sink."""
+    rates = {"off": [], "on": []}
+    otel_env = dict(kv.split("=", 1) for kv in args.otel_env)
+    for i in range(args.runs):
+        order = ["off", "on"] if i % 2 == 0 else ["on", "off"]
+        res = {}
+        for mode in order:
+            if mode == "on":
+                sink = sink_start(sink_bin) + (otel_env,)
+                try:
+                    t = trawl_run(trawl_bin, args.slices, not args.no_budget, sink)
+                finally:
+                    counts = sink_stop(sink[0])
+                t["otlp"] = counts
+            else:
+                t = trawl_run(trawl_bin, args.slices, not args.no_budget)
+            t["rate"] = t["slices"] / t["wall_s"]
+            res[mode] = t
+            rates[mode].append(t["rate"])
+        out = {"run": i + 1, "order": order, **res}
+        if args.bare:
+            out["bare"] = bare_run(bare_bin, args.slices)
+        print(json.dumps(out, indent=2))
+        off, on = res["off"], res["on"]
+        o = on["otlp"]
+        print(f"run {i + 1} ({' then '.join(order)}): off {off['rate']:,.0f} slices/s ({off['status']}), "
+              f"on {on['rate']:,.0f} slices/s ({on['status']}), ratio {on['rate'] / off['rate']:.3f}; "
+              f"other work {off['other_cores']:.2f} / {on['other_cores']:.2f} cores")
+        at_end = o.get("at_end", {}).get("spans")
+        at_end = f"{at_end:,}" if at_end is not None else "?"
+        print(f"  spans received {o['spans']:,} in {o['requests']:,} requests, {o['bytes'] / 1e6:.1f} MB "
+              f"({o['spans'] / on['slices']:.2f} per slice); by the job's end {at_end}")
+        for mode in ("off", "on"):
+            print(f" tracing {mode}:")
+            print_roles(res[mode])
+        if args.bare:
+            b = out["bare"]
+            print(f"  bare loop {b['messages'] / b['wall_s']:,.0f} msg/s")
+        sys.stdout.flush()
+    m_off, m_on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    print(f"medians: off {m_off:,.0f}, on {m_on:,.0f} slices/s, ratio {m_on / m_off:.3f} "
+          f"(overhead {100 * (1 - m_on / m_off):.1f} %)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slices", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--no-budget", action="store_true",
                     help="submit the job without max_usd (no budget reservations)")
+    ap.add_argument("--otlp", action="store_true",
+                    help="A/B each run: tracing off, and every role exporting spans to otlp_sink")
+    ap.add_argument("--bare", action="store_true", help="with --otlp: run the bare loop too")
+    ap.add_argument("--otel-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --otlp: another variable for the traced roles (e.g. OTEL_TRACES_SAMPLER=always_off)")
+    ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"),
+                    help="where trawl and examples/ are (default target/release)")
     args = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl", "--bin", "trawl"], cwd=ROOT, check=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl-tests", "--example", "bare_loop"],
-                   cwd=ROOT, check=True)
-    trawl_bin = os.path.join(ROOT, "target", "release", "trawl")
-    bare_bin = os.path.join(ROOT, "target", "release", "examples", "bare_loop")
+    if not args.no_build:
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl", "--bin", "trawl"], cwd=ROOT, check=True)
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl-tests", "--example", "bare_loop",
+                        "--example", "otlp_sink"], cwd=ROOT, check=True)
+    trawl_bin = os.path.join(args.bin_dir, "trawl")
+    bare_bin = os.path.join(args.bin_dir, "examples", "bare_loop")
+    sink_bin = os.path.join(args.bin_dir, "examples", "otlp_sink")
+    if args.otlp:
+        otlp_main(args, trawl_bin, sink_bin, bare_bin)
+        return
     for i in range(args.runs):
         t = trawl_run(trawl_bin, args.slices, not args.no_budget)
         b = bare_run(bare_bin, args.slices)
@@ -209,11 +338,7 @@ def main() -> None:
         print(json.dumps({"run": i + 1, "trawl": t, "bare": b}, indent=2))
         print(f"run {i + 1}: trawl {t_rate:,.0f} slices/s ({t['status']}), bare loop {b_rate:,.0f} msg/s, "
               f"ratio {t_rate / b_rate:.2f}")
-        for role, s in t["roles"].items():
-            print(f"  {role:10} CPU {s['cpu_s']:.2f} s ({1000 * s['cpu_s'] / t['slices']:.3f} s per 1,000 slices), "
-                  f"peak RSS {s['peak_rss_mb']:.1f} MB")
-        print("  services CPU during the trawl run: " + ", ".join(f"{k} {v:.2f} s" for k, v in t["services_cpu_s"].items()))
-        print(f"  machine busy {100 * t['machine_busy']:.0f}% of both cores during the trawl run")
+        print_roles(t)
         print(f"  bare loop  CPU {b['cpu_s']:.2f} s, peak RSS {b['peak_rss_mb']:.1f} MB")
         # The bare loop's Postgres backends exit with it, before they can be
         # sampled; only the NATS server's share is reported.
