@@ -87,8 +87,18 @@ pub fn init(service: &str) -> Telemetry {
         }
     });
     let otel = provider.as_ref().map(|p| {
+        // Per span, only what a trace reader uses. Busy/idle times would take
+        // two clock readings on every poll of an instrumented future; thread,
+        // source location and target attributes add bytes to every span; and
+        // trawl reads a span's context through the span itself, so it is not
+        // activated on every enter.
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("trawl"))
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_target(false)
+            .with_context_activation(false)
             .with_filter(Targets::new().with_target("trawl", LevelFilter::INFO))
     });
     let installed = tracing_subscriber::registry()

@@ -610,16 +610,11 @@ impl ToolLayer {
                 }
             }
             let t = Instant::now();
-            let span = tracing::info_span!(
-                "attempt",
-                otel.name = %format_args!("attempt {n} {tool}"),
-                tool,
-                attempt = n,
-                status = tracing::field::Empty,
-            );
-            let answer = self.attempt(entry, args).instrument(span.clone()).await;
+            // No span of its own: each attempt's request is a span under the
+            // call (Bright Data's `POST /request`, an upstream server's `call`),
+            // and a retry is an event on the call.
+            let answer = self.attempt(entry, args).await;
             let status = answer.as_ref().map_or_else(|e| e.code.as_str(), |_| "ok");
-            span.record("status", status);
             trawl_telemetry::names::upstream_attempt(tool, n, status);
             match answer {
                 Ok(answer) => {
