@@ -734,6 +734,8 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> Result<Vec<ApprovalRecord>, PortError>;
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError>;
+    /// How many approvals are pending (the `trawl_approvals_pending` gauge).
+    async fn pending_approvals(&self) -> Result<u64, PortError>;
 
     // --- approvals: expiry and the outbox of their notices (Slack, webhooks)
 

@@ -45,8 +45,6 @@ use crate::{approval_for, reason_for};
 const PUBLISH_BATCH: u32 = 1_000;
 /// Live jobs looked at per reconciliation pass.
 const JOBS_PER_PASS: u32 = 10_000;
-/// The most pending approvals the `trawl_approvals_pending` gauge counts.
-const APPROVALS_COUNTED: u32 = 10_000;
 
 /// Settings of the scheduler role.
 #[derive(Clone, Debug)]
@@ -148,13 +146,15 @@ impl Service {
     /// at info they would be exported as a new trace every pass.)
     #[instrument(level = "debug", skip_all)]
     pub async fn reconcile(&self) -> Result<(), PortError> {
-        self.gauges().await;
+        // One read of the queue's lag a pass: for the gauge and for republishing.
+        let lag = self.queue.lag().await;
+        self.gauges(lag.as_ref().ok().copied()).await;
         let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
         let jobs = self.store.jobs_with_status(&live, JOBS_PER_PASS).await?;
         if jobs.is_empty() {
             return Ok(());
         }
-        let stale_before = self.stale_before().await?;
+        let stale_before = self.stale_before_lag(lag?);
         for job in jobs {
             let id = job.id.clone();
             if let Err(e) = self.advance(job, stale_before).await {
@@ -184,14 +184,14 @@ impl Service {
         }
     }
 
-    /// The queue's lag and the approvals waiting, for `/metrics`.
-    async fn gauges(&self) {
-        match self.queue.lag().await {
-            Ok(lag) => trawl_telemetry::names::queue_lag(lag),
-            Err(e) => debug!(error = %e, "queue lag unknown"),
+    /// The queue's lag (when it could be read) and the approvals waiting, for
+    /// `/metrics`.
+    async fn gauges(&self, lag: Option<u64>) {
+        if let Some(lag) = lag {
+            trawl_telemetry::names::queue_lag(lag);
         }
-        match self.store.approvals(true, APPROVALS_COUNTED).await {
-            Ok(pending) => trawl_telemetry::names::approvals_pending(pending.len() as u64),
+        match self.store.pending_approvals().await {
+            Ok(n) => trawl_telemetry::names::approvals_pending(n),
             Err(e) => debug!(error = %e, "pending approvals unknown"),
         }
     }
@@ -301,11 +301,16 @@ impl Service {
     /// whole pass. Only while the queue holds no message at all (a slice may be
     /// waiting its turn otherwise); never, as `i64::MIN`, while it holds some.
     async fn stale_before(&self) -> Result<i64, PortError> {
-        Ok(if self.queue.lag().await? == 0 {
+        Ok(self.stale_before_lag(self.queue.lag().await?))
+    }
+
+    /// [`Self::stale_before`] for a lag already read.
+    fn stale_before_lag(&self, lag: u64) -> i64 {
+        if lag == 0 {
             now_ms() - self.config.republish_after.as_millis() as i64
         } else {
             i64::MIN
-        })
+        }
     }
 
     /// Publishes the job's open slices that the queue has not got: those never

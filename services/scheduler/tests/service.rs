@@ -254,6 +254,9 @@ impl Store for Hooked {
     ) -> Result<Vec<TraceStep>, PortError> {
         self.inner.trace_page(id, after, limit).await
     }
+    async fn pending_approvals(&self) -> Result<u64, PortError> {
+        self.inner.pending_approvals().await
+    }
     async fn approvals(
         &self,
         pending_only: bool,

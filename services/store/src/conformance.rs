@@ -726,6 +726,7 @@ pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fix
     let pending = store.approvals(true, 10).await.unwrap();
     let jobs: Vec<&JobId> = pending.iter().map(|r| r.job_id.as_ref().unwrap()).collect();
     assert_eq!(jobs, vec![&c, &a]);
+    assert_eq!(store.pending_approvals().await.unwrap(), 2);
     assert_eq!(store.approvals(false, 1).await.unwrap().len(), 1);
     assert!(store.approvals(false, 0).await.unwrap().is_empty());
 

@@ -767,6 +767,14 @@ impl Store for PgStore {
         rows.iter().map(approval_record).collect()
     }
 
+    async fn pending_approvals(&self) -> Result<u64, PortError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE approved IS NULL")
+            .fetch_one(&self.pool)
+            .await
+            .port()?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
         let row = sqlx::query(select_approvals!("WHERE id = $1"))
             .bind(id)

@@ -654,6 +654,14 @@ impl Store for SqliteStore {
         rows.iter().map(approval_record).collect()
     }
 
+    async fn pending_approvals(&self) -> Result<u64, PortError> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM approvals WHERE approved IS NULL")
+            .fetch_one(&mut *self.conn().await?)
+            .await
+            .port()?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
         let row = sqlx::query(select_approvals!("WHERE id = ?"))
             .bind(id)
