@@ -74,6 +74,17 @@ impl SliceId {
                 &follow_top.to_string(),
             ]),
             SliceKind::Page { url, geo } => crate::digest(&["page", url, geo.as_str()]),
+            SliceKind::Research { question, geo } => {
+                crate::digest(&["research", question, geo.as_str()])
+            }
+            SliceKind::Agent {
+                question,
+                index,
+                geo,
+            } => crate::digest(&["agent", question, &index.to_string(), geo.as_str()]),
+            SliceKind::Report { question, geo } => {
+                crate::digest(&["report", question, geo.as_str()])
+            }
         };
         SliceId(format!("s_{}", &d[..20]))
     }
@@ -140,6 +151,20 @@ pub enum SliceKind {
     },
     /// One page fetched from one country and turned into one item.
     Page { url: String, geo: Geo },
+    /// A research question a planner model splits into sub-questions; spawns one
+    /// agent slice per sub-question.
+    Research { question: String, geo: Geo },
+    /// A sub-agent answering one sub-question with tools; yields `finding` items
+    /// citing the pages it fetched.
+    Agent {
+        question: String,
+        /// Position in the plan, so equal sub-questions stay two slices.
+        index: u32,
+        geo: Geo,
+    },
+    /// The report on a research question, written from its findings once every
+    /// sub-agent is done; yields one `report` item.
+    Report { question: String, geo: Geo },
 }
 
 impl SliceKind {
@@ -147,12 +172,39 @@ impl SliceKind {
         match self {
             SliceKind::Search { .. } => "search",
             SliceKind::Page { .. } => "page",
+            SliceKind::Research { .. } => "research",
+            SliceKind::Agent { .. } => "agent",
+            SliceKind::Report { .. } => "report",
         }
     }
 
     pub fn geo(&self) -> Geo {
         match self {
-            SliceKind::Search { geo, .. } | SliceKind::Page { geo, .. } => *geo,
+            SliceKind::Search { geo, .. }
+            | SliceKind::Page { geo, .. }
+            | SliceKind::Research { geo, .. }
+            | SliceKind::Agent { geo, .. }
+            | SliceKind::Report { geo, .. } => *geo,
+        }
+    }
+
+    /// Whether a model runs the slice (research, agent, report), rather than a
+    /// written-down plan.
+    pub fn is_model_driven(&self) -> bool {
+        matches!(
+            self,
+            SliceKind::Research { .. } | SliceKind::Agent { .. } | SliceKind::Report { .. }
+        )
+    }
+
+    /// What the slice is about, for lists of slices: the query, URL or question.
+    pub fn subject(&self) -> &str {
+        match self {
+            SliceKind::Search { query, .. } => query,
+            SliceKind::Page { url, .. } => url,
+            SliceKind::Research { question, .. }
+            | SliceKind::Agent { question, .. }
+            | SliceKind::Report { question, .. } => question,
         }
     }
 }
@@ -299,6 +351,10 @@ pub enum ItemKind {
     Page,
     /// One organic result of a search.
     Serp,
+    /// One claim a research sub-agent found, with the fetched pages it cites.
+    Finding,
+    /// The Markdown report on a research question.
+    Report,
 }
 
 impl ItemKind {
@@ -306,6 +362,8 @@ impl ItemKind {
         match self {
             ItemKind::Page => "page",
             ItemKind::Serp => "serp",
+            ItemKind::Finding => "finding",
+            ItemKind::Report => "report",
         }
     }
 
@@ -313,6 +371,8 @@ impl ItemKind {
         match s {
             "page" => Some(ItemKind::Page),
             "serp" => Some(ItemKind::Serp),
+            "finding" => Some(ItemKind::Finding),
+            "report" => Some(ItemKind::Report),
             _ => None,
         }
     }

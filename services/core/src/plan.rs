@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::cost::{Micros, PriceTable};
 use crate::model::{SliceKind, SliceSpec, normalize_url};
-use crate::spec::JobSpec;
+use crate::spec::{JobSpec, Research};
 
 /// What a job will do.
 #[derive(Clone, Debug)]
@@ -56,12 +56,25 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
             }
         }
     }
+    if let Some(r) = &spec.research {
+        slices.push(SliceSpec::new(research_slice(r), None));
+    }
     let (search_slices, page_slices) = spec.planned_slices();
     let followed_pages_max = spec.max_followed();
+    // Research: every sub-agent's every tool call at the dearer of the two tools.
+    // Model turns are priced by the model's price list when they happen; the job's
+    // budget caps them with the rest.
+    let research_calls = spec.research.as_ref().map_or(0, |r| {
+        u64::from(r.max_subagents) * u64::from(r.max_tool_calls_per_agent)
+    });
     let cost = prices.serp.saturating_mul(search_slices)
         + prices
             .unlocker
-            .saturating_mul(page_slices + followed_pages_max);
+            .saturating_mul(page_slices + followed_pages_max)
+        + prices
+            .serp
+            .max(prices.unlocker)
+            .saturating_mul(research_calls);
     Plan {
         slices,
         estimate: Estimate {
@@ -71,6 +84,46 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
             cost,
         },
     }
+}
+
+/// The planning slice of a research question.
+pub fn research_slice(r: &Research) -> SliceKind {
+    SliceKind::Research {
+        question: r.question.clone(),
+        geo: r.geo,
+    }
+}
+
+/// The report slice of a research question, added once its sub-agents are done.
+pub fn report_slice(r: &Research) -> SliceSpec {
+    let parent = SliceSpec::new(research_slice(r), None).id;
+    SliceSpec::new(
+        SliceKind::Report {
+            question: r.question.clone(),
+            geo: r.geo,
+        },
+        Some(parent),
+    )
+}
+
+/// The sub-agent slices a research plan spawns, one per sub-question, in order.
+pub fn sub_agents(parent: &SliceSpec, questions: &[String]) -> Vec<SliceSpec> {
+    let geo = parent.kind.geo();
+    let mut out: Vec<SliceSpec> = Vec::new();
+    for (i, q) in questions.iter().enumerate() {
+        let child = SliceSpec::new(
+            SliceKind::Agent {
+                question: q.clone(),
+                index: i as u32,
+                geo,
+            },
+            Some(parent.id.clone()),
+        );
+        if !out.iter().any(|c| c.id == child.id) {
+            out.push(child);
+        }
+    }
+    out
 }
 
 /// The page slices a finished search spawns: its first `follow_top` distinct,
@@ -157,11 +210,43 @@ mod tests {
             .iter()
             .map(|k| match &k.kind {
                 SliceKind::Page { url, .. } => url.as_str(),
-                SliceKind::Search { .. } => "",
+                _ => "",
             })
             .collect();
         assert_eq!(urls, ["https://s.example/a", "https://s.example/b"]);
         assert!(kids.iter().all(|k| k.parent.as_ref() == Some(&search.id)));
         assert!(kids.iter().all(|k| k.kind.geo() == search.kind.geo()));
+    }
+
+    #[test]
+    fn a_research_question_plans_one_slice_and_its_sub_agents_and_report_follow() {
+        let spec = JobSpec::parse(
+            "name: r\nresearch: {question: \"Which EU shops sell the X1 Carbon?\", geo: de, max_subagents: 3, max_tool_calls_per_agent: 4}\n",
+        )
+        .unwrap();
+        let prices = PriceTable::default();
+        let p = plan(&spec, &prices);
+        assert_eq!(p.slices.len(), 1);
+        let research = &p.slices[0];
+        assert_eq!(research.kind.name(), "research");
+        assert!(research.kind.is_model_driven());
+        // Every tool call of every sub-agent at the dearer tool.
+        assert_eq!(
+            p.estimate.cost,
+            prices.serp.max(prices.unlocker).saturating_mul(12)
+        );
+        let kids = sub_agents(research, &["a?".into(), "b?".into(), "a?".into()]);
+        assert_eq!(
+            kids.len(),
+            3,
+            "equal sub-questions at two positions stay two slices"
+        );
+        assert!(kids.iter().all(|k| k.parent.as_ref() == Some(&research.id)));
+        assert!(kids.iter().all(|k| k.kind.geo().as_str() == "de"));
+        let r = spec.research.as_ref().unwrap();
+        let report = report_slice(r);
+        assert_eq!(report.kind.name(), "report");
+        assert_eq!(report.parent.as_ref(), Some(&research.id));
+        assert_eq!(report_slice(r).id, report.id, "one report per question");
     }
 }

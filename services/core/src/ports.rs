@@ -684,6 +684,9 @@ pub trait Store: Send + Sync {
         slices: &[SliceSpec],
         status: JobStatus,
     ) -> Result<bool, PortError>;
+    /// Adds pending slices to a job, not yet published (the scheduler publishes
+    /// them); ids the job already has are skipped. Returns how many were new.
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError>;
     /// Open slices of a job to (re)publish: never published, or last published
     /// before `stale_before_ms`; at most `limit`, in slice order.
     async fn slices_to_publish(

@@ -25,6 +25,8 @@ pub struct JobSpec {
     pub name: String,
     pub searches: Option<Searches>,
     pub pages: Option<Pages>,
+    /// A free-text question for model-driven sub-agents.
+    pub research: Option<Research>,
     pub extract: Option<ExtractSpec>,
     /// JSON Schema (2020-12) every extracted item must satisfy.
     pub schema: Option<Value>,
@@ -51,6 +53,51 @@ pub struct Pages {
     pub urls: Vec<String>,
     pub geos: Vec<Geo>,
 }
+
+/// A research question: a planner model splits it into sub-questions, a sub-agent
+/// answers each with tools and cites the pages it fetched, a last step writes the
+/// report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Research {
+    pub question: String,
+    /// The country searches and fetches run from.
+    pub geo: Geo,
+    pub max_subagents: u32,
+    pub max_tool_calls_per_agent: u32,
+    /// The model, `provider:name` or a bare name; `None`: the deployment's default.
+    pub model: Option<String>,
+    /// Output tokens per model turn.
+    pub max_tokens: u32,
+    /// Whether a report is written from the findings.
+    pub report: bool,
+    pub tool_search: ToolSearchMode,
+    pub code_execution: CodeExecution,
+}
+
+/// How a sub-agent finds tools beyond the few it starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolSearchMode {
+    /// trawl's own `tool_search` (BM25 over the catalog); found tools join the next
+    /// request (for Anthropic as `tool_reference` blocks).
+    Client,
+    /// Anthropic's server-side BM25 tool search over the catalog sent deferred.
+    Server,
+}
+
+/// Where `run_code` scripts run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodeExecution {
+    /// trawl's embedded sandbox.
+    Local,
+    /// Anthropic's hosted code execution tool, calling trawl's tools through
+    /// `allowed_callers` (Anthropic models only).
+    Anthropic,
+    /// No programmatic tool calling.
+    Off,
+}
+
+pub const MAX_SUBAGENTS: u64 = 20;
+pub const MAX_TOOL_CALLS_PER_AGENT: u64 = 100;
 
 #[derive(Clone, Debug)]
 pub struct ExtractSpec {
@@ -323,7 +370,8 @@ impl Checker {
 
     fn job(&mut self, v: &Value) -> Option<JobSpec> {
         const KNOWN: &[&str] = &[
-            "name", "searches", "pages", "extract", "schema", "cache", "retries", "budget",
+            "name", "searches", "pages", "research", "extract", "schema", "cache", "retries",
+            "budget",
         ];
         let f = self.object(v, "", KNOWN)?;
         let name = match f.get("name") {
@@ -338,6 +386,7 @@ impl Checker {
         }
         let searches = f.get("searches").and_then(|v| self.searches(v));
         let pages = f.get("pages").and_then(|v| self.pages(v));
+        let research = f.get("research").and_then(|v| self.research(v));
         let extract = f.get("extract").and_then(|v| self.extract(v));
         let schema = f.get("schema").and_then(|v| self.schema(v));
         let max_age = f
@@ -376,6 +425,7 @@ impl Checker {
             name,
             searches,
             pages,
+            research,
             extract,
             schema,
             max_age: max_age.unwrap_or_default(),
@@ -391,14 +441,15 @@ impl Checker {
     fn whole_job(&mut self, spec: &JobSpec, f: &Fields<'_>) {
         let (search, page) = spec.planned_slices();
         let followed = spec.max_followed();
-        let sections_ok = !self
-            .errors
-            .iter()
-            .any(|e| e.path.starts_with("searches") || e.path.starts_with("pages"));
-        if sections_ok && search + page == 0 {
+        let sections_ok = !self.errors.iter().any(|e| {
+            e.path.starts_with("searches")
+                || e.path.starts_with("pages")
+                || e.path.starts_with("research")
+        });
+        if sections_ok && search + page == 0 && spec.research.is_none() {
             self.err(
                 "",
-                "the job has no slices: give searches (queries and geos) or pages (urls and geos)",
+                "the job has no slices: give searches (queries and geos), pages (urls and geos) or research (a question)",
             );
         }
         let total = search + page + followed;
@@ -466,6 +517,122 @@ impl Checker {
             geos,
             engine,
             follow_top,
+        })
+    }
+
+    fn research(&mut self, v: &Value) -> Option<Research> {
+        const KNOWN: &[&str] = &[
+            "question",
+            "geo",
+            "max_subagents",
+            "max_tool_calls_per_agent",
+            "model",
+            "max_tokens",
+            "report",
+            "tool_search",
+            "code_execution",
+        ];
+        let f = self.object(v, "research", KNOWN)?;
+        let question = match f.get("question") {
+            None => {
+                self.err("research.question", "required: the question to research");
+                String::new()
+            }
+            Some(q) => {
+                let q = self
+                    .string(q, "research.question")
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned();
+                if q.chars().count() > 4000 {
+                    self.err("research.question", "must be at most 4000 characters");
+                }
+                q
+            }
+        };
+        let geo = match f.get("geo") {
+            None => Geo::parse("us").ok(),
+            Some(g) => match g.as_str().map(Geo::parse) {
+                Some(Ok(g)) => Some(g),
+                Some(Err(e)) => {
+                    self.err("research.geo", e);
+                    None
+                }
+                None => {
+                    self.err(
+                        "research.geo",
+                        format!("must be a country code, not {}", kind(g)),
+                    );
+                    None
+                }
+            },
+        };
+        let max_subagents = f.get("max_subagents").map_or(Some(5), |n| {
+            self.uint(n, "research.max_subagents", 1, MAX_SUBAGENTS)
+        });
+        let max_calls = f.get("max_tool_calls_per_agent").map_or(Some(15), |n| {
+            self.uint(
+                n,
+                "research.max_tool_calls_per_agent",
+                1,
+                MAX_TOOL_CALLS_PER_AGENT,
+            )
+        });
+        let model = f.get("model").and_then(|m| {
+            let m = self.string(m, "research.model")?;
+            if m.trim().is_empty() || m.len() > 200 {
+                self.err("research.model", "must be a model name of 1 to 200 bytes");
+                return None;
+            }
+            Some(m.trim().to_owned())
+        });
+        let max_tokens = f.get("max_tokens").map_or(Some(4096), |n| {
+            self.uint(n, "research.max_tokens", 256, 64_000)
+        });
+        let report = match f.get("report") {
+            None => true,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                self.err(
+                    "research.report",
+                    format!("must be true or false, not {}", kind(other)),
+                );
+                true
+            }
+        };
+        let tool_search = match f.get("tool_search").map(|v| (v, v.as_str())) {
+            None | Some((_, Some("client"))) => ToolSearchMode::Client,
+            Some((_, Some("server"))) => ToolSearchMode::Server,
+            Some((v, _)) => {
+                self.err(
+                    "research.tool_search",
+                    format!("must be client or server, not {v}"),
+                );
+                ToolSearchMode::Client
+            }
+        };
+        let code_execution = match f.get("code_execution").map(|v| (v, v.as_str())) {
+            None | Some((_, Some("local"))) => CodeExecution::Local,
+            Some((_, Some("anthropic"))) => CodeExecution::Anthropic,
+            Some((_, Some("off"))) => CodeExecution::Off,
+            Some((v, _)) => {
+                self.err(
+                    "research.code_execution",
+                    format!("must be local, anthropic or off, not {v}"),
+                );
+                CodeExecution::Local
+            }
+        };
+        Some(Research {
+            question,
+            geo: geo?,
+            max_subagents: max_subagents? as u32,
+            max_tool_calls_per_agent: max_calls? as u32,
+            model,
+            max_tokens: max_tokens? as u32,
+            report,
+            tool_search,
+            code_execution,
         })
     }
 
@@ -765,5 +932,43 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
     fn duplicates_collapse() {
         let s = JobSpec::parse("name: x\npages: {urls: [\"https://A.example/p\", \"https://a.example/p#frag\"], geos: [us, us]}\nextract: {fields: {t: {css: h1}}}\n").unwrap();
         assert_eq!(s.planned_slices(), (0, 1));
+    }
+
+    #[test]
+    fn research_has_defaults_and_checked_bounds() {
+        let spec = JobSpec::parse("name: r\nresearch: {question: \"  what?  \"}\n").unwrap();
+        let r = spec.research.unwrap();
+        assert_eq!(r.question, "what?");
+        assert_eq!(r.geo.as_str(), "us");
+        assert_eq!((r.max_subagents, r.max_tool_calls_per_agent), (5, 15));
+        assert_eq!((r.max_tokens, r.report, r.model), (4096, true, None));
+        assert_eq!(r.tool_search, ToolSearchMode::Client);
+        assert_eq!(r.code_execution, CodeExecution::Local);
+        assert!(
+            spec.extract.is_none(),
+            "a research job needs no extract section"
+        );
+
+        let err = JobSpec::parse(
+            "name: r\nresearch: {question: \"\", geo: xx, max_subagents: 0, max_tool_calls_per_agent: 1000, report: maybe, tool_search: magic, code_execution: remote, model: \"\", colour: red}\n",
+        )
+        .unwrap_err();
+        let mut paths = err.paths();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "research.code_execution",
+                "research.colour",
+                "research.geo",
+                "research.max_subagents",
+                "research.max_tool_calls_per_agent",
+                "research.model",
+                "research.question",
+                "research.report",
+                "research.tool_search",
+            ],
+            "{err}"
+        );
     }
 }

@@ -90,6 +90,25 @@ impl From<&SliceSpec> for pb::SliceSpec {
                 url: url.clone(),
                 geo: geo.to_string(),
             }),
+            SliceKind::Research { question, geo } => {
+                pb::slice_spec::Kind::Research(pb::ResearchSlice {
+                    question: question.clone(),
+                    geo: geo.to_string(),
+                })
+            }
+            SliceKind::Agent {
+                question,
+                index,
+                geo,
+            } => pb::slice_spec::Kind::Agent(pb::AgentSlice {
+                question: question.clone(),
+                index: *index,
+                geo: geo.to_string(),
+            }),
+            SliceKind::Report { question, geo } => pb::slice_spec::Kind::Report(pb::ReportSlice {
+                question: question.clone(),
+                geo: geo.to_string(),
+            }),
         };
         pb::SliceSpec {
             id: spec.id.to_string(),
@@ -138,6 +157,19 @@ impl TryFrom<pb::SliceMessage> for SliceMessage {
             pb::slice_spec::Kind::Page(p) => SliceKind::Page {
                 url: p.url,
                 geo: geo(WHAT, "slice.page.geo", &p.geo)?,
+            },
+            pb::slice_spec::Kind::Research(r) => SliceKind::Research {
+                question: r.question,
+                geo: geo(WHAT, "slice.research.geo", &r.geo)?,
+            },
+            pb::slice_spec::Kind::Agent(a) => SliceKind::Agent {
+                question: a.question,
+                index: a.index,
+                geo: geo(WHAT, "slice.agent.geo", &a.geo)?,
+            },
+            pb::slice_spec::Kind::Report(r) => SliceKind::Report {
+                question: r.question,
+                geo: geo(WHAT, "slice.report.geo", &r.geo)?,
             },
         };
         let parent = match spec.parent {
@@ -351,7 +383,28 @@ mod tests {
 
     #[test]
     fn every_slice_kind_round_trips() {
-        for msg in [search(None), search(Some(page().slice.id)), page()] {
+        let research = |kind| SliceMessage {
+            job_id: job(),
+            slice: SliceSpec::new(kind, Some(search(None).slice.id)),
+        };
+        for msg in [
+            search(None),
+            search(Some(page().slice.id)),
+            page(),
+            research(SliceKind::Research {
+                question: "which EU retailers sell the X1 Carbon?".into(),
+                geo: us(),
+            }),
+            research(SliceKind::Agent {
+                question: "return policies of the X1 Carbon's sellers".into(),
+                index: 3,
+                geo: Geo::parse("de").unwrap(),
+            }),
+            research(SliceKind::Report {
+                question: "q".into(),
+                geo: us(),
+            }),
+        ] {
             let bytes = encode_slice(&msg);
             assert_eq!(decode_slice(&bytes).unwrap(), msg);
         }

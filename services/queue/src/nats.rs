@@ -11,7 +11,7 @@
 //!
 //! | stream | retention | subjects |
 //! |---|---|---|
-//! | `TRAWL_SLICES` | work queue, file | `trawl.slices.search`, `trawl.slices.page` (one per slice kind) |
+//! | `TRAWL_SLICES` | work queue, file | `trawl.slices.search`, `.page`, `.research`, `.agent`, `.report` (one per slice kind) |
 //! | `TRAWL_EVENTS` | limits, file, 24 h | `trawl.jobs.created`, `trawl.jobs.cancelled`, `trawl.slices.finished`, `trawl.approvals.decided` |
 //! | `TRAWL_ADVISORIES` | limits, file, 7 days | `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers` |
 //!
@@ -219,7 +219,7 @@ pub(crate) struct Names {
 
 /// Every slice kind's subject token. Adding a `SliceKind` variant fails to compile in
 /// [`Names::kind_index`] until it is listed here too.
-const SLICE_KINDS: [&str; 2] = ["search", "page"];
+const SLICE_KINDS: [&str; 5] = ["search", "page", "research", "agent", "report"];
 
 /// The durable consumer every worker pulls from.
 pub(crate) const WORKERS: &str = "workers";
@@ -252,6 +252,9 @@ impl Names {
         match kind {
             SliceKind::Search { .. } => 0,
             SliceKind::Page { .. } => 1,
+            SliceKind::Research { .. } => 2,
+            SliceKind::Agent { .. } => 3,
+            SliceKind::Report { .. } => 4,
         }
     }
 
@@ -568,9 +571,31 @@ mod tests {
                 url: "https://x.example/".into(),
                 geo,
             },
+            SliceKind::Research {
+                question: "q".into(),
+                geo,
+            },
+            SliceKind::Agent {
+                question: "q".into(),
+                index: 0,
+                geo,
+            },
+            SliceKind::Report {
+                question: "q".into(),
+                geo,
+            },
         ];
         let subjects: Vec<String> = kinds.iter().map(|k| n.slice_subject(k)).collect();
-        assert_eq!(subjects, ["trawl.slices.search", "trawl.slices.page"]);
+        assert_eq!(
+            subjects,
+            [
+                "trawl.slices.search",
+                "trawl.slices.page",
+                "trawl.slices.research",
+                "trawl.slices.agent",
+                "trawl.slices.report"
+            ]
+        );
         assert_eq!(n.slice_subjects(), subjects);
         assert_eq!(n.slices_stream(), "TRAWL_SLICES");
         let job = JobId::generate(1, 2);

@@ -202,6 +202,9 @@ impl Store for Hooked {
     ) -> Result<bool, PortError> {
         self.inner.plan_job(id, slices, status).await
     }
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
+        self.inner.add_slices(id, slices).await
+    }
     async fn slices_to_publish(
         &self,
         id: &JobId,

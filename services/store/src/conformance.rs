@@ -72,6 +72,7 @@ macro_rules! suite {
             concurrent_claims_of_approval_notices_never_overlap,
             a_replaced_request_is_announced_again_only_when_it_changed,
             a_claimed_request_carries_its_expiry,
+            slices_added_later_are_new_once_and_wait_to_be_published,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -864,6 +865,46 @@ pub(crate) async fn two_planners_of_one_job_plan_it_once(f: &dyn Fixture) {
             sorted(plans[winners[0]].clone())
         );
     }
+}
+
+pub(crate) async fn slices_added_later_are_new_once_and_wait_to_be_published(f: &dyn Fixture) {
+    let store = f.store();
+    let first = search("q0");
+    let job = new_job(&*store, 1, std::slice::from_ref(&first)).await;
+    store
+        .mark_published(&job, &ids(std::slice::from_ref(&first)), 1_000)
+        .await
+        .unwrap();
+    let report = SliceSpec::new(
+        SliceKind::Report {
+            question: "which shops?".into(),
+            geo: geo("de"),
+        },
+        Some(first.id.clone()),
+    );
+    assert_eq!(
+        store
+            .add_slices(&job, std::slice::from_ref(&report))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .add_slices(&job, &[report.clone(), first.clone()])
+            .await
+            .unwrap(),
+        0,
+        "ids the job has are skipped"
+    );
+    // Pending and never published: the next publication pass takes it.
+    assert_eq!(
+        store.slices_to_publish(&job, 0, 10).await.unwrap(),
+        [report.clone()]
+    );
+    let open = store.open_slices(&job).await.unwrap();
+    assert!(open.contains(&report) && open.contains(&first));
+    assert_eq!(store.counts(&job).await.unwrap().slices_total, 2);
 }
 
 pub(crate) async fn slices_to_publish_are_those_the_queue_has_not_got(f: &dyn Fixture) {

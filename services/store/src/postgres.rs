@@ -617,6 +617,11 @@ impl Store for PgStore {
         Ok(true)
     }
 
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
+        let mut conn = self.pool.acquire().await.port()?;
+        insert_slices(&mut conn, id, slices, now_ms(), None).await
+    }
+
     async fn slices_to_publish(
         &self,
         id: &JobId,

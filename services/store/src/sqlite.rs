@@ -511,6 +511,16 @@ impl Store for SqliteStore {
         Ok(true)
     }
 
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
+        let now = now_ms();
+        let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+        let new = rows::insert_new_slices(&mut tx, &rows).await?;
+        tx.commit().await.port()?;
+        Ok(new.len() as u64)
+    }
+
     async fn slices_to_publish(
         &self,
         id: &JobId,

@@ -112,6 +112,11 @@ impl ToolLayer {
             .clone()
     }
 
+    /// The worker pool this layer serves.
+    pub fn pool(&self) -> Pool {
+        self.pool
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.config.policy
     }

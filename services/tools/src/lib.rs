@@ -307,6 +307,41 @@ impl Recorder {
         g.0.push(step);
     }
 
+    /// One model turn of a model-driven sub-agent: a trace step named
+    /// `model:<model>` and, when it cost anything, a cost entry of that product.
+    pub fn model_turn(
+        &self,
+        model: &str,
+        request_digest: &str,
+        result: Result<(), &ToolError>,
+        latency: Duration,
+        cost: Micros,
+    ) {
+        let name = format!("model:{model}");
+        self.step(
+            &name,
+            request_digest,
+            false,
+            1,
+            result,
+            latency,
+            cost,
+            &name,
+        );
+    }
+
+    /// Everything recorded so far, taken out (for a recorder shared with tasks
+    /// that may still hold it).
+    pub fn take(&self) -> Records {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (trace, costs, audit) = std::mem::take(&mut *g);
+        Records {
+            trace,
+            costs,
+            audit,
+        }
+    }
+
     /// Everything recorded.
     pub fn finish(self) -> Records {
         let (trace, costs, audit) = self.inner.into_inner().unwrap_or_else(|p| p.into_inner());

@@ -494,7 +494,8 @@ impl RunArgs {
             .with_call_timeout(self.call_timeout)
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
             .with_queue(QueueConfig::default())
-            .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?))
+            .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?)
+            .with_models(Some(crate::deployed::models()?)))
     }
 }
 

@@ -28,6 +28,7 @@ use trawl_sim::SimHandle;
 use trawl_store::{PgStore, SqliteStore};
 use trawl_tools::ToolLayer;
 use trawl_tools::config::ToolsConfig;
+use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
 use crate::embedded::{Upstream, provider, tool_layer};
@@ -380,13 +381,9 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
         &cancel,
     )
     .await?;
-    let worker = Arc::new(Worker::new(
-        queue,
-        store,
-        Arc::new(events),
-        tools,
-        s.worker.clone(),
-    ));
+    let worker = Arc::new(
+        Worker::new(queue, store, Arc::new(events), tools, s.worker.clone()).with_models(models()?),
+    );
     eprintln!(
         "trawl worker running ({} slices at a time)",
         s.worker.concurrency
@@ -403,6 +400,16 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
         let _ = ops.await;
     }
     Ok(())
+}
+
+/// The models research slices run on, from the environment
+/// (`ANTHROPIC_*`, `OPENAI_*`, `TRAWL_MODEL`, `TRAWL_MODEL_PRICES`).
+pub(crate) fn models() -> anyhow::Result<Arc<Models>> {
+    let m = Models::from_env().map_err(anyhow::Error::msg)?;
+    if m.any() {
+        eprintln!("trawl: model providers configured for research jobs");
+    }
+    Ok(Arc::new(m))
 }
 
 /// `trawl dev`: API, scheduler and a worker in one process on the embedded
@@ -441,13 +448,16 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     );
     let state = api_state(s, state, tools.clone(), &cancel).await?;
     let listener = bind(s.listen).await?;
-    let worker = Arc::new(Worker::new(
-        queue.clone(),
-        store.clone(),
-        events.clone(),
-        tools,
-        s.worker.clone(),
-    ));
+    let worker = Arc::new(
+        Worker::new(
+            queue.clone(),
+            store.clone(),
+            events.clone(),
+            tools,
+            s.worker.clone(),
+        )
+        .with_models(models()?),
+    );
     let notifier = notifier(s, store.clone())?;
     let service = Arc::new(Service {
         store,

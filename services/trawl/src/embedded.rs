@@ -23,6 +23,7 @@ use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
 use trawl_tools::{Pool, ToolLayer};
+use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
 use crate::output::{self, FailedSliceOut, ItemCounts, SliceCounts, Summary};
@@ -55,6 +56,9 @@ pub struct Options {
     /// Upstream MCP servers and tool policies; `None`: the built-in tools under
     /// the default policy.
     pub tools: Option<ToolsConfig>,
+    /// The models research jobs run on; `None`: research slices fail with
+    /// `no_model`.
+    pub models: Option<Arc<Models>>,
 }
 
 impl Options {
@@ -67,7 +71,13 @@ impl Options {
             worker: WorkerConfig::default(),
             queue: QueueConfig::default(),
             tools: None,
+            models: None,
         }
+    }
+
+    pub fn with_models(mut self, m: Option<Arc<Models>>) -> Self {
+        self.models = m;
+        self
     }
 
     pub fn with_tools(mut self, t: Option<ToolsConfig>) -> Self {
@@ -269,13 +279,17 @@ impl Embedded {
         let queue = Arc::new(EmbeddedQueue::new(self.options.queue));
         let (events, mut rx) = InProcessEvents::channel();
         let events = Arc::new(events);
-        let worker = Arc::new(Worker::new(
+        let mut worker = Worker::new(
             queue.clone(),
             self.store.clone(),
             events.clone(),
             self.tools.clone(),
             self.options.worker.clone(),
-        ));
+        );
+        if let Some(m) = &self.options.models {
+            worker = worker.with_models(m.clone());
+        }
+        let worker = Arc::new(worker);
         let stop_worker = cancel.child_token();
         let worker_task = tokio::spawn(worker.run(stop_worker.clone()));
         let scheduler = self.scheduler(queue.as_ref(), events.as_ref());

@@ -1,6 +1,6 @@
-//! The sub-agent of a slice. Deterministic: a search or page slice's plan is
-//! written down, so it runs without a model (model-driven agents come later and
-//! use the same tool layer).
+//! The sub-agent of a deterministic slice: a search or page slice's plan is
+//! written down, so it runs without a model ([`crate::research`] runs the
+//! model-driven kinds through the same tool layer).
 
 use serde_json::{Value, json};
 use trawl_core::model::{Item, ItemKind, Rejection, SliceKind, SliceOutcome, SliceSpec};
@@ -49,6 +49,13 @@ pub async fn run_slice(
                 Err(e) => Err(e),
             }
         }
+        other => Err(ToolError::permanent(
+            "internal",
+            format!(
+                "a {} slice needs a model (research::run_slice)",
+                other.name()
+            ),
+        )),
     };
     let mut transient = false;
     if let Err(e) = result {

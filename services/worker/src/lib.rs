@@ -16,6 +16,8 @@
 //! Concurrency is bounded: `concurrency` loops pull in parallel.
 
 pub mod agent;
+pub mod models;
+pub mod research;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -261,6 +263,9 @@ pub struct Worker {
     tools: Arc<ToolLayer>,
     jobs: JobContexts,
     config: WorkerConfig,
+    /// The models research slices run on; `None`: such slices fail with
+    /// `no_model`.
+    models: Option<Arc<models::Models>>,
 }
 
 impl Worker {
@@ -278,7 +283,14 @@ impl Worker {
             tools,
             jobs: JobContexts::default(),
             config,
+            models: None,
         }
+    }
+
+    /// The models research, agent and report slices run on.
+    pub fn with_models(mut self, models: Arc<models::Models>) -> Worker {
+        self.models = Some(models);
+        self
     }
 
     /// Runs `concurrency` pull loops until `cancel` fires. Then no new slice is
@@ -389,7 +401,18 @@ impl Worker {
             tracing::debug!("job is over or unknown; skipping slice");
             return Ok(Processed::Done);
         };
-        let (outcome, transient) = agent::run_slice(&job, &self.tools, &msg.slice).await;
+        let (outcome, transient) = if msg.slice.kind.is_model_driven() {
+            research::run_slice(
+                &job,
+                &self.tools,
+                self.models.as_deref(),
+                self.store.as_ref(),
+                &msg.slice,
+            )
+            .await
+        } else {
+            agent::run_slice(&job, &self.tools, &msg.slice).await
+        };
         if transient && !d.is_last() && !self.config.redeliver.is_empty() {
             let i = (d.delivery.max(1) as usize - 1).min(self.config.redeliver.len() - 1);
             return Ok(Processed::Again(self.config.redeliver[i]));

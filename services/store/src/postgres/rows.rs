@@ -16,7 +16,7 @@ use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
     AuditRecord, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId,
-    SliceKind, SliceSpec, TraceStep, Violation,
+    SliceSpec, TraceStep, Violation,
 };
 use trawl_core::ports::{
     ApprovalRecord, FailedSlice, Idempotency, JobRecord, PinStatus, PortError, ToolPin,
@@ -85,10 +85,11 @@ pub(super) async fn insert_slices(
     slices: &[SliceSpec],
     now: i64,
     published_ms: Option<i64>,
-) -> Result<(), PortError> {
+) -> Result<u64, PortError> {
+    let mut inserted = 0;
     for chunk in slices.chunks(SLICES_PER_STATEMENT) {
         let columns = SliceColumns::of(chunk.iter())?;
-        sqlx::query(
+        inserted += sqlx::query(
             "INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms, \
                  published_ms) \
              SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $2, $7 \
@@ -105,9 +106,10 @@ pub(super) async fn insert_slices(
         .bind(published_ms)
         .execute(&mut *conn)
         .await
-        .port()?;
+        .port()?
+        .rows_affected();
     }
-    Ok(())
+    Ok(inserted)
 }
 
 /// Slices as one array per column.
@@ -311,10 +313,7 @@ pub(super) fn audit_record(row: &PgRow) -> Result<(i64, AuditRecord), PortError>
 
 pub(super) fn failed_slice(row: &PgRow) -> Result<FailedSlice, PortError> {
     let spec: SliceSpec = get_json(row, "spec")?;
-    let subject = match &spec.kind {
-        SliceKind::Search { query, .. } => query.clone(),
-        SliceKind::Page { url, .. } => url.clone(),
-    };
+    let subject = spec.kind.subject().to_owned();
     Ok(FailedSlice {
         kind: spec.kind.name().to_owned(),
         geo: spec.kind.geo().as_str().to_owned(),

@@ -11,7 +11,7 @@ use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
     AuditRecord, CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError,
-    SliceId, SliceKind, SliceSpec, TraceStep, Violation,
+    SliceId, SliceSpec, TraceStep, Violation,
 };
 use trawl_core::ports::{
     ApprovalRecord, FailedSlice, Idempotency, JobRecord, PinStatus, PortError, ToolPin,
@@ -459,10 +459,7 @@ pub(super) fn approval_record(row: &SqliteRow) -> Result<ApprovalRecord, PortErr
 
 pub(super) fn failed_slice(row: &SqliteRow) -> Result<FailedSlice, PortError> {
     let spec: SliceSpec = get_json(row, "spec")?;
-    let subject = match &spec.kind {
-        SliceKind::Search { query, .. } => query.clone(),
-        SliceKind::Page { url, .. } => url.clone(),
-    };
+    let subject = spec.kind.subject().to_owned();
     Ok(FailedSlice {
         kind: spec.kind.name().to_owned(),
         geo: spec.kind.geo().as_str().to_owned(),

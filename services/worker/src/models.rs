@@ -1,0 +1,203 @@
+//! The models a worker can put to work, and which one a job gets.
+//!
+//! A job names its model in `research.model`, or takes the deployment's
+//! `TRAWL_MODEL`. The name may carry its provider (`anthropic:claude-sonnet-4-5`,
+//! `openai:qwen2.5-72b`); a bare name goes to Anthropic when it starts with
+//! `claude` and Anthropic is configured, else to the OpenAI-compatible server
+//! when one is, else to whichever provider is configured.
+
+use std::sync::Arc;
+
+use trawl_model::{
+    AnthropicClient, AnthropicConfig, ModelClient, ModelPrice, OpenAiClient, OpenAiConfig,
+    PriceList,
+};
+
+/// The configured providers, the default model and the price list.
+#[derive(Clone, Default)]
+pub struct Models {
+    anthropic: Option<Arc<dyn ModelClient>>,
+    openai: Option<Arc<dyn ModelClient>>,
+    default_model: Option<String>,
+    prices: PriceList,
+}
+
+/// The model a job runs on.
+#[derive(Clone)]
+pub struct Resolved {
+    pub client: Arc<dyn ModelClient>,
+    /// The name sent to the provider (without a `provider:` prefix).
+    pub model: String,
+    /// `None`: the price list does not know it, so its turns cost nothing in the
+    /// ledger (self-hosted models).
+    pub price: Option<ModelPrice>,
+}
+
+impl Models {
+    pub fn new(prices: PriceList) -> Models {
+        Models {
+            prices,
+            ..Models::default()
+        }
+    }
+
+    pub fn with_anthropic(mut self, client: Arc<dyn ModelClient>) -> Self {
+        self.anthropic = Some(client);
+        self
+    }
+
+    pub fn with_openai(mut self, client: Arc<dyn ModelClient>) -> Self {
+        self.openai = Some(client);
+        self
+    }
+
+    pub fn with_default_model(mut self, model: Option<String>) -> Self {
+        self.default_model = model.filter(|m| !m.trim().is_empty());
+        self
+    }
+
+    /// From the environment: `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL`,
+    /// `OPENAI_API_KEY` / `OPENAI_BASE_URL`, `TRAWL_MODEL`, and
+    /// `TRAWL_MODEL_PRICES` (a YAML or JSON file of prices per million tokens,
+    /// added to the built-in list of Claude prices).
+    pub fn from_env() -> Result<Models, String> {
+        let mut prices = PriceList::default();
+        if let Ok(path) = std::env::var("TRAWL_MODEL_PRICES") {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("TRAWL_MODEL_PRICES {path}: {e}"))?;
+            prices.extend(
+                PriceList::parse(&text).map_err(|e| format!("TRAWL_MODEL_PRICES {path}: {e}"))?,
+            );
+        }
+        let mut models = Models::new(prices).with_default_model(std::env::var("TRAWL_MODEL").ok());
+        if let Some(cfg) = AnthropicConfig::from_env() {
+            let client = AnthropicClient::new(cfg).map_err(|e| e.to_string())?;
+            models = models.with_anthropic(Arc::new(client));
+        }
+        if let Some(cfg) = OpenAiConfig::from_env() {
+            let client = OpenAiClient::new(cfg).map_err(|e| e.to_string())?;
+            models = models.with_openai(Arc::new(client));
+        }
+        Ok(models)
+    }
+
+    /// Whether any provider is configured.
+    pub fn any(&self) -> bool {
+        self.anthropic.is_some() || self.openai.is_some()
+    }
+
+    /// The model for a job that asked for `requested` (or for none).
+    pub fn resolve(&self, requested: Option<&str>) -> Result<Resolved, String> {
+        let name = requested
+            .or(self.default_model.as_deref())
+            .ok_or("no model: set research.model in the job or TRAWL_MODEL")?;
+        let none = "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL";
+        let (client, model) = if let Some(m) = name.strip_prefix("anthropic:") {
+            let c = self.anthropic.clone().ok_or(format!(
+                "{name}: Anthropic is not configured (ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL)"
+            ))?;
+            (c, m)
+        } else if let Some(m) = name.strip_prefix("openai:") {
+            let c = self.openai.clone().ok_or(format!(
+                "{name}: no OpenAI-compatible server is configured (OPENAI_BASE_URL or OPENAI_API_KEY)"
+            ))?;
+            (c, m)
+        } else if name.starts_with("claude")
+            && let Some(c) = &self.anthropic
+        {
+            (c.clone(), name)
+        } else {
+            let c = self
+                .openai
+                .clone()
+                .or_else(|| self.anthropic.clone())
+                .ok_or(none)?;
+            (c, name)
+        };
+        Ok(Resolved {
+            client,
+            model: model.to_owned(),
+            price: self.prices.get(model).copied(),
+        })
+    }
+}
+
+impl std::fmt::Debug for Models {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Models")
+            .field("anthropic", &self.anthropic.is_some())
+            .field("openai", &self.openai.is_some())
+            .field("default_model", &self.default_model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved")
+            .field("provider", &self.client.provider())
+            .field("model", &self.model)
+            .field("price", &self.price)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use async_trait::async_trait;
+    use trawl_model::{ModelError, Provider, Request, Response};
+
+    use super::*;
+
+    struct Fake(Provider);
+
+    #[async_trait]
+    impl ModelClient for Fake {
+        fn provider(&self) -> Provider {
+            self.0
+        }
+        async fn complete(&self, _: &Request) -> Result<Response, ModelError> {
+            Err(ModelError::new("fake", "not called", None, false))
+        }
+    }
+
+    #[test]
+    fn names_pick_their_provider_and_price() {
+        let both = Models::new(PriceList::default())
+            .with_anthropic(Arc::new(Fake(Provider::Anthropic)))
+            .with_openai(Arc::new(Fake(Provider::OpenAi)));
+        let r = both.resolve(Some("claude-sonnet-4-5")).unwrap();
+        assert_eq!(r.client.provider(), Provider::Anthropic);
+        assert!(r.price.is_some(), "Claude prices are built in");
+        let r = both.resolve(Some("qwen2.5")).unwrap();
+        assert_eq!(r.client.provider(), Provider::OpenAi);
+        assert_eq!(r.price, None);
+        let r = both.resolve(Some("openai:claude-distill")).unwrap();
+        assert_eq!(
+            (r.client.provider(), r.model.as_str()),
+            (Provider::OpenAi, "claude-distill")
+        );
+    }
+
+    #[test]
+    fn missing_models_and_providers_are_named() {
+        let none = Models::new(PriceList::default());
+        assert!(none.resolve(None).unwrap_err().contains("TRAWL_MODEL"));
+        assert!(
+            none.resolve(Some("claude-x"))
+                .unwrap_err()
+                .contains("ANTHROPIC_API_KEY")
+        );
+        let only_openai = Models::new(PriceList::default())
+            .with_openai(Arc::new(Fake(Provider::OpenAi)))
+            .with_default_model(Some("llama3".into()));
+        assert_eq!(only_openai.resolve(None).unwrap().model, "llama3");
+        assert!(
+            only_openai
+                .resolve(Some("anthropic:claude-x"))
+                .unwrap_err()
+                .contains("Anthropic is not configured")
+        );
+    }
+}

@@ -1,0 +1,1203 @@
+//! Model-driven slices: the planner, the sub-agents and the report of a research
+//! question.
+//!
+//! - **research** (the plan): the planner model is given the question and one
+//!   tool, `submit_plan`, which it must call (`tool_choice`). Its sub-questions
+//!   are checked (schema, count, distinct); an invalid plan is sent back as a
+//!   tool error to fix, at most [`PLAN_TRIES`] times, then the slice (and so the
+//!   job) fails with the reason. Each sub-question becomes an `agent` slice.
+//! - **agent**: a sub-agent starts with `tool_search`, the two core Bright Data
+//!   tools, `run_code` and `submit_findings`. Tools it finds join the next request
+//!   (for Anthropic as `tool_reference` blocks with the found definitions sent
+//!   `defer_loading: true`; for others as plain definitions), so its context never
+//!   holds the whole catalog. Every tool call, including those a `run_code`
+//!   script makes, passes the tool layer. After `max_tool_calls_per_agent` calls it
+//!   must submit; it ends when it does, or fails when it will not. Findings are
+//!   validated one by one: a finding citing a page this sub-agent did not fetch is
+//!   a rejection.
+//! - **report**: once every sub-agent is done (the scheduler adds this slice),
+//!   the model writes Markdown from the findings, citing them as `[n]`; a report
+//!   citing anything but the numbered, fetched sources is sent back to fix, then
+//!   fails. The source list is appended by trawl, not by the model.
+//!
+//! Every model turn is a trace step (`model:<name>`) and, when the model is in the
+//! price list, a cost entry; turns reserve from the job's budget like tool calls.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use trawl_core::model::{
+    Item, ItemKind, Rejection, SliceKind, SliceOutcome, SliceSpec, Violation, normalize_url,
+};
+use trawl_core::plan::sub_agents;
+use trawl_core::ports::{Store, ToolDef, ToolError};
+use trawl_core::spec::{CodeExecution, Research, ToolSearchMode};
+use trawl_model::{
+    Block, Message, Provider, Request, Response, ResultPart, ServerTool, StopReason, Tool,
+    ToolChoice, Usage,
+};
+use trawl_tools::config::Access;
+use trawl_tools::{CallOptions, Pool, Recorder, TOOL_SEARCH, ToolLayer};
+
+use crate::JobContext;
+use crate::models::{Models, Resolved};
+
+/// Turns the planner gets to produce a valid plan.
+pub const PLAN_TRIES: u32 = 3;
+/// Turns the report writer gets to cite only its sources.
+pub const REPORT_TRIES: u32 = 3;
+/// Tool calls one `run_code` script may make.
+pub const SCRIPT_TOOL_CALLS: u32 = 50;
+/// Bytes of one tool result a sub-agent is shown; the rest is cut with a note.
+pub const RESULT_CAP: usize = 12_000;
+/// Times a sub-agent that stops without submitting is asked to submit.
+const NUDGES: u32 = 2;
+
+const SEARCH: &str = "brightdata.web_search";
+const FETCH: &str = "brightdata.fetch_page";
+const RUN_CODE: &str = "run_code";
+const SUBMIT_PLAN: &str = "submit_plan";
+const SUBMIT_FINDINGS: &str = "submit_findings";
+/// Anthropic's hosted code execution tool, named in `allowed_callers`.
+const CODE_EXECUTION: &str = "code_execution_20250825";
+
+/// Runs a research, agent or report slice. Never fails: an error becomes the
+/// slice's; the second value says whether it was transient.
+pub async fn run_slice(
+    job: &Arc<JobContext>,
+    tools: &Arc<ToolLayer>,
+    models: Option<&Models>,
+    store: &dyn Store,
+    slice: &SliceSpec,
+) -> (SliceOutcome, bool) {
+    let rec = Arc::new(Recorder::new(job.id.clone(), slice.id.clone()));
+    let mut out = SliceOutcome::default();
+    let result = match prepare(job, models) {
+        Err(e) => Err(e),
+        Ok((research, model)) => {
+            let cx = Cx {
+                job: job.clone(),
+                tools: tools.clone(),
+                rec: rec.clone(),
+                model,
+                research: research.clone(),
+            };
+            match &slice.kind {
+                SliceKind::Research { question, .. } => cx.plan(slice, question, &mut out).await,
+                SliceKind::Agent { question, .. } => cx.agent(slice, question, &mut out).await,
+                SliceKind::Report { question, .. } => {
+                    cx.report(slice, question, store, &mut out).await
+                }
+                other => Err(ToolError::permanent(
+                    "internal",
+                    format!("a {} slice is not model-driven", other.name()),
+                )),
+            }
+        }
+    };
+    let mut transient = false;
+    if let Err(e) = result {
+        transient = e.is_transient();
+        out.error = Some(e.to_slice_error());
+    }
+    let records = rec.take();
+    (out.trace, out.costs, out.audit) = (records.trace, records.costs, records.audit);
+    (out, transient)
+}
+
+fn prepare(job: &JobContext, models: Option<&Models>) -> Result<(Research, Resolved), ToolError> {
+    let research = job.spec.research.clone().ok_or_else(|| {
+        ToolError::permanent("internal", "a research slice of a job without research")
+    })?;
+    let models = models.filter(|m| m.any()).ok_or_else(|| {
+        ToolError::permanent(
+            "no_model",
+            "this worker has no model provider: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL",
+        )
+    })?;
+    let model = models
+        .resolve(research.model.as_deref())
+        .map_err(|e| ToolError::permanent("no_model", e))?;
+    Ok((research, model))
+}
+
+/// What a model-driven slice works with.
+struct Cx {
+    job: Arc<JobContext>,
+    tools: Arc<ToolLayer>,
+    rec: Arc<Recorder>,
+    model: Resolved,
+    research: Research,
+}
+
+impl Cx {
+    fn provider(&self) -> Provider {
+        self.model.client.provider()
+    }
+
+    /// One model turn: budget reserved, the call, a trace step and its cost.
+    async fn turn(&self, req: &Request) -> Result<Response, ToolError> {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "model_turn",
+            otel.name = %format_args!("model {}", self.model.model),
+            model = %self.model.model,
+            input_tokens = tracing::field::Empty,
+            output_tokens = tracing::field::Empty,
+            stop_reason = tracing::field::Empty,
+        );
+        self.turn_in(req, &span).instrument(span.clone()).await
+    }
+
+    async fn turn_in(&self, req: &Request, span: &tracing::Span) -> Result<Response, ToolError> {
+        let price = self.model.price.unwrap_or_default();
+        let reserve = price.cost(&Usage {
+            input_tokens: approx_tokens(req),
+            output_tokens: u64::from(req.max_tokens),
+            ..Usage::default()
+        });
+        let budget = &self.job.budget;
+        match budget.try_reserve(reserve).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(ToolError::permanent(
+                    "budget_exhausted",
+                    format!(
+                        "the job's budget of {} would be passed by a model turn",
+                        budget.max().unwrap_or_default()
+                    ),
+                ));
+            }
+            Err(e) => return Err(ToolError::transient("store_unavailable", e.to_string())),
+        }
+        let digest = trawl_core::digest(&[&self.model.model, &format!("{:?}", req.messages)]);
+        let started = Instant::now();
+        let result = self.model.client.complete(req).await;
+        let latency = started.elapsed();
+        match result {
+            Ok(resp) => {
+                let cost = price.cost(&resp.usage);
+                budget.settle(reserve, cost).await;
+                self.rec
+                    .model_turn(&self.model.model, &digest, Ok(()), latency, cost);
+                span.record("input_tokens", resp.usage.input_tokens);
+                span.record("output_tokens", resp.usage.output_tokens);
+                span.record("stop_reason", format!("{:?}", resp.stop_reason));
+                Ok(resp)
+            }
+            Err(e) => {
+                budget.release(reserve).await;
+                let code = format!("model_{}", e.code);
+                let err = if e.transient {
+                    ToolError::transient(code, e.to_string())
+                } else {
+                    ToolError::permanent(code, e.to_string())
+                };
+                self.rec.model_turn(
+                    &self.model.model,
+                    &digest,
+                    Err(&err),
+                    latency,
+                    trawl_core::cost::Micros::ZERO,
+                );
+                Err(err)
+            }
+        }
+    }
+
+    fn request(&self, system: String) -> Request {
+        let mut req = Request::new(self.model.model.clone(), self.research.max_tokens);
+        req.system = Some(system);
+        req
+    }
+
+    fn opts(&self) -> CallOptions<'_> {
+        CallOptions {
+            retry: self.job.retry,
+            max_age: self.job.spec.max_age,
+            budget: &self.job.budget,
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // The plan
+
+    async fn plan(
+        &self,
+        slice: &SliceSpec,
+        question: &str,
+        out: &mut SliceOutcome,
+    ) -> Result<(), ToolError> {
+        let max = self.research.max_subagents;
+        let schema = json!({
+            "type": "object",
+            "required": ["sub_questions"],
+            "properties": {
+                "sub_questions": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": max,
+                    "items": {"type": "string", "minLength": 3, "maxLength": 1000},
+                    "description": "Self-contained questions, each answerable by one researcher with web search and page fetches."
+                }
+            },
+            "additionalProperties": false
+        });
+        let validator = jsonschema::validator_for(&schema)
+            .map_err(|e| ToolError::permanent("internal", e.to_string()))?;
+        let mut req = self.request(format!(
+            "You plan web research. Split the user's question into at most {max} \
+             sub-questions that together answer it; each is researched on its own by \
+             an agent that can search the web (country: {}) and fetch pages. Call \
+             {SUBMIT_PLAN} with them.",
+            self.research.geo
+        ));
+        let mut tool = Tool::new(
+            SUBMIT_PLAN,
+            "Submit the research plan: the sub-questions, in order.",
+            schema,
+        );
+        tool.input_examples = vec![json!({"sub_questions": [
+            "Which EU retailers list the ThinkPad X1 Carbon Gen 13 under 1,500 EUR?",
+            "What are the return policies of those retailers?"
+        ]})];
+        req.tools = vec![tool];
+        req.tool_choice = Some(ToolChoice::Tool(SUBMIT_PLAN.into()));
+        req.messages.push(Message::user_text(question));
+        let mut last = String::new();
+        for _ in 0..PLAN_TRIES {
+            let resp = self.turn(&req).await?;
+            req.messages.push(Message::assistant(resp.content.clone()));
+            let call = resp
+                .tool_uses()
+                .find(|(_, name, _)| *name == SUBMIT_PLAN)
+                .map(|(id, _, input)| (id.to_owned(), input.clone()));
+            let problem = match &call {
+                None => format!("no {SUBMIT_PLAN} call in the answer"),
+                Some((_, input)) => match check_plan(&validator, input) {
+                    Ok(questions) => {
+                        out.children = sub_agents(slice, &questions);
+                        tracing::info!(sub_questions = questions.len(), "research planned");
+                        return Ok(());
+                    }
+                    Err(p) => p,
+                },
+            };
+            last = problem.clone();
+            let fix = format!(
+                "The plan is invalid: {problem}. Call {SUBMIT_PLAN} again with a valid plan."
+            );
+            req.messages.push(match &call {
+                Some((id, _)) => Message::user(vec![Block::tool_error(id.clone(), fix)]),
+                None => Message::user_text(fix),
+            });
+        }
+        Err(ToolError::permanent(
+            "bad_plan",
+            format!("the planner gave no valid plan in {PLAN_TRIES} tries; last: {last}"),
+        ))
+    }
+
+    // -----------------------------------------------------------------------
+    // A sub-agent
+
+    async fn agent(
+        &self,
+        slice: &SliceSpec,
+        question: &str,
+        out: &mut SliceOutcome,
+    ) -> Result<(), ToolError> {
+        let r = &self.research;
+        let anthropic = self.provider() == Provider::Anthropic;
+        let server_search = anthropic && r.tool_search == ToolSearchMode::Server;
+        let hosted_code = anthropic && r.code_execution == CodeExecution::Anthropic;
+        let local_code = r.code_execution == CodeExecution::Local
+            || (r.code_execution == CodeExecution::Anthropic && !anthropic);
+        let catalog = self.tools.catalog();
+        let mut names = WireNames::default();
+        // The catalog tools this worker may call: listed, and not refused here by
+        // policy (denied, or isolated while this is not the isolated pool).
+        let usable: Vec<&ToolDef> = catalog
+            .listed()
+            .map(|e| &e.def)
+            .filter(|d| self.usable(&d.name))
+            .collect();
+        for d in &usable {
+            names.insert(&d.name);
+        }
+        let core: Vec<&ToolDef> = usable
+            .iter()
+            .copied()
+            .filter(|d| d.name == SEARCH || d.name == FETCH)
+            .collect();
+        let mut loaded: BTreeSet<String> = BTreeSet::new();
+        let fetched: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+
+        let mut req = self.request(agent_system(r, local_code || hosted_code));
+        req.messages.push(Message::user_text(format!(
+            "Research this question and submit your findings: {question}"
+        )));
+        let max_calls = r.max_tool_calls_per_agent;
+        let mut calls = 0u32;
+        let mut nudges = 0u32;
+        // Tool calls, plus a turn to submit, plus nudges and findings fixes.
+        let max_turns = max_calls + 2 + NUDGES + PLAN_TRIES;
+        for _ in 0..max_turns {
+            let capped = calls >= max_calls;
+            req.tools = self.agent_tools(
+                &names,
+                &core,
+                &usable,
+                &loaded,
+                capped,
+                server_search,
+                hosted_code,
+                local_code,
+            );
+            req.server_tools.clear();
+            if server_search && !capped {
+                req.server_tools.push(ServerTool::ToolSearchBm25);
+            }
+            if hosted_code && !capped {
+                req.server_tools.push(ServerTool::CodeExecution);
+            }
+            req.tool_choice = Some(if capped {
+                ToolChoice::Tool(SUBMIT_FINDINGS.into())
+            } else {
+                ToolChoice::Auto
+            });
+            let resp = self.turn(&req).await?;
+            if resp.container.is_some() {
+                req.container = resp.container.clone();
+            }
+            req.messages.push(Message::assistant(resp.content.clone()));
+            let uses: Vec<(String, String, Value)> = resp
+                .tool_uses()
+                .map(|(id, n, i)| (id.to_owned(), n.to_owned(), i.clone()))
+                .collect();
+            if uses.is_empty() {
+                match resp.stop_reason {
+                    // The server paused a long turn of its own tools: go on.
+                    StopReason::PauseTurn => continue,
+                    _ if nudges < NUDGES => {
+                        nudges += 1;
+                        req.messages.push(Message::user_text(format!(
+                            "Call {SUBMIT_FINDINGS} with your findings now, each citing the pages you fetched."
+                        )));
+                        continue;
+                    }
+                    _ => {
+                        return Err(ToolError::permanent(
+                            "no_findings",
+                            format!(
+                                "the sub-agent stopped ({:?}) without submitting findings",
+                                resp.stop_reason
+                            ),
+                        ));
+                    }
+                }
+            }
+            let mut results = Vec::new();
+            for (id, name, input) in uses {
+                if name == SUBMIT_FINDINGS {
+                    let seen = fetched.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    match findings(slice, question, &input, &seen, out) {
+                        Ok(()) => return Ok(()),
+                        Err(problem) => {
+                            results.push(Block::tool_error(id, problem));
+                            continue;
+                        }
+                    }
+                }
+                if calls >= max_calls {
+                    results.push(Block::tool_error(
+                        id,
+                        format!("tool call cap of {max_calls} reached; call {SUBMIT_FINDINGS}"),
+                    ));
+                    continue;
+                }
+                calls += 1;
+                let block = if name == TOOL_SEARCH && !server_search {
+                    self.search_tools(&id, &input, &names, &mut loaded).await
+                } else if name == RUN_CODE && local_code {
+                    self.run_code(&id, &input, &names, &fetched).await
+                } else if let Some(tool) = names.catalog(&name) {
+                    self.call_tool(&id, tool, &input, &fetched).await
+                } else {
+                    Block::tool_error(
+                        id,
+                        format!("there is no tool named {name}; use {TOOL_SEARCH} to find tools"),
+                    )
+                };
+                results.push(block);
+            }
+            if calls >= max_calls {
+                results.push(Block::text(format!(
+                    "You have used all {max_calls} tool calls. Call {SUBMIT_FINDINGS} now with what you found."
+                )));
+            }
+            req.messages.push(Message::user(results));
+        }
+        Err(ToolError::permanent(
+            "agent_cap",
+            format!(
+                "the sub-agent used its {max_calls} tool calls and {max_turns} turns without submitting valid findings"
+            ),
+        ))
+    }
+
+    fn usable(&self, tool: &str) -> bool {
+        match self.tools.policy().access(tool).0 {
+            Access::Deny => false,
+            Access::Isolated => self.tools.pool() == Pool::Isolated,
+            Access::Allow | Access::Approve => true,
+        }
+    }
+
+    /// The tools of the next request.
+    #[allow(clippy::too_many_arguments)]
+    fn agent_tools(
+        &self,
+        names: &WireNames,
+        core: &[&ToolDef],
+        usable: &[&ToolDef],
+        loaded: &BTreeSet<String>,
+        capped: bool,
+        server_search: bool,
+        hosted_code: bool,
+        local_code: bool,
+    ) -> Vec<Tool> {
+        let submit = submit_findings_tool();
+        if capped {
+            return vec![submit];
+        }
+        let callers = if hosted_code {
+            vec![CODE_EXECUTION.to_owned()]
+        } else {
+            Vec::new()
+        };
+        let wire = |d: &ToolDef, defer: bool| {
+            let mut t = Tool::new(
+                names.wire(&d.name),
+                d.description.clone(),
+                d.input_schema.clone(),
+            );
+            t.input_examples = d.input_examples.clone();
+            t.defer_loading = defer;
+            t.allowed_callers = callers.clone();
+            t
+        };
+        let mut out: Vec<Tool> = Vec::new();
+        if !server_search {
+            let d = trawl_tools::catalog::tool_search_def();
+            let mut t = Tool::new(TOOL_SEARCH, d.description, d.input_schema);
+            t.input_examples = d.input_examples;
+            out.push(t);
+        }
+        out.extend(core.iter().map(|d| wire(d, false)));
+        if local_code {
+            out.push(run_code_tool());
+        }
+        out.push(submit);
+        let anthropic = self.provider() == Provider::Anthropic;
+        if server_search {
+            // Anthropic searches the deferred definitions itself.
+            out.extend(
+                usable
+                    .iter()
+                    .filter(|d| !core.iter().any(|c| c.name == d.name))
+                    .map(|d| wire(d, true)),
+            );
+        } else {
+            // Found tools only: deferred and expanded by their `tool_reference`
+            // for Anthropic, plain definitions for the others.
+            out.extend(
+                usable
+                    .iter()
+                    .filter(|d| loaded.contains(&d.name))
+                    .map(|d| wire(d, anthropic)),
+            );
+        }
+        out
+    }
+
+    /// `tool_search` through the tool layer (audited); the usable tools it found
+    /// join the sub-agent's tools.
+    async fn search_tools(
+        &self,
+        id: &str,
+        input: &Value,
+        names: &WireNames,
+        loaded: &mut BTreeSet<String>,
+    ) -> Block {
+        let body = match self
+            .tools
+            .call(TOOL_SEARCH, input, &self.opts(), &self.rec)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => return Block::tool_error(id, format!("{}: {}", e.code, e.message)),
+        };
+        let found: Vec<String> = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("tools").and_then(Value::as_array).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| t.get("name").and_then(Value::as_str))
+            .filter(|n| names.knows(n) && *n != SEARCH && *n != FETCH)
+            .map(str::to_owned)
+            .collect();
+        if found.is_empty() {
+            return Block::tool_result(id, "No tool matched; try other words.");
+        }
+        loaded.extend(found.iter().cloned());
+        if self.provider() == Provider::Anthropic {
+            Block::ToolResult {
+                tool_use_id: id.to_owned(),
+                content: found
+                    .iter()
+                    .map(|n| ResultPart::ToolReference(names.wire(n)))
+                    .collect(),
+                is_error: false,
+            }
+        } else {
+            let list: Vec<String> = found.iter().map(|n| names.wire(n)).collect();
+            Block::tool_result(
+                id,
+                format!(
+                    "Found {}; their definitions are now in your tools.",
+                    list.join(", ")
+                ),
+            )
+        }
+    }
+
+    async fn call_tool(
+        &self,
+        id: &str,
+        tool: &str,
+        input: &Value,
+        fetched: &Mutex<BTreeSet<String>>,
+    ) -> Block {
+        match call_through_layer(&self.tools, &self.job, &self.rec, tool, input, fetched).await {
+            Ok(v) => Block::tool_result(id, cap(&render(&v))),
+            Err(e) => Block::tool_error(id, format!("{}: {}", e.code, e.message)),
+        }
+    }
+
+    async fn run_code(
+        &self,
+        id: &str,
+        input: &Value,
+        names: &WireNames,
+        fetched: &Arc<Mutex<BTreeSet<String>>>,
+    ) -> Block {
+        let Some(code) = input.get("code").and_then(Value::as_str) else {
+            return Block::tool_error(id, "run_code needs {\"code\": \"...\"}");
+        };
+        let map = Arc::new(names.clone());
+        let (tools, job, rec, seen) = (
+            self.tools.clone(),
+            self.job.clone(),
+            self.rec.clone(),
+            fetched.clone(),
+        );
+        let wire_names: Vec<String> = map.wires().map(str::to_owned).collect();
+        let invoke: trawl_sandbox::Invoke = Arc::new(move |name: String, args: Value| {
+            let (tools, job, rec, seen, map) = (
+                tools.clone(),
+                job.clone(),
+                rec.clone(),
+                seen.clone(),
+                map.clone(),
+            );
+            Box::pin(async move {
+                let Some(tool) = map.catalog(&name) else {
+                    return Err(format!("no tool named {name}"));
+                };
+                call_through_layer(&tools, &job, &rec, tool, &args, &seen)
+                    .await
+                    .map_err(|e| format!("{}: {}", e.code, e.message))
+            })
+        });
+        let limits = trawl_sandbox::Limits::default().with_max_tool_calls(SCRIPT_TOOL_CALLS);
+        match trawl_sandbox::run(code, &wire_names, invoke, &limits).await {
+            Ok(o) => {
+                let mut text = json!({"value": o.value}).to_string();
+                if !o.console.is_empty() {
+                    text.push_str("\nconsole:\n");
+                    text.push_str(&o.console);
+                }
+                Block::tool_result(id, cap(&text))
+            }
+            Err(e) => Block::tool_error(id, format!("the script failed: {e}")),
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // The report
+
+    async fn report(
+        &self,
+        slice: &SliceSpec,
+        question: &str,
+        store: &dyn Store,
+        out: &mut SliceOutcome,
+    ) -> Result<(), ToolError> {
+        let items = store
+            .items(&self.job.id)
+            .await
+            .map_err(|e| ToolError::transient("store_unavailable", e.to_string()))?;
+        let found: Vec<&Item> = items
+            .iter()
+            .filter(|i| i.kind == ItemKind::Finding)
+            .collect();
+        // Sources numbered in the order they are first cited.
+        let mut sources: Vec<String> = Vec::new();
+        let mut lines = Vec::new();
+        for f in &found {
+            let mut refs = Vec::new();
+            for s in f.data["sources"].as_array().into_iter().flatten() {
+                let Some(url) = s.as_str() else { continue };
+                let n = match sources.iter().position(|u| u == url) {
+                    Some(i) => i + 1,
+                    None => {
+                        sources.push(url.to_owned());
+                        sources.len()
+                    }
+                };
+                refs.push(format!("[{n}]"));
+            }
+            lines.push(format!(
+                "- ({}) {} {}",
+                f.data["question"].as_str().unwrap_or_default(),
+                f.data["claim"].as_str().unwrap_or_default(),
+                refs.join("")
+            ));
+        }
+        let markdown = if found.is_empty() {
+            format!(
+                "# {question}\n\nThe sub-agents found nothing they could support with a fetched page.\n"
+            )
+        } else {
+            let mut req = self.request(
+                "You write research reports in Markdown. Use only the findings given. Cite them \
+                 with the bracketed source numbers they carry, like [2]; never write a URL and \
+                 never cite a number that is not listed. Do not add a source list: it is \
+                 appended for you."
+                    .to_owned(),
+            );
+            let list: Vec<String> = sources
+                .iter()
+                .enumerate()
+                .map(|(i, u)| format!("[{}] {u}", i + 1))
+                .collect();
+            req.messages.push(Message::user_text(format!(
+                "Question: {question}\n\nFindings:\n{}\n\nSources:\n{}",
+                lines.join("\n"),
+                list.join("\n")
+            )));
+            let mut text = None;
+            let mut last = String::new();
+            for _ in 0..REPORT_TRIES {
+                let resp = self.turn(&req).await?;
+                let body = resp.text();
+                req.messages.push(Message::assistant(resp.content.clone()));
+                match check_report(&body, sources.len()) {
+                    Ok(()) => {
+                        text = Some(body);
+                        break;
+                    }
+                    Err(p) => {
+                        last = p.clone();
+                        req.messages.push(Message::user_text(format!(
+                            "The report is not acceptable: {p}. Write it again."
+                        )));
+                    }
+                }
+            }
+            let Some(body) = text else {
+                return Err(ToolError::permanent(
+                    "report_uncited",
+                    format!(
+                        "the report cited what was not fetched in {REPORT_TRIES} tries; last: {last}"
+                    ),
+                ));
+            };
+            let mut md = body.trim_end().to_owned();
+            md.push_str("\n\n## Sources\n\n");
+            for (i, u) in sources.iter().enumerate() {
+                md.push_str(&format!("{}. <{u}>\n", i + 1));
+            }
+            md
+        };
+        out.items.push(Item {
+            slice_id: slice.id.clone(),
+            seq: 0,
+            kind: ItemKind::Report,
+            url: String::new(),
+            geo: slice.kind.geo(),
+            data: json!({
+                "question": question,
+                "markdown": markdown,
+                "sources": sources,
+                "findings": found.len(),
+            }),
+        });
+        Ok(())
+    }
+}
+
+/// One tool call through the layer, its answer as JSON (a body that is not JSON
+/// as a string); a fetched page is noted for citations.
+async fn call_through_layer(
+    tools: &ToolLayer,
+    job: &JobContext,
+    rec: &Recorder,
+    tool: &str,
+    input: &Value,
+    fetched: &Mutex<BTreeSet<String>>,
+) -> Result<Value, ToolError> {
+    let opts = CallOptions {
+        retry: job.retry,
+        max_age: job.spec.max_age,
+        budget: &job.budget,
+    };
+    let mut args = input.clone();
+    // Sub-agents read pages as markdown unless they ask otherwise, and search
+    // from the job's country.
+    if tool == FETCH && args.get("format").is_none() {
+        args["format"] = json!("markdown");
+    }
+    if (tool == FETCH || tool == SEARCH)
+        && args.get("geo").is_none()
+        && let Some(r) = &job.spec.research
+    {
+        args["geo"] = json!(r.geo);
+    }
+    let body = tools.call(tool, &args, &opts, rec).await?;
+    if tool == FETCH
+        && let Some(url) = args.get("url").and_then(Value::as_str)
+        && let Ok(url) = normalize_url(url)
+    {
+        fetched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(url);
+    }
+    Ok(serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())))
+}
+
+fn agent_system(r: &Research, code: bool) -> String {
+    let mut s = format!(
+        "You are a research sub-agent. Answer the user's question with evidence from the web \
+         (country: {geo}). Use web_search to find pages and fetch_page to read them; only \
+         pages you fetched may be cited. {TOOL_SEARCH} finds more tools when you need them. \
+         You have at most {calls} tool calls. When done, call {SUBMIT_FINDINGS} with your \
+         findings, each a claim with the URLs of the fetched pages that support it.",
+        geo = r.geo,
+        calls = r.max_tool_calls_per_agent,
+    );
+    if code {
+        s.push_str(
+            " For many similar calls (compare 20 prices, read 10 pages), write one run_code \
+             script that calls the tools and returns only what you need: their raw results \
+             stay out of your context.",
+        );
+    }
+    s
+}
+
+fn submit_findings_tool() -> Tool {
+    let mut t = Tool::new(
+        SUBMIT_FINDINGS,
+        "Submit what you found: each finding is one claim with the URLs of the fetched pages that support it. Ends your work.",
+        json!({
+            "type": "object",
+            "required": ["findings"],
+            "properties": {
+                "findings": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["claim", "sources"],
+                        "properties": {
+                            "claim": {"type": "string", "minLength": 1, "maxLength": 4000},
+                            "sources": {"type": "array", "minItems": 1, "items": {"type": "string"}}
+                        },
+                        "additionalProperties": false
+                    }
+                }
+            },
+            "additionalProperties": false
+        }),
+    );
+    t.input_examples = vec![json!({"findings": [{
+        "claim": "Shop A sells the X1 Carbon Gen 13 for 1,449 EUR.",
+        "sources": ["https://shop-a.example/x1-carbon"]
+    }]})];
+    t
+}
+
+fn run_code_tool() -> Tool {
+    let mut t = Tool::new(
+        RUN_CODE,
+        "Run JavaScript that calls your tools as async functions: `const r = await tools.web_search({query: \"...\"})`, `await tools.fetch_page({url})`. The code is the body of an async function: `return` what you need. Only the return value and console output come back to you, not the tools' raw results. No network, files or environment beyond the tools; limited time, memory and tool calls.",
+        json!({
+            "type": "object",
+            "required": ["code"],
+            "properties": {"code": {"type": "string", "minLength": 1, "maxLength": 20000}},
+            "additionalProperties": false
+        }),
+    );
+    t.input_examples = vec![
+        json!({"code": "const urls = [\"https://a.example/p\", \"https://b.example/p\"];\nconst pages = await Promise.all(urls.map(url => tools.fetch_page({url})));\nreturn pages.map((p, i) => ({url: urls[i], price: (String(p).match(/\\d+[.,]\\d{2}/) || [null])[0]}));"}),
+    ];
+    t
+}
+
+/// The plan's sub-questions, or what is wrong with it.
+fn check_plan(validator: &jsonschema::Validator, input: &Value) -> Result<Vec<String>, String> {
+    let errors: Vec<String> = validator
+        .iter_errors(input)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{at}: {e}")
+            }
+        })
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for q in input["sub_questions"].as_array().into_iter().flatten() {
+        let q = q.as_str().unwrap_or_default().trim().to_owned();
+        if out.iter().any(|o| o.eq_ignore_ascii_case(&q)) {
+            return Err(format!("sub-question {q:?} is listed twice"));
+        }
+        out.push(q);
+    }
+    Ok(out)
+}
+
+/// The findings as items, each checked on its own: a finding citing a page this
+/// sub-agent did not fetch is a rejection. Err: the submission itself is
+/// malformed (sent back to the model to fix).
+fn findings(
+    slice: &SliceSpec,
+    question: &str,
+    input: &Value,
+    fetched: &BTreeSet<String>,
+    out: &mut SliceOutcome,
+) -> Result<(), String> {
+    let list = input
+        .get("findings")
+        .and_then(Value::as_array)
+        .filter(|l| !l.is_empty())
+        .ok_or("findings must be a non-empty list of {claim, sources}")?;
+    let geo = slice.kind.geo();
+    let (mut items, mut rejections) = (Vec::new(), Vec::new());
+    for (i, f) in list.iter().enumerate() {
+        let claim = f.get("claim").and_then(Value::as_str).unwrap_or_default();
+        let given: Vec<&str> = f
+            .get("sources")
+            .and_then(Value::as_array)
+            .map(|s| s.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut errors = Vec::new();
+        if claim.trim().is_empty() {
+            errors.push(Violation {
+                path: "/claim".into(),
+                message: "the claim is empty".into(),
+            });
+        }
+        if given.is_empty() {
+            errors.push(Violation {
+                path: "/sources".into(),
+                message: "the finding cites no page".into(),
+            });
+        }
+        let mut sources = Vec::new();
+        for (j, s) in given.iter().enumerate() {
+            match normalize_url(s) {
+                Ok(u) if fetched.contains(&u) => sources.push(u),
+                Ok(u) => errors.push(Violation {
+                    path: format!("/sources/{j}"),
+                    message: format!("{u} was not fetched by this sub-agent"),
+                }),
+                Err(e) => errors.push(Violation {
+                    path: format!("/sources/{j}"),
+                    message: e,
+                }),
+            }
+        }
+        let data = json!({"question": question, "claim": claim, "sources": if errors.is_empty() { json!(sources) } else { json!(given) }});
+        let url = sources.first().cloned().unwrap_or_default();
+        if errors.is_empty() {
+            items.push(Item {
+                slice_id: slice.id.clone(),
+                seq: i as u32,
+                kind: ItemKind::Finding,
+                url,
+                geo,
+                data,
+            });
+        } else {
+            rejections.push(Rejection {
+                slice_id: slice.id.clone(),
+                seq: i as u32,
+                url,
+                geo,
+                data,
+                errors,
+            });
+        }
+    }
+    out.items = items;
+    out.rejections = rejections;
+    Ok(())
+}
+
+/// A report may cite `[1]`..`[n]` and no URL at all (the list is appended).
+fn check_report(text: &str, n: usize) -> Result<(), String> {
+    if text.trim().is_empty() {
+        return Err("the report is empty".into());
+    }
+    if let Some(at) = text.find("http://").or_else(|| text.find("https://")) {
+        let url: String = text[at..]
+            .chars()
+            .take_while(|c| !c.is_whitespace() && !matches!(c, ')' | '>' | ']'))
+            .collect();
+        return Err(format!(
+            "it writes the URL {url}; cite sources only by their numbers"
+        ));
+    }
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while let Some(open) = text[i..].find('[') {
+        let start = i + open + 1;
+        let digits: String = text[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        let end = start + digits.len();
+        if !digits.is_empty() && bytes.get(end) == Some(&b']') {
+            let k: usize = digits.parse().unwrap_or(0);
+            if k == 0 || k > n {
+                return Err(format!("it cites [{k}], but the sources are [1] to [{n}]"));
+            }
+        }
+        i = start;
+    }
+    Ok(())
+}
+
+/// A tool's answer as the model reads it.
+fn render(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn cap(text: &str) -> String {
+    if text.len() <= RESULT_CAP {
+        return text.to_owned();
+    }
+    let mut end = RESULT_CAP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}\n[cut: {} of {} bytes shown]",
+        &text[..end],
+        end,
+        text.len()
+    )
+}
+
+/// Rough input tokens of a request (4 bytes a token), to reserve budget before
+/// the turn; the turn's usage settles it.
+fn approx_tokens(req: &Request) -> u64 {
+    let mut bytes = req.system.as_ref().map_or(0, String::len);
+    for m in &req.messages {
+        for b in &m.content {
+            bytes += match b {
+                Block::Text { text } => text.len(),
+                Block::ToolUse { input, .. } => input.to_string().len(),
+                Block::ToolResult { content, .. } => content
+                    .iter()
+                    .map(|p| match p {
+                        ResultPart::Text(t) => t.len(),
+                        ResultPart::ToolReference(n) => n.len(),
+                    })
+                    .sum(),
+                Block::Other(v) => v.to_string().len(),
+            };
+        }
+    }
+    for t in &req.tools {
+        bytes += t.description.len() + t.input_schema.to_string().len();
+    }
+    (bytes / 4) as u64 + 16
+}
+
+/// Model-safe tool names (`^[a-zA-Z0-9_-]{1,64}$`, the rule of both wires) and
+/// back: Bright Data's tools by their bare names (`web_search`), other servers'
+/// as `server__tool`; a name that would collide or run long gets a hash suffix.
+#[derive(Clone, Debug, Default)]
+pub struct WireNames {
+    to_catalog: BTreeMap<String, String>,
+    to_wire: HashMap<String, String>,
+}
+
+impl WireNames {
+    pub fn insert(&mut self, catalog: &str) -> String {
+        if let Some(w) = self.to_wire.get(catalog) {
+            return w.clone();
+        }
+        let base = match catalog.split_once('.') {
+            Some(("brightdata", tool)) => tool.to_owned(),
+            Some((server, tool)) => format!("{server}__{tool}"),
+            None => catalog.to_owned(),
+        };
+        let mut wire: String = base
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let reserved = [TOOL_SEARCH, RUN_CODE, SUBMIT_FINDINGS, SUBMIT_PLAN];
+        if wire.len() > 64
+            || self.to_catalog.contains_key(&wire)
+            || reserved.contains(&wire.as_str())
+        {
+            let d = trawl_core::digest(&[catalog]);
+            wire.truncate(55);
+            wire = format!("{wire}_{}", &d[..8]);
+        }
+        self.to_catalog.insert(wire.clone(), catalog.to_owned());
+        self.to_wire.insert(catalog.to_owned(), wire.clone());
+        wire
+    }
+
+    pub fn wire(&self, catalog: &str) -> String {
+        self.to_wire
+            .get(catalog)
+            .cloned()
+            .unwrap_or_else(|| catalog.to_owned())
+    }
+
+    pub fn catalog(&self, wire: &str) -> Option<&str> {
+        self.to_catalog.get(wire).map(String::as_str)
+    }
+
+    fn knows(&self, catalog: &str) -> bool {
+        self.to_wire.contains_key(catalog)
+    }
+
+    fn wires(&self) -> impl Iterator<Item = &str> {
+        self.to_catalog.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_model_safe_and_reversible() {
+        let mut n = WireNames::default();
+        assert_eq!(n.insert("brightdata.web_search"), "web_search");
+        assert_eq!(n.insert("files.read.text"), "files__read_text");
+        let long = format!("srv.{}", "x".repeat(120));
+        let w = n.insert(&long);
+        assert!(w.len() <= 64, "{w}");
+        assert_eq!(n.catalog(&w), Some(long.as_str()));
+        // A second tool that maps to the same wire name gets its own.
+        let w2 = n.insert("files.read_text");
+        assert_ne!(w2, "files__read_text");
+        assert_eq!(n.catalog(&w2), Some("files.read_text"));
+        assert_eq!(n.catalog("files__read_text"), Some("files.read.text"));
+    }
+
+    #[test]
+    fn plans_are_checked() {
+        let schema = json!({"type": "object", "required": ["sub_questions"], "properties": {"sub_questions": {"type": "array", "minItems": 1, "maxItems": 2, "items": {"type": "string"}}}});
+        let v = jsonschema::validator_for(&schema).unwrap();
+        assert_eq!(
+            check_plan(&v, &json!({"sub_questions": ["a b c", "d e f"]})).unwrap(),
+            ["a b c", "d e f"]
+        );
+        assert!(check_plan(&v, &json!({"sub_questions": []})).is_err());
+        assert!(check_plan(&v, &json!({"sub_questions": ["a", "b", "c"]})).is_err());
+        assert!(
+            check_plan(&v, &json!({"sub_questions": ["Same q", "same Q"]}))
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(check_plan(&v, &json!({"plan": "x"})).is_err());
+    }
+
+    #[test]
+    fn reports_cite_only_numbered_sources() {
+        assert!(check_report("Shop A is cheapest [1], B returns in 30 days [2].", 2).is_ok());
+        assert!(
+            check_report("See [3].", 2)
+                .unwrap_err()
+                .contains("[1] to [2]")
+        );
+        assert!(
+            check_report("See https://evil.example/x for more.", 2)
+                .unwrap_err()
+                .contains("https://evil.example/x")
+        );
+        assert!(check_report("  ", 2).is_err());
+        // Brackets that are not citations are fine.
+        assert!(check_report("a [note] and [1]", 1).is_ok());
+    }
+
+    #[test]
+    fn findings_citing_unfetched_pages_are_rejected_one_by_one() {
+        let slice = SliceSpec::new(
+            SliceKind::Agent {
+                question: "q".into(),
+                index: 0,
+                geo: trawl_core::geo::Geo::parse("de").unwrap(),
+            },
+            None,
+        );
+        let fetched: BTreeSet<String> = ["https://a.example/p".to_owned()].into();
+        let mut out = SliceOutcome::default();
+        findings(
+            &slice,
+            "q",
+            &json!({"findings": [
+                {"claim": "A sells it for 1,449 EUR", "sources": ["https://A.example/p#price"]},
+                {"claim": "B sells it for 1,399 EUR", "sources": ["https://b.example/p"]}
+            ]}),
+            &fetched,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out.items.len(), 1);
+        assert_eq!(out.items[0].data["sources"], json!(["https://a.example/p"]));
+        assert_eq!(out.rejections.len(), 1);
+        assert_eq!(out.rejections[0].seq, 1);
+        assert!(out.rejections[0].errors[0].message.contains("not fetched"));
+        let mut out = SliceOutcome::default();
+        assert!(findings(&slice, "q", &json!({"findings": []}), &fetched, &mut out).is_err());
+    }
+}
