@@ -26,8 +26,8 @@
 //!   both wires from a script and recording every request, for tests here and in
 //!   the crates that drive sub-agents.
 //!
-//! The binary must install a rustls crypto provider (ring) before building a
-//! client: reqwest is built without one.
+//! Building a client installs the process-wide rustls crypto provider (ring)
+//! if none is: reqwest is built without one.
 
 #![forbid(unsafe_code)]
 

@@ -199,11 +199,24 @@ impl Scheduler<'_> {
         let mut tick = tokio::time::interval(self.reconcile_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut quiet = true;
+        let spec = JobSpec::from_value(job.spec.clone()).ok();
         let cancelled = loop {
             if open == 0 {
                 counts = self.store.counts(id).await?;
                 if counts.slices_open() == 0 {
-                    break false;
+                    match report_due(self.store, id, spec.as_ref(), &counts).await? {
+                        Some(report) => {
+                            self.queue
+                                .publish(&SliceMessage {
+                                    job_id: id.clone(),
+                                    slice: report,
+                                })
+                                .await?;
+                            counts.slices_total += 1;
+                            on_progress(&counts);
+                        }
+                        None => break false,
+                    }
                 }
                 open = counts.slices_open();
             }
@@ -258,10 +271,11 @@ impl Scheduler<'_> {
             )
         } else {
             let status = JobStatus::from_slices(counts.slices_succeeded, counts.slices_failed);
-            (
-                status,
-                reason_for(&counts, &JobSpec::from_value(job.spec).ok()),
-            )
+            let reason = match research_failure(self.store, id, spec.as_ref(), status).await? {
+                Some(r) => Some(r),
+                None => reason_for(&counts, &spec),
+            };
+            (status, reason)
         };
         self.store
             .set_job_status(id, status, reason.as_deref())
@@ -273,6 +287,44 @@ impl Scheduler<'_> {
             counts,
         })
     }
+}
+
+/// The report slice of a research job whose other slices are all done, added to
+/// the job (`None`: no report is due, or it was added before). A report is
+/// written only when something succeeded: a failed plan fails the job.
+pub(crate) async fn report_due(
+    store: &dyn Store,
+    id: &JobId,
+    spec: Option<&JobSpec>,
+    counts: &JobCounts,
+) -> Result<Option<trawl_core::model::SliceSpec>, PortError> {
+    let Some(r) = spec.and_then(|s| s.research.as_ref()) else {
+        return Ok(None);
+    };
+    if !r.report || counts.slices_succeeded == 0 {
+        return Ok(None);
+    }
+    let report = trawl_core::plan::report_slice(r);
+    Ok((store.add_slices(id, std::slice::from_ref(&report)).await? > 0).then_some(report))
+}
+
+/// Why a failed research job failed: its first failed slice's error (the plan's,
+/// when the planner gave no valid plan).
+pub(crate) async fn research_failure(
+    store: &dyn Store,
+    id: &JobId,
+    spec: Option<&JobSpec>,
+    status: JobStatus,
+) -> Result<Option<String>, PortError> {
+    if status != JobStatus::Failed || spec.is_none_or(|s| s.research.is_none()) {
+        return Ok(None);
+    }
+    Ok(store.failed_slices(id, 1).await?.first().map(|f| {
+        format!(
+            "{} slice failed: {}: {}",
+            f.kind, f.error.code, f.error.message
+        )
+    }))
 }
 
 /// Fails a dead-lettered slice through the same path a worker uses.

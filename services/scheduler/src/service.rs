@@ -33,13 +33,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, instrument, warn};
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, now_ms};
-use trawl_core::plan::{plan, report_slice};
+use trawl_core::plan::plan;
 use trawl_core::ports::{
     DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
 
-use crate::{approval_for, reason_for};
+use crate::{approval_for, reason_for, report_due, research_failure};
 
 /// How many slices one publication pass reads from the store at a time.
 const PUBLISH_BATCH: u32 = 1_000;
@@ -356,26 +356,19 @@ impl Service {
         let spec = JobSpec::from_value(job.spec.clone()).ok();
         // A research job's report is written once its sub-agents are done, from
         // what they found: added here, then the job finishes when it has run.
-        if let Some(r) = spec.as_ref().and_then(|s| s.research.as_ref())
-            && r.report
-            && counts.slices_succeeded > 0
-            && self.store.add_slices(&job.id, &[report_slice(r)]).await? > 0
+        if report_due(self.store.as_ref(), &job.id, spec.as_ref(), &counts)
+            .await?
+            .is_some()
         {
             info!(job_id = %job.id, "sub-agents done; report slice added");
             return self.publish_open(&job.id, i64::MIN).await;
         }
         let status = JobStatus::from_slices(counts.slices_succeeded, counts.slices_failed);
-        let mut reason = reason_for(&counts, &spec);
-        if status == JobStatus::Failed
-            && spec.as_ref().is_some_and(|s| s.research.is_some())
-            && let Some(first) = self.store.failed_slices(&job.id, 1).await?.first()
-        {
-            // A research job fails when its plan does: say why.
-            reason = Some(format!(
-                "{} slice failed: {}: {}",
-                first.kind, first.error.code, first.error.message
-            ));
-        }
+        let reason =
+            match research_failure(self.store.as_ref(), &job.id, spec.as_ref(), status).await? {
+                Some(r) => Some(r),
+                None => reason_for(&counts, &spec),
+            };
         // Only if it has not ended meanwhile (a cancel over the API).
         if !self
             .store

@@ -900,7 +900,7 @@ pub(crate) async fn slices_added_later_are_new_once_and_wait_to_be_published(f: 
     // Pending and never published: the next publication pass takes it.
     assert_eq!(
         store.slices_to_publish(&job, 0, 10).await.unwrap(),
-        [report.clone()]
+        std::slice::from_ref(&report)
     );
     let open = store.open_slices(&job).await.unwrap();
     assert!(open.contains(&report) && open.contains(&first));

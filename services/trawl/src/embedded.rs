@@ -220,6 +220,11 @@ impl Embedded {
         })
     }
 
+    /// The tool layer the worker calls through.
+    pub fn tools(&self) -> &Arc<ToolLayer> {
+        &self.tools
+    }
+
     pub fn store(&self) -> &Arc<SqliteStore> {
         &self.store
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use trawl_core::model::JobId;
-use trawl_core::model::{JobCounts, JobStatus};
+use trawl_core::model::{ItemKind, JobCounts, JobStatus};
 use trawl_core::ports::{FailedSlice, Store};
 
 /// `summary.json`.
@@ -96,6 +96,14 @@ pub async fn write(
     fs::create_dir_all(dir).with_context(|| format!("creating output folder {}", dir.display()))?;
     let items = store.items(job).await.context("reading items")?;
     write_lines(&dir.join("items.jsonl"), &items)?;
+    // A research job's report, as Markdown next to its items.
+    if let Some(md) = items
+        .iter()
+        .find(|i| i.kind == ItemKind::Report)
+        .and_then(|i| i.data["markdown"].as_str())
+    {
+        write_atomic(&dir.join("report.md"), |w| w.write_all(md.as_bytes()))?;
+    }
     let rejections = store.rejections(job).await.context("reading rejections")?;
     write_lines(&dir.join("rejections.jsonl"), &rejections)?;
     write_summary(dir, summary)

@@ -1,0 +1,758 @@
+//! Research jobs end to end on the embedded pipeline: a planner, sub-agents with
+//! tools and a report, driven by a scripted model server that speaks the Anthropic
+//! Messages API (<https://docs.claude.com/en/api/messages>) or OpenAI chat
+//! completions (<https://platform.openai.com/docs/api-reference/chat>) on loopback
+//! (`trawl_model::testing::ScriptedModel`), against the Bright Data simulator and,
+//! for tool search, a 200-tool MCP upstream (`trawl-test-upstream`).
+//!
+//! Each script answers from what the request holds (system prompt, the turn, the
+//! last tool results), as a model would, so sub-agents running in parallel get
+//! their own answers; the assertions read the recorded request bodies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use trawl::embedded::{Embedded, Options, Upstream};
+use trawl::output::Summary;
+use trawl::progress::Progress;
+use trawl_core::model::{ItemKind, JobStatus};
+use trawl_core::ports::Store;
+use trawl_core::spec::JobSpec;
+use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
+use trawl_model::{AnthropicClient, AnthropicConfig, OpenAiClient, OpenAiConfig, PriceList, Usage};
+use trawl_sim::SimConfig;
+use trawl_tools::config::ToolsConfig;
+use trawl_worker::WorkerConfig;
+use trawl_worker::models::Models;
+
+const UPSTREAM: &str = env!("CARGO_BIN_EXE_trawl-test-upstream");
+const MODEL: &str = "claude-sonnet-4-5";
+
+/// What every scripted turn reports as used.
+const USAGE: Usage = Usage {
+    input_tokens: 1_000,
+    output_tokens: 200,
+    cache_creation_input_tokens: 100,
+    cache_read_input_tokens: 500,
+};
+
+// ---------------------------------------------------------------------------
+// Reading a request as the model would
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Planner,
+    Agent,
+    Report,
+}
+
+/// The parts of one request a script answers from.
+#[derive(Debug)]
+struct View {
+    wire: Wire,
+    step: Step,
+    /// The first user text (the question).
+    question: String,
+    /// Assistant messages so far.
+    turn: usize,
+    /// The results of the last turn's tool calls: (text, is_error).
+    results: Vec<(String, bool)>,
+    /// Names of the tools sent.
+    tools: Vec<String>,
+}
+
+fn view(wire: Wire, body: &Value) -> View {
+    let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+    let (system, question, turn, results) = match wire {
+        Wire::Anthropic => {
+            let system = body["system"].as_str().unwrap_or_default().to_owned();
+            let question = msgs[0]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
+            let results = msgs
+                .last()
+                .and_then(|m| m["content"].as_array())
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter(|b| b["type"] == "tool_result")
+                        .map(|b| {
+                            let text = b["content"]
+                                .as_array()
+                                .map(|parts| {
+                                    parts
+                                        .iter()
+                                        .map(|p| {
+                                            p["text"]
+                                                .as_str()
+                                                .or(p["tool_name"].as_str())
+                                                .unwrap_or_default()
+                                                .to_owned()
+                                        })
+                                        .collect::<Vec<_>>()
+                                        .join("\n")
+                                })
+                                .unwrap_or_default();
+                            (text, b["is_error"] == true)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (system, question, turn, results)
+        }
+        Wire::OpenAi => {
+            let system = msgs[0]["content"].as_str().unwrap_or_default().to_owned();
+            let question = msgs[1]["content"].as_str().unwrap_or_default().to_owned();
+            let turn = msgs.iter().filter(|m| m["role"] == "assistant").count();
+            let results = msgs
+                .iter()
+                .rev()
+                .take_while(|m| m["role"] == "tool")
+                .map(|m| {
+                    let text = m["content"].as_str().unwrap_or_default().to_owned();
+                    let err = text.starts_with("error");
+                    (text, err)
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            (system, question, turn, results)
+        }
+    };
+    let step = if system.contains("plan web research") {
+        Step::Planner
+    } else if system.contains("research sub-agent") {
+        Step::Agent
+    } else {
+        Step::Report
+    };
+    View {
+        wire,
+        step,
+        question,
+        turn,
+        results,
+        tools: tool_names(wire, body),
+    }
+}
+
+fn tool_names(wire: Wire, body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| match wire {
+            Wire::Anthropic => t["name"].as_str().unwrap_or_default().to_owned(),
+            Wire::OpenAi => t["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect()
+}
+
+/// A reply calling one tool.
+fn call(v: &View, name: &str, input: Value) -> Reply {
+    let id = format!("tu_{}_{name}", v.turn);
+    match v.wire {
+        Wire::Anthropic => Reply::anthropic_tool_use(&id, name, input, USAGE),
+        Wire::OpenAi => Reply::openai_tool_calls(&[(&id, name, &input.to_string())], USAGE),
+    }
+}
+
+fn text(v: &View, t: &str) -> Reply {
+    match v.wire {
+        Wire::Anthropic => Reply::anthropic_text(t, USAGE),
+        Wire::OpenAi => Reply::openai_text(t, USAGE),
+    }
+}
+
+/// The `n`th organic link of a SERP tool result.
+fn link(serp: &str, n: usize) -> String {
+    let v: Value = serde_json::from_str(serp).unwrap();
+    v["organic"][n]["link"].as_str().unwrap().to_owned()
+}
+
+// ---------------------------------------------------------------------------
+// The system under test
+
+async fn system(state: &Path, models: Models, tools: Option<ToolsConfig>) -> Embedded {
+    let opts = Options::new(state, Upstream::Simulator(SimConfig::default()))
+        .with_call_timeout(Duration::from_secs(5))
+        .with_worker(
+            WorkerConfig::default()
+                .with_concurrency(8)
+                .with_retry_delays(Duration::from_millis(1), Duration::from_millis(20)),
+        )
+        .with_tools(tools)
+        .with_models(Some(Arc::new(models)));
+    Embedded::start(opts).await.unwrap()
+}
+
+fn anthropic(server: &ScriptedModel) -> Models {
+    let cfg = AnthropicConfig::default()
+        .with_base_url(server.url())
+        .with_api_key("test-key".to_owned().into())
+        .with_retry_base_delay(Duration::from_millis(1))
+        .with_retry_max_delay(Duration::from_millis(20));
+    Models::new(PriceList::claude())
+        .with_anthropic(Arc::new(AnthropicClient::new(cfg).unwrap()))
+        .with_default_model(Some(MODEL.into()))
+}
+
+fn openai(server: &ScriptedModel) -> Models {
+    let cfg = OpenAiConfig::default()
+        .with_base_url(server.openai_url())
+        .with_retry_base_delay(Duration::from_millis(1))
+        .with_retry_max_delay(Duration::from_millis(20));
+    Models::new(PriceList::claude())
+        .with_openai(Arc::new(OpenAiClient::new(cfg).unwrap()))
+        .with_default_model(Some("qwen2.5-72b".into()))
+}
+
+async fn run(sys: &Embedded, yaml: &str, out: &Path) -> Summary {
+    let spec = JobSpec::parse(yaml).unwrap();
+    let submitted = sys.submit(&spec, Some("test")).await.unwrap();
+    sys.run(
+        &submitted.job_id,
+        out,
+        &mut Progress::Quiet,
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap()
+}
+
+fn agent_requests(reqs: &[Recorded]) -> Vec<&Recorded> {
+    reqs.iter()
+        .filter(|r| view(r.wire, &r.body).step == Step::Agent)
+        .collect()
+}
+
+/// URLs the sub-agents asked `fetch_page` for, from the recorded requests.
+fn fetched_urls(reqs: &[Recorded]) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for r in reqs {
+        for m in r.body["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                if b["type"] == "tool_use" && b["name"] == "fetch_page" {
+                    out.insert(b["input"]["url"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+/// The planner's first plan lists a sub-question twice (sent back to fix), its
+/// second has two; each sub-agent searches, fetches the first result and submits
+/// findings (the second also cites a page it never fetched); the report cites the
+/// numbered sources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_research_job_plans_researches_and_reports_with_citations_of_fetched_pages() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        match v.step {
+            Step::Planner if v.turn == 0 => call(
+                &v,
+                "submit_plan",
+                json!({"sub_questions": ["X1 Carbon prices in Germany", "x1 carbon prices in germany"]}),
+            ),
+            Step::Planner => {
+                assert!(v.results[0].1, "the invalid plan came back as an error");
+                assert!(v.results[0].0.contains("twice"), "{}", v.results[0].0);
+                call(
+                    &v,
+                    "submit_plan",
+                    json!({"sub_questions": ["X1 Carbon prices in Germany", "X1 Carbon return policies"]}),
+                )
+            }
+            Step::Agent => match v.turn {
+                0 => call(&v, "web_search", json!({"query": "thinkpad x1 carbon"})),
+                // Each sub-agent reads another result.
+                1 => {
+                    let n = usize::from(v.question.contains("return policies"));
+                    call(&v, "fetch_page", json!({"url": link(&v.results[0].0, n)}))
+                }
+                _ => {
+                    let fetched = fetched_urls(&[Recorded {
+                        wire,
+                        path: String::new(),
+                        headers: Vec::new(),
+                        body: body.clone(),
+                    }]);
+                    let url = fetched.first().unwrap().clone();
+                    let mut findings = vec![json!({"claim": format!("{}: found on {url}", v.question), "sources": [url]})];
+                    if v.question.contains("return policies") {
+                        findings.push(json!({"claim": "Returns within 14 days", "sources": ["https://shop.example/p/never-fetched"]}));
+                    }
+                    call(&v, "submit_findings", json!({"findings": findings}))
+                }
+            },
+            Step::Report => text(
+                &v,
+                "# X1 Carbon in Germany\n\nPrices were found [1] and return terms too [2].",
+            ),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let out = dir.path().join("out");
+    let summary = run(
+        &sys,
+        "name: x1\nresearch:\n  question: Which German shops sell the ThinkPad X1 Carbon, and how do their return policies differ?\n  geo: de\n  max_subagents: 3\n",
+        &out,
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    // research + 2 agents + report
+    assert_eq!(summary.slices.total, 4);
+
+    let reqs = server.requests();
+    let steps: Vec<Step> = reqs.iter().map(|r| view(r.wire, &r.body).step).collect();
+    let count = |s: Step| steps.iter().filter(|x| **x == s).count();
+    assert_eq!(count(Step::Planner), 2, "one invalid plan, one valid");
+    assert_eq!(count(Step::Agent), 6, "two sub-agents, three turns each");
+    assert_eq!(count(Step::Report), 1);
+    for r in &reqs {
+        assert_eq!(r.header("x-api-key"), Some("test-key"));
+        assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    }
+
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let items = sys.store().items(&job).await.unwrap();
+    let findings: Vec<_> = items
+        .iter()
+        .filter(|i| i.kind == ItemKind::Finding)
+        .collect();
+    let reports: Vec<_> = items
+        .iter()
+        .filter(|i| i.kind == ItemKind::Report)
+        .collect();
+    assert_eq!(findings.len(), 2, "{items:#?}");
+    assert_eq!(reports.len(), 1);
+    let fetched = fetched_urls(&reqs);
+    assert!(!fetched.is_empty());
+    // Every citation, of every finding and of the report, is a fetched page.
+    for f in &findings {
+        for s in f.data["sources"].as_array().unwrap() {
+            assert!(fetched.contains(s.as_str().unwrap()), "{s} not fetched");
+        }
+    }
+    let report = &reports[0].data;
+    let sources: Vec<&str> = report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert!(!sources.is_empty());
+    assert!(sources.iter().all(|s| fetched.contains(*s)), "{sources:?}");
+    let md = report["markdown"].as_str().unwrap();
+    assert!(md.contains("[1]") && md.contains("## Sources"), "{md}");
+    for s in &sources {
+        assert!(md.contains(s), "the source list names {s}");
+    }
+    assert!(!md.contains("never-fetched"));
+    // The finding citing a page its sub-agent never fetched is a rejection.
+    let rejections = sys.store().rejections(&job).await.unwrap();
+    assert_eq!(rejections.len(), 1, "{rejections:#?}");
+    assert!(
+        rejections[0].errors[0]
+            .message
+            .contains("was not fetched by this sub-agent")
+    );
+    // The report is written next to the items.
+    let written = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert_eq!(written, md);
+
+    // Every model turn is a trace step and a cost at the scripted usage.
+    let trace = sys.store().trace_page(&job, None, 1_000).await.unwrap();
+    let turns: Vec<_> = trace
+        .iter()
+        .filter(|t| t.tool == format!("model:{MODEL}"))
+        .collect();
+    assert_eq!(turns.len(), reqs.len());
+    let per_turn = PriceList::claude().cost(MODEL, &USAGE);
+    assert!(per_turn.0 > 0);
+    assert!(turns.iter().all(|t| t.cost == per_turn && t.status == "ok"));
+    // 1,000 input at $3, 200 output at $15, 100 cache writes at $3.75 and 500
+    // cache reads at $0.30 per million tokens: 6,525 micro-dollars a turn.
+    assert_eq!(per_turn.0, 6_525);
+    let tool_cost: i64 = trace
+        .iter()
+        .filter(|t| !t.tool.starts_with("model:"))
+        .map(|t| t.cost.0)
+        .sum();
+    assert_eq!(
+        summary.cost_micros,
+        per_turn.0 * reqs.len() as i64 + tool_cost
+    );
+    sys.shutdown().await;
+}
+
+/// A planner that never gives a valid plan fails the job, with the reason, after
+/// its bounded tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_planner_output_fails_the_job_with_the_reason() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        call(&v, "submit_plan", json!({"sub_questions": []}))
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let summary = run(
+        &sys,
+        "name: bad\nresearch: {question: \"What is the best laptop?\"}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Failed);
+    let reason = summary.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("bad_plan") && reason.contains("3 tries"),
+        "{reason}"
+    );
+    assert_eq!(server.requests().len(), 3, "PLAN_TRIES turns, no more");
+    sys.shutdown().await;
+}
+
+/// A model that calls tools forever: the per-agent cap stops the calls, the
+/// sub-agent is then asked to submit (only `submit_findings` offered), and when it
+/// still will not, the slice fails. The first request meets a 529 overload,
+/// which the client retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_call_cap_ends_a_sub_agent_that_never_stops_and_an_overload_is_retried() {
+    let overloaded = Arc::new(AtomicBool::new(false));
+    let once = overloaded.clone();
+    let server = ScriptedModel::start(move |wire, body| {
+        if !once.swap(true, Ordering::SeqCst) {
+            return Reply::overloaded();
+        }
+        let v = view(wire, body);
+        match v.step {
+            Step::Planner => call(&v, "submit_plan", json!({"sub_questions": ["laptops?"]})),
+            _ => call(
+                &v,
+                "web_search",
+                json!({"query": format!("laptops {}", v.turn)}),
+            ),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let summary = run(
+        &sys,
+        "name: loop\nresearch: {question: \"laptops?\", max_tool_calls_per_agent: 3, report: false}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Partial, "{summary:?}");
+    assert_eq!(summary.failed_slices.len(), 1);
+    assert_eq!(summary.failed_slices[0].code, "agent_cap");
+    let reqs = server.requests();
+    assert_eq!(
+        reqs[0].body, reqs[1].body,
+        "the overloaded request was sent again"
+    );
+    // Only three searches reached the simulator: the cap held.
+    assert_eq!(sys.simulator().unwrap().stats().requests, 3);
+    let agents = agent_requests(&reqs);
+    let forced: Vec<_> = agents
+        .iter()
+        .filter(|r| r.body["tool_choice"] == json!({"type": "tool", "name": "submit_findings"}))
+        .collect();
+    assert!(!forced.is_empty());
+    for r in &forced {
+        assert_eq!(tool_names(r.wire, &r.body), ["submit_findings"]);
+    }
+    sys.shutdown().await;
+}
+
+/// A tool error goes back to the model as an error result, and the model fixes
+/// its call. OpenAI-compatible wire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_error_is_fed_back_and_fixed_on_the_openai_wire() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        match (v.step, v.turn) {
+            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["laptop prices"]})),
+            (Step::Agent, 0) => call(&v, "fetch_page", json!({"url": "not a url at all"})),
+            (Step::Agent, 1) => {
+                assert!(v.results[0].1, "{:?}", v.results);
+                call(&v, "fetch_page", json!({"url": "https://shop.example/p/thinkpad-x1"}))
+            }
+            (Step::Agent, _) => call(
+                &v,
+                "submit_findings",
+                json!({"findings": [{"claim": "the page lists a price", "sources": ["https://shop.example/p/thinkpad-x1"]}]}),
+            ),
+            (Step::Report, _) => text(&v, "Prices were found [1]."),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), openai(&server), None).await;
+    let summary = run(
+        &sys,
+        "name: fix\nresearch: {question: \"laptop prices\"}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    assert_eq!(summary.items.valid, 2, "one finding and the report");
+    let reqs = server.requests();
+    assert!(reqs.iter().all(|r| r.wire == Wire::OpenAi));
+    let fixed = agent_requests(&reqs)
+        .into_iter()
+        .find(|r| view(r.wire, &r.body).turn == 1)
+        .unwrap();
+    let tool_msg = fixed.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    let content = tool_msg["content"].as_str().unwrap();
+    assert!(content.contains("bad_arguments"), "{content}");
+    // A self-hosted model is not in the price list: its turns cost nothing.
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let trace = sys.store().trace_page(&job, None, 1_000).await.unwrap();
+    assert!(
+        trace
+            .iter()
+            .filter(|t| t.tool.starts_with("model:"))
+            .all(|t| t.cost.0 == 0)
+    );
+    sys.shutdown().await;
+}
+
+/// 200 upstream tools: the sub-agent is sent `tool_search` and the core tools,
+/// then what it found, never the catalog. Anthropic gets `tool_reference`
+/// blocks with the found definitions deferred; OpenAI gets the definitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
+    for wire in [Wire::Anthropic, Wire::OpenAi] {
+        let dir = tempfile::tempdir().unwrap();
+        let tools: Vec<Value> = (0..200)
+            .map(|i| {
+                let topic = if i == 137 {
+                    "currency exchange rate conversion".to_owned()
+                } else {
+                    format!("inventory record number {i}")
+                };
+                json!({
+                    "name": format!("tool_{i}"),
+                    "description": format!("Looks up {topic}."),
+                    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}
+                })
+            })
+            .collect();
+        let file = dir.path().join("tools.json");
+        std::fs::write(&file, json!({"tools": tools}).to_string()).unwrap();
+        let config = ToolsConfig::parse(
+            &format!(
+                "servers:\n  catalog:\n    command: {UPSTREAM}\n    args: [--tools, {}, --page-size, \"50\"]\n",
+                file.display()
+            ),
+            dir.path(),
+        )
+        .unwrap();
+        let server = ScriptedModel::start(|wire, body| {
+            let v = view(wire, body);
+            match (v.step, v.turn) {
+                (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["EUR to USD"]})),
+                (Step::Agent, 0) => call(&v, "tool_search", json!({"query": "currency exchange rate", "limit": 2})),
+                (Step::Agent, 1) => {
+                    assert!(v.tools.contains(&"catalog__tool_137".to_owned()), "{:?}", v.tools);
+                    call(&v, "catalog__tool_137", json!({"q": "EUR USD"}))
+                }
+                (Step::Agent, 2) => {
+                    assert!(v.results[0].0.contains("EUR USD"), "{:?}", v.results);
+                    call(&v, "fetch_page", json!({"url": "https://shop.example/p/rates"}))
+                }
+                (Step::Agent, _) => call(
+                    &v,
+                    "submit_findings",
+                    json!({"findings": [{"claim": "a rate", "sources": ["https://shop.example/p/rates"]}]}),
+                ),
+                (Step::Report, _) => text(&v, "A rate [1]."),
+            }
+        })
+        .await
+        .unwrap();
+        let models = match wire {
+            Wire::Anthropic => anthropic(&server),
+            Wire::OpenAi => openai(&server),
+        };
+        let sys = system(&dir.path().join("state"), models, Some(config)).await;
+        assert!(sys.tools().catalog().listed().count() >= 200);
+        let summary = run(
+            &sys,
+            "name: search\nresearch: {question: \"EUR to USD?\"}\n",
+            &dir.path().join("out"),
+        )
+        .await;
+        assert_eq!(
+            summary.status,
+            JobStatus::Succeeded,
+            "{wire:?}: {summary:?}"
+        );
+        let reqs = server.requests();
+        let agents = agent_requests(&reqs);
+        assert_eq!(agents.len(), 4);
+        let first = tool_names(wire, &agents[0].body);
+        assert_eq!(
+            first,
+            [
+                "tool_search",
+                "fetch_page",
+                "web_search",
+                "run_code",
+                "submit_findings"
+            ],
+            "{wire:?}"
+        );
+        for r in &agents {
+            let names = tool_names(wire, &r.body);
+            assert!(names.len() <= first.len() + 2, "{wire:?}: {names:?}");
+            let catalog: Vec<_> = names
+                .iter()
+                .filter(|n| n.starts_with("catalog__"))
+                .collect();
+            assert!(catalog.len() <= 2, "at most the two found: {catalog:?}");
+        }
+        let later = &agents[1].body;
+        match wire {
+            Wire::Anthropic => {
+                // The search result holds tool references, and each referenced
+                // tool is sent deferred.
+                let last = later["messages"].as_array().unwrap().last().unwrap();
+                let refs: Vec<&str> = last["content"][0]["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        assert_eq!(p["type"], "tool_reference");
+                        p["tool_name"].as_str().unwrap()
+                    })
+                    .collect();
+                assert!(refs.contains(&"catalog__tool_137"), "{refs:?}");
+                for t in later["tools"].as_array().unwrap() {
+                    let name = t["name"].as_str().unwrap();
+                    assert_eq!(
+                        t["defer_loading"] == true,
+                        name.starts_with("catalog__"),
+                        "{name}"
+                    );
+                }
+                let betas = agents[1].header("anthropic-beta").unwrap_or_default();
+                assert!(betas.contains("advanced-tool-use-2025-11-20"), "{betas}");
+                // Built-in definitions carry their input_examples.
+                let fetch = later["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t["name"] == "fetch_page")
+                    .unwrap();
+                assert!(!fetch["input_examples"].as_array().unwrap().is_empty());
+            }
+            Wire::OpenAi => {
+                let defs = later["tools"].as_array().unwrap();
+                assert!(
+                    defs.iter()
+                        .any(|t| t["function"]["name"] == "catalog__tool_137")
+                );
+                assert!(defs.iter().all(|t| t.get("defer_loading").is_none()));
+            }
+        }
+        sys.shutdown().await;
+    }
+}
+
+/// `run_code`: one script fetches three pages through the tool layer and
+/// returns only the prices; the pages stay out of the model's context, and the
+/// findings may cite them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_code_calls_tools_in_the_sandbox_and_returns_only_its_value() {
+    const SCRIPT: &str = r#"
+const urls = ["https://shop.example/p/a", "https://shop.example/p/b", "https://shop.example/p/c"];
+const pages = await Promise.all(urls.map(url => tools.fetch_page({url})));
+console.log("fetched", pages.length);
+return urls.map((url, i) => ({url, bytes: String(pages[i]).length}));
+"#;
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        match (v.step, v.turn) {
+            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["three prices"]})),
+            (Step::Agent, 0) => call(&v, "run_code", json!({"code": "return tools.nope()"})),
+            (Step::Agent, 1) => {
+                assert!(v.results[0].1 && v.results[0].0.contains("the script failed"), "{:?}", v.results);
+                call(&v, "run_code", json!({"code": SCRIPT}))
+            }
+            (Step::Agent, _) => call(
+                &v,
+                "submit_findings",
+                json!({"findings": [{"claim": "three pages read", "sources": ["https://shop.example/p/a", "https://shop.example/p/c"]}]}),
+            ),
+            (Step::Report, _) => text(&v, "Read [1] and [2]."),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let summary = run(
+        &sys,
+        "name: code\nresearch: {question: \"three prices\"}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    assert_eq!(sys.simulator().unwrap().stats().requests, 3);
+    let reqs = server.requests();
+    let after = agent_requests(&reqs)
+        .into_iter()
+        .find(|r| view(r.wire, &r.body).turn == 2)
+        .unwrap();
+    let v = view(after.wire, &after.body);
+    let result = &v.results[0].0;
+    assert!(
+        result.contains("\"bytes\"") && result.contains("fetched 3"),
+        "{result}"
+    );
+    assert!(
+        result.len() < 1_000,
+        "only the value and the console: {result}"
+    );
+    assert!(!result.contains("<html"), "{result}");
+    // Each call the script made was audited by the tool layer.
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let audit = sys.store().audit_page(None, 1_000).await.unwrap();
+    let fetches = audit
+        .iter()
+        .filter(|(_, a)| a.job_id.as_ref() == Some(&job) && a.tool == "brightdata.fetch_page")
+        .count();
+    assert_eq!(fetches, 3);
+    sys.shutdown().await;
+}
