@@ -257,59 +257,65 @@ fn fetched_urls(reqs: &[Recorded]) -> BTreeSet<String> {
 // ---------------------------------------------------------------------------
 // Tests
 
+/// The model of the X1 Carbon question: the planner's first plan lists a
+/// sub-question twice, its second has two; each sub-agent searches, fetches a
+/// result of its own and submits (the return-policy one also cites a page it never
+/// fetched); the report cites [1] and [2].
+fn x1_model(wire: Wire, body: &Value) -> Reply {
+    let v = view(wire, body);
+    match v.step {
+        Step::Planner if v.turn == 0 => call(
+            &v,
+            "submit_plan",
+            json!({"sub_questions": ["X1 Carbon prices in Germany", "x1 carbon prices in germany"]}),
+        ),
+        Step::Planner => {
+            assert!(v.results[0].1, "the invalid plan came back as an error");
+            assert!(v.results[0].0.contains("twice"), "{}", v.results[0].0);
+            call(
+                &v,
+                "submit_plan",
+                json!({"sub_questions": ["X1 Carbon prices in Germany", "X1 Carbon return policies"]}),
+            )
+        }
+        Step::Agent => match v.turn {
+            0 => call(&v, "web_search", json!({"query": "thinkpad x1 carbon"})),
+            // Each sub-agent reads another result.
+            1 => {
+                let n = usize::from(v.question.contains("return policies"));
+                call(&v, "fetch_page", json!({"url": link(&v.results[0].0, n)}))
+            }
+            _ => {
+                let fetched = fetched_urls(&[Recorded {
+                    wire,
+                    path: String::new(),
+                    headers: Vec::new(),
+                    body: body.clone(),
+                }]);
+                let url = fetched.first().unwrap().clone();
+                let mut findings = vec![
+                    json!({"claim": format!("{}: found on {url}", v.question), "sources": [url]}),
+                ];
+                if v.question.contains("return policies") {
+                    findings.push(json!({"claim": "Returns within 14 days", "sources": ["https://shop.example/p/never-fetched"]}));
+                }
+                call(&v, "submit_findings", json!({"findings": findings}))
+            }
+        },
+        Step::Report => text(
+            &v,
+            "# X1 Carbon in Germany\n\nPrices were found [1] and return terms too [2].",
+        ),
+    }
+}
+
 /// The planner's first plan lists a sub-question twice (sent back to fix), its
 /// second has two; each sub-agent searches, fetches the first result and submits
 /// findings (the second also cites a page it never fetched); the report cites the
 /// numbered sources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_research_job_plans_researches_and_reports_with_citations_of_fetched_pages() {
-    let server = ScriptedModel::start(|wire, body| {
-        let v = view(wire, body);
-        match v.step {
-            Step::Planner if v.turn == 0 => call(
-                &v,
-                "submit_plan",
-                json!({"sub_questions": ["X1 Carbon prices in Germany", "x1 carbon prices in germany"]}),
-            ),
-            Step::Planner => {
-                assert!(v.results[0].1, "the invalid plan came back as an error");
-                assert!(v.results[0].0.contains("twice"), "{}", v.results[0].0);
-                call(
-                    &v,
-                    "submit_plan",
-                    json!({"sub_questions": ["X1 Carbon prices in Germany", "X1 Carbon return policies"]}),
-                )
-            }
-            Step::Agent => match v.turn {
-                0 => call(&v, "web_search", json!({"query": "thinkpad x1 carbon"})),
-                // Each sub-agent reads another result.
-                1 => {
-                    let n = usize::from(v.question.contains("return policies"));
-                    call(&v, "fetch_page", json!({"url": link(&v.results[0].0, n)}))
-                }
-                _ => {
-                    let fetched = fetched_urls(&[Recorded {
-                        wire,
-                        path: String::new(),
-                        headers: Vec::new(),
-                        body: body.clone(),
-                    }]);
-                    let url = fetched.first().unwrap().clone();
-                    let mut findings = vec![json!({"claim": format!("{}: found on {url}", v.question), "sources": [url]})];
-                    if v.question.contains("return policies") {
-                        findings.push(json!({"claim": "Returns within 14 days", "sources": ["https://shop.example/p/never-fetched"]}));
-                    }
-                    call(&v, "submit_findings", json!({"findings": findings}))
-                }
-            },
-            Step::Report => text(
-                &v,
-                "# X1 Carbon in Germany\n\nPrices were found [1] and return terms too [2].",
-            ),
-        }
-    })
-    .await
-    .unwrap();
+    let server = ScriptedModel::start(x1_model).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
     let out = dir.path().join("out");
@@ -755,4 +761,69 @@ return urls.map((url, i) => ({url, bytes: String(pages[i]).length}));
         .count();
     assert_eq!(fetches, 3);
     sys.shutdown().await;
+}
+
+/// The deployed shape: `trawl api`, `scheduler` and two `worker`s over Postgres,
+/// NATS and Redis, the model configured by the environment
+/// (`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `TRAWL_MODEL`). The research,
+/// agent and report slices travel their own subjects, the scheduler adds the
+/// report once the sub-agents are done, and the API serves findings, report and
+/// every model turn in the trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_research_job_runs_in_the_deployed_shape() {
+    const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
+    let server = ScriptedModel::start(x1_model).await.unwrap();
+    let d = trawl_tests::Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("ANTHROPIC_BASE_URL", &server.url())
+        .with_env("ANTHROPIC_API_KEY", "deployed-key")
+        .with_env("TRAWL_MODEL", MODEL);
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let workers: Vec<_> = (0..2)
+        .map(|i| d.spawn("worker", &format!("worker-{i}")))
+        .collect();
+    let client = d.client(&api.api_url().await);
+    let id = client
+        .submit_yaml(
+            "name: x1\nresearch:\n  question: Which German shops sell the ThinkPad X1 Carbon, and how do their return policies differ?\n  geo: de\n",
+        )
+        .await;
+    let logs = || {
+        let mut out = format!("{}\n{}", api.log(), scheduler.log());
+        for w in &workers {
+            out.push_str(&w.log());
+        }
+        out
+    };
+    let job = client
+        .wait_job(&id, Duration::from_secs(60), trawl_tests::is_terminal, logs)
+        .await;
+    assert_eq!(job["status"], "succeeded", "{job}\n{}", logs());
+    assert_eq!(job["counts"]["slices"]["total"], 4, "{job}");
+
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    let kinds: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "finding").count(),
+        2,
+        "{items:#?}"
+    );
+    let report = items.iter().find(|i| i["kind"] == "report").unwrap();
+    let reqs = server.requests();
+    assert!(reqs.iter().all(|r| r.header("x-api-key") == Some("deployed-key")));
+    let fetched = fetched_urls(&reqs);
+    let sources = report["data"]["sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 2);
+    assert!(
+        sources
+            .iter()
+            .all(|s| fetched.contains(s.as_str().unwrap()))
+    );
+    let trace = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
+    let turns = trace
+        .iter()
+        .filter(|t| t["tool"] == format!("model:{MODEL}"))
+        .count();
+    assert_eq!(turns, reqs.len(), "one trace step per model turn");
 }
