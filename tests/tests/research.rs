@@ -564,11 +564,19 @@ async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
             .map(|i| {
                 let topic = if i == 137 {
                     "currency exchange rate conversion".to_owned()
+                } else if i == 199 {
+                    "currency exchange rate conversion in a browser".to_owned()
                 } else {
                     format!("inventory record number {i}")
                 };
+                // A browser tool: isolated by default, so never offered here.
+                let name = if i == 199 {
+                    "browser_rates".to_owned()
+                } else {
+                    format!("tool_{i}")
+                };
                 json!({
-                    "name": format!("tool_{i}"),
+                    "name": name,
                     "description": format!("Looks up {topic}."),
                     "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}
                 })
@@ -647,6 +655,12 @@ async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
                 .filter(|n| n.starts_with("catalog__"))
                 .collect();
             assert!(catalog.len() <= 2, "at most the two found: {catalog:?}");
+        }
+        for r in &reqs {
+            assert!(
+                !r.body.to_string().contains("browser_rates"),
+                "an isolated tool reached the model outside the isolated pool"
+            );
         }
         let later = &agents[1].body;
         match wire {
@@ -811,7 +825,10 @@ async fn a_research_job_runs_in_the_deployed_shape() {
     );
     let report = items.iter().find(|i| i["kind"] == "report").unwrap();
     let reqs = server.requests();
-    assert!(reqs.iter().all(|r| r.header("x-api-key") == Some("deployed-key")));
+    assert!(
+        reqs.iter()
+            .all(|r| r.header("x-api-key") == Some("deployed-key"))
+    );
     let fetched = fetched_urls(&reqs);
     let sources = report["data"]["sources"].as_array().unwrap();
     assert_eq!(sources.len(), 2);
@@ -826,4 +843,187 @@ async fn a_research_job_runs_in_the_deployed_shape() {
         .filter(|t| t["tool"] == format!("model:{MODEL}"))
         .count();
     assert_eq!(turns, reqs.len(), "one trace step per model turn");
+}
+
+fn catalog_config(dir: &Path, n: usize) -> ToolsConfig {
+    let tools: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({
+                "name": format!("tool_{i}"),
+                "description": format!("Looks up inventory record number {i}."),
+                "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}
+            })
+        })
+        .collect();
+    let file = dir.join("tools.json");
+    std::fs::write(&file, json!({"tools": tools}).to_string()).unwrap();
+    ToolsConfig::parse(
+        &format!(
+            "servers:\n  catalog:\n    command: {UPSTREAM}\n    args: [--tools, {}, --page-size, \"50\"]\n",
+            file.display()
+        ),
+        dir,
+    )
+    .unwrap()
+}
+
+/// `tool_search: server`: Anthropic's BM25 tool search runs on its side, over the
+/// catalog sent deferred; trawl's own `tool_search` is not offered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_tool_search_sends_the_catalog_deferred_with_the_bm25_tool() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        match (v.step, v.turn) {
+            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["record 42"]})),
+            // As if Anthropic's search had expanded the tool.
+            (Step::Agent, 0) => call(&v, "catalog__tool_42", json!({"q": "42"})),
+            (Step::Agent, 1) => call(&v, "fetch_page", json!({"url": "https://shop.example/p/r42"})),
+            (Step::Agent, _) => call(
+                &v,
+                "submit_findings",
+                json!({"findings": [{"claim": "record 42", "sources": ["https://shop.example/p/r42"]}]}),
+            ),
+            (Step::Report, _) => text(&v, "Record 42 [1]."),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = catalog_config(dir.path(), 30);
+    let sys = system(&dir.path().join("state"), anthropic(&server), Some(config)).await;
+    let summary = run(
+        &sys,
+        "name: bm25\nresearch: {question: \"record 42?\", tool_search: server, code_execution: off}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let reqs = server.requests();
+    let first = &agent_requests(&reqs)[0].body;
+    let tools = first["tools"].as_array().unwrap();
+    assert_eq!(
+        tools[0],
+        json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"})
+    );
+    let deferred: Vec<&str> = tools
+        .iter()
+        .filter(|t| t["defer_loading"] == true)
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deferred
+            .iter()
+            .filter(|n| n.starts_with("catalog__"))
+            .count(),
+        30,
+        "the whole catalog, deferred"
+    );
+    assert!(!deferred.contains(&"fetch_page") && !deferred.contains(&"web_search"));
+    assert!(
+        tools
+            .iter()
+            .all(|t| t["name"] != "tool_search" && t["name"] != "run_code")
+    );
+    sys.shutdown().await;
+}
+
+/// `code_execution: anthropic`: Anthropic's hosted code execution calls trawl's
+/// tools (`allowed_callers`); a `tool_use` with a `caller` runs through the tool
+/// layer like any other, and the container goes back with the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosted_code_execution_calls_tools_through_the_layer_in_its_container() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        match (v.step, v.turn) {
+            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["a page"]})),
+            (Step::Agent, 0) => {
+                let mut r = Reply::anthropic_message(
+                json!([
+                    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "code_execution",
+                     "input": {"code": "r = await fetch_page({'url': 'https://shop.example/p/hosted'})"}},
+                    {"type": "tool_use", "id": "toolu_1", "name": "fetch_page",
+                     "input": {"url": "https://shop.example/p/hosted"},
+                     "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}}
+                ]),
+                "tool_use",
+                USAGE,
+                );
+                r.body["container"] = json!({"id": "container_1", "expires_at": "2026-12-03T15:00:00Z"});
+                r
+            }
+            (Step::Agent, _) => call(
+                &v,
+                "submit_findings",
+                json!({"findings": [{"claim": "read it", "sources": ["https://shop.example/p/hosted"]}]}),
+            ),
+            (Step::Report, _) => text(&v, "Read [1]."),
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let summary = run(
+        &sys,
+        "name: hosted\nresearch: {question: \"a page?\", code_execution: anthropic}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    assert_eq!(sys.simulator().unwrap().stats().requests, 1);
+    let reqs = server.requests();
+    let agents = agent_requests(&reqs);
+    let first = &agents[0].body;
+    let tools = first["tools"].as_array().unwrap();
+    assert!(tools.contains(&json!({"type": "code_execution_20250825", "name": "code_execution"})));
+    let fetch = tools.iter().find(|t| t["name"] == "fetch_page").unwrap();
+    assert_eq!(fetch["allowed_callers"], json!(["code_execution_20250825"]));
+    assert!(
+        tools.iter().all(|t| t["name"] != "run_code"),
+        "the local sandbox is not offered"
+    );
+    let second = &agents[1].body;
+    assert_eq!(second["container"], "container_1");
+    // The assistant turn went back verbatim, server block and caller included.
+    let msgs = second["messages"].as_array().unwrap();
+    let assistant = &msgs[msgs.len() - 2]["content"];
+    assert_eq!(assistant[0]["type"], "server_tool_use");
+    assert_eq!(assistant[1]["caller"]["tool_id"], "srvtoolu_1");
+    let result = &msgs[msgs.len() - 1]["content"][0];
+    assert_eq!(result["tool_use_id"], "toolu_1");
+    assert!(result.get("is_error").is_none(), "{result}");
+    sys.shutdown().await;
+}
+
+/// Model turns reserve from the job's budget before they are made: a budget
+/// below one turn's worst case stops the planner before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_below_a_model_turn_stops_the_job_before_the_model_is_called() {
+    let server = ScriptedModel::start(|wire, body| {
+        let v = view(wire, body);
+        call(&v, "submit_plan", json!({"sub_questions": ["a"]}))
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    // 4,096 output tokens at $15 per million alone are $0.061.
+    let summary = run(
+        &sys,
+        "name: poor\nresearch: {question: \"a?\"}\nbudget: {max_usd: 0.05}\n",
+        &dir.path().join("out"),
+    )
+    .await;
+    assert_eq!(summary.status, JobStatus::Failed);
+    assert!(
+        summary
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("budget_exhausted"),
+        "{summary:?}"
+    );
+    assert!(server.requests().is_empty());
+    assert_eq!(summary.cost_micros, 0);
+    sys.shutdown().await;
 }
