@@ -1027,3 +1027,42 @@ async fn a_budget_below_a_model_turn_stops_the_job_before_the_model_is_called() 
     assert_eq!(summary.cost_micros, 0);
     sys.shutdown().await;
 }
+
+/// `trawl run` refuses a research job no model could run, before storing it; the
+/// example spec parses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_research_job_without_a_model_is_refused_with_what_to_set() {
+    let spec = JobSpec::parse(include_str!("../../examples/research.yaml")).unwrap();
+    assert!(spec.research.is_some());
+    let dir = tempfile::tempdir().unwrap();
+    let sys = system(
+        &dir.path().join("state"),
+        Models::new(PriceList::claude()),
+        None,
+    )
+    .await;
+    let err = sys
+        .submit(&spec, Some("test"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ANTHROPIC_API_KEY") && err.contains("OPENAI_BASE_URL"),
+        "{err}"
+    );
+    let stored = sys
+        .store()
+        .jobs_with_status(
+            &[
+                JobStatus::Pending,
+                JobStatus::Queued,
+                JobStatus::Running,
+                JobStatus::Failed,
+            ],
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
+    sys.shutdown().await;
+}

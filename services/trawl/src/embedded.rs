@@ -240,6 +240,17 @@ impl Embedded {
         spec: &JobSpec,
         approved_by: Option<&str>,
     ) -> anyhow::Result<Submitted> {
+        // A research job that no model could run is refused before it is stored.
+        if let Some(r) = &spec.research {
+            let models = self.options.models.as_deref();
+            if let Err(e) = models
+                .filter(|m| m.any())
+                .ok_or_else(|| "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL".to_owned())
+                .and_then(|m| m.resolve(r.model.as_deref()))
+            {
+                anyhow::bail!("the job has a research question, but {e}");
+            }
+        }
         let (queue, events) = self.plumbing();
         let s = self.scheduler(queue.as_ref(), &events);
         Ok(s.submit(spec, approved_by).await?)
