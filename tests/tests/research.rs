@@ -837,6 +837,36 @@ async fn a_research_job_runs_in_the_deployed_shape() {
             .iter()
             .all(|s| fetched.contains(s.as_str().unwrap()))
     );
+    let md = client
+        .req(reqwest::Method::GET, &format!("/v1/jobs/{id}/report"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(md.status(), 200);
+    assert!(
+        md.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/markdown")
+    );
+    assert_eq!(
+        md.text().await.unwrap(),
+        report["data"]["markdown"].as_str().unwrap()
+    );
+    // A job without a research question has no report: 404 with the reason.
+    let plain = client
+        .submit_yaml(&format!(
+            "name: plain\npages: {{urls: [\"https://shop.example/p/1\"], geos: [us]}}\n{}",
+            trawl_tests::EXTRACT
+        ))
+        .await;
+    let none = client
+        .req(reqwest::Method::GET, &format!("/v1/jobs/{plain}/report"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), 404);
+    assert!(none.text().await.unwrap().contains("no research question"));
     let trace = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
     let turns = trace
         .iter()

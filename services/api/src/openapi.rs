@@ -24,6 +24,7 @@ use crate::{approvals, health, jobs, rows};
         rows::items,
         rows::rejections,
         rows::trace,
+        rows::report,
         approvals::list,
         approvals::approve,
         approvals::reject,

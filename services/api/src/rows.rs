@@ -245,6 +245,51 @@ pub(crate) async fn items(
     )
 }
 
+/// A research job's report, as Markdown.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/report",
+    tag = "rows",
+    params(("id" = String, Path, description = "The job id.")),
+    responses(
+        (status = 200, description = "The report, citing its numbered sources (the pages the sub-agents fetched).", body = String, content_type = "text/markdown"),
+        (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such job, not a research job, or no report yet.", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])),
+)]
+#[instrument(skip_all, fields(job_id = %id))]
+pub(crate) async fn report(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = load_job(&state, &id).await?;
+    if job.spec.get("research").is_none() {
+        return Err(ApiError::NotFound(format!(
+            "report of job {}: it has no research question",
+            job.id
+        )));
+    }
+    // A research job has a few findings and one report: read them whole.
+    let items = state.store.items(&job.id).await?;
+    let md = items
+        .iter()
+        .find(|i| i.kind == trawl_core::model::ItemKind::Report)
+        .and_then(|i| i.data["markdown"].as_str())
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "report of job {} yet (status {})",
+                job.id,
+                job.status.as_str()
+            ))
+        })?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        md.to_owned(),
+    )
+        .into_response())
+}
+
 /// A job's rejected items (failed its schema), a page at a time.
 #[utoipa::path(
     get,

@@ -34,6 +34,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/items", get(rows::items))
         .route("/v1/jobs/{id}/rejections", get(rows::rejections))
         .route("/v1/jobs/{id}/trace", get(rows::trace))
+        .route("/v1/jobs/{id}/report", get(rows::report))
         .route("/v1/approvals", get(approvals::list))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/reject", post(approvals::reject))

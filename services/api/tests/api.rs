@@ -1165,6 +1165,7 @@ async fn the_openapi_description_lists_every_route() {
         ("/v1/jobs/{id}/items", "get"),
         ("/v1/jobs/{id}/rejections", "get"),
         ("/v1/jobs/{id}/trace", "get"),
+        ("/v1/jobs/{id}/report", "get"),
         ("/v1/approvals", "get"),
         ("/v1/approvals/{id}/approve", "post"),
         ("/v1/approvals/{id}/reject", "post"),
@@ -1178,7 +1179,7 @@ async fn the_openapi_description_lists_every_route() {
             "{method} {path} missing"
         );
     }
-    assert_eq!(paths.len(), 13, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(paths.len(), 14, "{:?}", paths.keys().collect::<Vec<_>>());
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     for s in [
         "Problem",
