@@ -233,6 +233,27 @@ async fn run(sys: &Embedded, yaml: &str, out: &Path) -> Summary {
     .unwrap()
 }
 
+/// A sub-agent's `submit_findings` of one claim citing `urls`.
+fn submit(v: &View, claim: &str, urls: &[&str]) -> Reply {
+    call(
+        v,
+        "submit_findings",
+        json!({"findings": [{"claim": claim, "sources": urls}]}),
+    )
+}
+
+/// Runs `yaml` to its end on a fresh embedded system in `dir`.
+async fn research_run(
+    dir: &Path,
+    models: Models,
+    tools: Option<ToolsConfig>,
+    yaml: &str,
+) -> (Embedded, Summary) {
+    let sys = system(&dir.join("state"), models, tools).await;
+    let summary = run(&sys, yaml, &dir.join("out")).await;
+    (sys, summary)
+}
+
 fn agent_requests(reqs: &[Recorded]) -> Vec<&Recorded> {
     reqs.iter()
         .filter(|r| view(r.wire, &r.body).step == Step::Agent)
@@ -423,11 +444,11 @@ async fn invalid_planner_output_fails_the_job_with_the_reason() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
-    let summary = run(
-        &sys,
+    let (sys, summary) = research_run(
+        dir.path(),
+        anthropic(&server),
+        None,
         "name: bad\nresearch: {question: \"What is the best laptop?\"}\n",
-        &dir.path().join("out"),
     )
     .await;
     assert_eq!(summary.status, JobStatus::Failed);
@@ -465,13 +486,7 @@ async fn the_tool_call_cap_ends_a_sub_agent_that_never_stops_and_an_overload_is_
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
-    let summary = run(
-        &sys,
-        "name: loop\nresearch: {question: \"laptops?\", max_tool_calls_per_agent: 3, report: false}\n",
-        &dir.path().join("out"),
-    )
-    .await;
+    let (sys, summary) = research_run(dir.path(), anthropic(&server), None, "name: loop\nresearch: {question: \"laptops?\", max_tool_calls_per_agent: 3, report: false}\n").await;
     assert_eq!(summary.status, JobStatus::Partial, "{summary:?}");
     assert_eq!(summary.failed_slices.len(), 1);
     assert_eq!(summary.failed_slices[0].code, "agent_cap");
@@ -501,16 +516,24 @@ async fn a_tool_error_is_fed_back_and_fixed_on_the_openai_wire() {
     let server = ScriptedModel::start(|wire, body| {
         let v = view(wire, body);
         match (v.step, v.turn) {
-            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["laptop prices"]})),
+            (Step::Planner, _) => call(
+                &v,
+                "submit_plan",
+                json!({"sub_questions": ["laptop prices"]}),
+            ),
             (Step::Agent, 0) => call(&v, "fetch_page", json!({"url": "not a url at all"})),
             (Step::Agent, 1) => {
                 assert!(v.results[0].1, "{:?}", v.results);
-                call(&v, "fetch_page", json!({"url": "https://shop.example/p/thinkpad-x1"}))
+                call(
+                    &v,
+                    "fetch_page",
+                    json!({"url": "https://shop.example/p/thinkpad-x1"}),
+                )
             }
-            (Step::Agent, _) => call(
+            (Step::Agent, _) => submit(
                 &v,
-                "submit_findings",
-                json!({"findings": [{"claim": "the page lists a price", "sources": ["https://shop.example/p/thinkpad-x1"]}]}),
+                "the page lists a price",
+                &["https://shop.example/p/thinkpad-x1"],
             ),
             (Step::Report, _) => text(&v, "Prices were found [1]."),
         }
@@ -518,11 +541,11 @@ async fn a_tool_error_is_fed_back_and_fixed_on_the_openai_wire() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), openai(&server), None).await;
-    let summary = run(
-        &sys,
+    let (sys, summary) = research_run(
+        dir.path(),
+        openai(&server),
+        None,
         "name: fix\nresearch: {question: \"laptop prices\"}\n",
-        &dir.path().join("out"),
     )
     .await;
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
@@ -595,21 +618,31 @@ async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
         let server = ScriptedModel::start(|wire, body| {
             let v = view(wire, body);
             match (v.step, v.turn) {
-                (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["EUR to USD"]})),
-                (Step::Agent, 0) => call(&v, "tool_search", json!({"query": "currency exchange rate", "limit": 2})),
+                (Step::Planner, _) => {
+                    call(&v, "submit_plan", json!({"sub_questions": ["EUR to USD"]}))
+                }
+                (Step::Agent, 0) => call(
+                    &v,
+                    "tool_search",
+                    json!({"query": "currency exchange rate", "limit": 2}),
+                ),
                 (Step::Agent, 1) => {
-                    assert!(v.tools.contains(&"catalog__tool_137".to_owned()), "{:?}", v.tools);
+                    assert!(
+                        v.tools.contains(&"catalog__tool_137".to_owned()),
+                        "{:?}",
+                        v.tools
+                    );
                     call(&v, "catalog__tool_137", json!({"q": "EUR USD"}))
                 }
                 (Step::Agent, 2) => {
                     assert!(v.results[0].0.contains("EUR USD"), "{:?}", v.results);
-                    call(&v, "fetch_page", json!({"url": "https://shop.example/p/rates"}))
+                    call(
+                        &v,
+                        "fetch_page",
+                        json!({"url": "https://shop.example/p/rates"}),
+                    )
                 }
-                (Step::Agent, _) => call(
-                    &v,
-                    "submit_findings",
-                    json!({"findings": [{"claim": "a rate", "sources": ["https://shop.example/p/rates"]}]}),
-                ),
+                (Step::Agent, _) => submit(&v, "a rate", &["https://shop.example/p/rates"]),
                 (Step::Report, _) => text(&v, "A rate [1]."),
             }
         })
@@ -724,16 +757,24 @@ return urls.map((url, i) => ({url, bytes: String(pages[i]).length}));
     let server = ScriptedModel::start(|wire, body| {
         let v = view(wire, body);
         match (v.step, v.turn) {
-            (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["three prices"]})),
+            (Step::Planner, _) => call(
+                &v,
+                "submit_plan",
+                json!({"sub_questions": ["three prices"]}),
+            ),
             (Step::Agent, 0) => call(&v, "run_code", json!({"code": "return tools.nope()"})),
             (Step::Agent, 1) => {
-                assert!(v.results[0].1 && v.results[0].0.contains("the script failed"), "{:?}", v.results);
+                assert!(
+                    v.results[0].1 && v.results[0].0.contains("the script failed"),
+                    "{:?}",
+                    v.results
+                );
                 call(&v, "run_code", json!({"code": SCRIPT}))
             }
-            (Step::Agent, _) => call(
+            (Step::Agent, _) => submit(
                 &v,
-                "submit_findings",
-                json!({"findings": [{"claim": "three pages read", "sources": ["https://shop.example/p/a", "https://shop.example/p/c"]}]}),
+                "three pages read",
+                &["https://shop.example/p/a", "https://shop.example/p/c"],
             ),
             (Step::Report, _) => text(&v, "Read [1] and [2]."),
         }
@@ -741,11 +782,11 @@ return urls.map((url, i) => ({url, bytes: String(pages[i]).length}));
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
-    let summary = run(
-        &sys,
+    let (sys, summary) = research_run(
+        dir.path(),
+        anthropic(&server),
+        None,
         "name: code\nresearch: {question: \"three prices\"}\n",
-        &dir.path().join("out"),
     )
     .await;
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
@@ -907,12 +948,12 @@ async fn server_side_tool_search_sends_the_catalog_deferred_with_the_bm25_tool()
             (Step::Planner, _) => call(&v, "submit_plan", json!({"sub_questions": ["record 42"]})),
             // As if Anthropic's search had expanded the tool.
             (Step::Agent, 0) => call(&v, "catalog__tool_42", json!({"q": "42"})),
-            (Step::Agent, 1) => call(&v, "fetch_page", json!({"url": "https://shop.example/p/r42"})),
-            (Step::Agent, _) => call(
+            (Step::Agent, 1) => call(
                 &v,
-                "submit_findings",
-                json!({"findings": [{"claim": "record 42", "sources": ["https://shop.example/p/r42"]}]}),
+                "fetch_page",
+                json!({"url": "https://shop.example/p/r42"}),
             ),
+            (Step::Agent, _) => submit(&v, "record 42", &["https://shop.example/p/r42"]),
             (Step::Report, _) => text(&v, "Record 42 [1]."),
         }
     })
@@ -920,13 +961,7 @@ async fn server_side_tool_search_sends_the_catalog_deferred_with_the_bm25_tool()
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = catalog_config(dir.path(), 30);
-    let sys = system(&dir.path().join("state"), anthropic(&server), Some(config)).await;
-    let summary = run(
-        &sys,
-        "name: bm25\nresearch: {question: \"record 42?\", tool_search: server, code_execution: off}\n",
-        &dir.path().join("out"),
-    )
-    .await;
+    let (sys, summary) = research_run(dir.path(), anthropic(&server), Some(config), "name: bm25\nresearch: {question: \"record 42?\", tool_search: server, code_execution: off}\n").await;
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
     let reqs = server.requests();
     let first = &agent_requests(&reqs)[0].body;
@@ -981,22 +1016,18 @@ async fn hosted_code_execution_calls_tools_through_the_layer_in_its_container() 
                 r.body["container"] = json!({"id": "container_1", "expires_at": "2026-12-03T15:00:00Z"});
                 r
             }
-            (Step::Agent, _) => call(
-                &v,
-                "submit_findings",
-                json!({"findings": [{"claim": "read it", "sources": ["https://shop.example/p/hosted"]}]}),
-            ),
+            (Step::Agent, _) => submit(&v, "read it", &["https://shop.example/p/hosted"]),
             (Step::Report, _) => text(&v, "Read [1]."),
         }
     })
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
-    let summary = run(
-        &sys,
+    let (sys, summary) = research_run(
+        dir.path(),
+        anthropic(&server),
+        None,
         "name: hosted\nresearch: {question: \"a page?\", code_execution: anthropic}\n",
-        &dir.path().join("out"),
     )
     .await;
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
