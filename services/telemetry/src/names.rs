@@ -18,12 +18,15 @@ pub const RETRIES: &str = "trawl_retries_total";
 pub const CACHE_LOOKUPS: &str = "trawl_cache_lookups_total";
 pub const APPROVALS_PENDING: &str = "trawl_approvals_pending";
 pub const QUEUE_LAG: &str = "trawl_queue_lag";
+pub const MODEL_TURNS: &str = "trawl_model_turns_total";
+pub const MODEL_TOKENS: &str = "trawl_model_tokens_total";
+pub const MODEL_TURN_DURATION: &str = "trawl_model_turn_duration_seconds";
 
 /// Help texts, shown in `/metrics` as `# HELP`.
 pub(crate) fn describe() {
     describe_counter!(
         SLICES,
-        "Slices recorded, by kind (search, page) and outcome (succeeded, failed)."
+        "Slices recorded, by kind (search, page, research, agent, report) and outcome (succeeded, failed)."
     );
     describe_counter!(
         ITEMS,
@@ -49,6 +52,19 @@ pub(crate) fn describe() {
     describe_counter!(
         CACHE_LOOKUPS,
         "Content cache lookups, by result: hit (served from the cache, or shared with a call in flight) or miss."
+    );
+    describe_counter!(
+        MODEL_TURNS,
+        "Model turns of research slices, by model and outcome (ok or the error code)."
+    );
+    describe_counter!(
+        MODEL_TOKENS,
+        "Tokens of model turns, by model and kind (input, output, cache_write, cache_read)."
+    );
+    describe_histogram!(
+        MODEL_TURN_DURATION,
+        Unit::Seconds,
+        "Model turns, from request to response (client retries included), by model."
     );
     describe_gauge!(APPROVALS_PENDING, "Approvals waiting for a decision.");
     describe_gauge!(
@@ -78,6 +94,22 @@ pub fn upstream_attempt(tool: &str, attempt: u32, status: &str) {
     counter!(UPSTREAM_CALLS, "tool" => tool.to_owned(), "status" => status.to_owned()).increment(1);
     if attempt > 1 {
         counter!(RETRIES, "tool" => tool.to_owned()).increment(1);
+    }
+}
+
+/// One model turn ended; `tokens` are input, output, cache writes and cache
+/// reads (zero when it failed).
+pub fn model_turn(model: &str, outcome: &str, elapsed: Duration, tokens: [u64; 4]) {
+    counter!(MODEL_TURNS, "model" => model.to_owned(), "outcome" => outcome.to_owned()).increment(1);
+    metrics::histogram!(MODEL_TURN_DURATION, "model" => model.to_owned())
+        .record(elapsed.as_secs_f64());
+    for (kind, n) in ["input", "output", "cache_write", "cache_read"]
+        .into_iter()
+        .zip(tokens)
+    {
+        if n > 0 {
+            counter!(MODEL_TOKENS, "model" => model.to_owned(), "kind" => kind).increment(n);
+        }
     }
 }
 

@@ -182,6 +182,18 @@ impl Cx {
                 budget.settle(reserve, cost).await;
                 self.rec
                     .model_turn(&self.model.model, &digest, Ok(()), latency, cost);
+                let u = &resp.usage;
+                trawl_telemetry::names::model_turn(
+                    &self.model.model,
+                    "ok",
+                    latency,
+                    [
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_creation_input_tokens,
+                        u.cache_read_input_tokens,
+                    ],
+                );
                 span.record("input_tokens", resp.usage.input_tokens);
                 span.record("output_tokens", resp.usage.output_tokens);
                 span.record("stop_reason", format!("{:?}", resp.stop_reason));
@@ -190,6 +202,7 @@ impl Cx {
             Err(e) => {
                 budget.release(reserve).await;
                 let code = format!("model_{}", e.code);
+                trawl_telemetry::names::model_turn(&self.model.model, &code, latency, [0; 4]);
                 let err = if e.transient {
                     ToolError::transient(code, e.to_string())
                 } else {
