@@ -26,7 +26,7 @@ use trawl_core::model::{ItemKind, JobStatus};
 use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
 use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
-use trawl_model::{AnthropicClient, AnthropicConfig, OpenAiClient, OpenAiConfig, PriceList, Usage};
+use trawl_model::{AnthropicClient, ClientConfig, OpenAiClient, PriceList, Usage};
 use trawl_sim::SimConfig;
 use trawl_tools::config::ToolsConfig;
 use trawl_worker::WorkerConfig;
@@ -200,7 +200,7 @@ async fn system(state: &Path, models: Models, tools: Option<ToolsConfig>) -> Emb
 }
 
 fn anthropic(server: &ScriptedModel) -> Models {
-    let cfg = AnthropicConfig::default()
+    let cfg = ClientConfig::anthropic()
         .with_base_url(server.url())
         .with_api_key("test-key".to_owned().into())
         .with_retry_base_delay(Duration::from_millis(1))
@@ -211,7 +211,7 @@ fn anthropic(server: &ScriptedModel) -> Models {
 }
 
 fn openai(server: &ScriptedModel) -> Models {
-    let cfg = OpenAiConfig::default()
+    let cfg = ClientConfig::openai()
         .with_base_url(server.openai_url())
         .with_retry_base_delay(Duration::from_millis(1))
         .with_retry_max_delay(Duration::from_millis(20));

@@ -17,17 +17,15 @@
 //!
 //! The header is sent only when the request uses one of these features.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Map, Value, json};
 
 use crate::http::{self, RetryPolicy};
 use crate::{
-    Block, Message, ModelClient, ModelError, Provider, Request, Response, ResultPart, Role,
-    ServerTool, StopReason, ToolChoice, Usage,
+    Block, ClientConfig, Message, ModelClient, ModelError, Provider, Request, Response, ResultPart,
+    Role, ServerTool, StopReason, ToolChoice, Usage,
 };
 
 /// `anthropic-version` sent on every request.
@@ -36,91 +34,6 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub const BETA_ADVANCED_TOOL_USE: &str = "advanced-tool-use-2025-11-20";
 /// Beta for the `code_execution_20250825` server tool.
 pub const BETA_CODE_EXECUTION: &str = "code-execution-2025-08-25";
-
-/// Where and how to reach the Anthropic API.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct AnthropicConfig {
-    /// `ANTHROPIC_BASE_URL`, default `https://api.anthropic.com` (no `/v1`).
-    pub base_url: String,
-    /// `ANTHROPIC_API_KEY`, sent as `x-api-key`; none for a keyless proxy.
-    pub api_key: Option<SecretString>,
-    /// Timeout of one attempt, default 120 s.
-    pub timeout: Duration,
-    /// Attempts in all, default 4.
-    pub max_attempts: u32,
-    /// First retry backoff before jitter, default 500 ms.
-    pub retry_base_delay: Duration,
-    /// Longest wait between attempts, `retry-after` included, default 30 s.
-    pub retry_max_delay: Duration,
-}
-
-impl Default for AnthropicConfig {
-    fn default() -> Self {
-        AnthropicConfig {
-            base_url: "https://api.anthropic.com".to_owned(),
-            api_key: None,
-            timeout: Duration::from_secs(120),
-            max_attempts: 4,
-            retry_base_delay: Duration::from_millis(500),
-            retry_max_delay: Duration::from_secs(30),
-        }
-    }
-}
-
-impl AnthropicConfig {
-    /// From `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL`; `None` when neither is set.
-    pub fn from_env() -> Option<AnthropicConfig> {
-        AnthropicConfig::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`from_env`](Self::from_env) with another source of variables.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Option<AnthropicConfig> {
-        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let key = non_empty("ANTHROPIC_API_KEY");
-        let base = non_empty("ANTHROPIC_BASE_URL");
-        if key.is_none() && base.is_none() {
-            return None;
-        }
-        let mut config = AnthropicConfig::default();
-        if let Some(base) = base {
-            config.base_url = base;
-        }
-        config.api_key = key.map(SecretString::from);
-        Some(config)
-    }
-
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into();
-        self
-    }
-
-    pub fn with_api_key(mut self, api_key: SecretString) -> Self {
-        self.api_key = Some(api_key);
-        self
-    }
-
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Attempts in all (1 disables retries).
-    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts.max(1);
-        self
-    }
-
-    pub fn with_retry_base_delay(mut self, delay: Duration) -> Self {
-        self.retry_base_delay = delay;
-        self
-    }
-
-    pub fn with_retry_max_delay(mut self, delay: Duration) -> Self {
-        self.retry_max_delay = delay;
-        self
-    }
-}
 
 /// A [`ModelClient`] speaking the Anthropic Messages API.
 #[derive(Clone, Debug)]
@@ -134,7 +47,7 @@ pub struct AnthropicClient {
 impl AnthropicClient {
     /// Fails when the API key is not a valid header value or no rustls crypto
     /// provider is installed.
-    pub fn new(config: AnthropicConfig) -> Result<AnthropicClient, ModelError> {
+    pub fn new(config: ClientConfig) -> Result<AnthropicClient, ModelError> {
         let mut headers = HeaderMap::new();
         headers.insert(
             HeaderName::from_static("anthropic-version"),
@@ -148,13 +61,9 @@ impl AnthropicClient {
         }
         Ok(AnthropicClient {
             http: http::build_client(config.timeout)?,
-            url: format!("{}/v1/messages", config.base_url.trim_end_matches('/')),
+            url: config.endpoint("/v1/messages"),
             headers,
-            policy: RetryPolicy {
-                max_attempts: config.max_attempts,
-                min_delay: config.retry_base_delay,
-                max_delay: config.retry_max_delay,
-            },
+            policy: config.retry_policy(),
         })
     }
 }
@@ -551,27 +460,5 @@ mod tests {
             let e = decode_response(raw).unwrap_err();
             assert_eq!((e.code.as_str(), e.transient), ("bad_response", false));
         }
-    }
-
-    #[test]
-    fn env_config_needs_a_key_or_a_base() {
-        assert!(AnthropicConfig::from_lookup(|_| None).is_none());
-        assert!(AnthropicConfig::from_lookup(|_| Some(" ".into())).is_none());
-        let c = AnthropicConfig::from_lookup(|n| (n == "ANTHROPIC_API_KEY").then(|| "sk-1".into()))
-            .unwrap();
-        assert_eq!(c.base_url, "https://api.anthropic.com");
-        assert_eq!(
-            c.api_key
-                .as_ref()
-                .map(|k| k.expose_secret().to_owned())
-                .as_deref(),
-            Some("sk-1")
-        );
-        let c = AnthropicConfig::from_lookup(|n| {
-            (n == "ANTHROPIC_BASE_URL").then(|| "http://proxy:1".into())
-        })
-        .unwrap();
-        assert_eq!(c.base_url, "http://proxy:1");
-        assert!(c.api_key.is_none());
     }
 }

@@ -14,6 +14,9 @@
 //! * `http` (private) — one JSON POST with a per-attempt timeout, retries with
 //!   jittered backoff (backon) and the mapping of HTTP failures to
 //!   [`ModelError`]; shared by both clients so they fail the same way.
+//! * [`config`] — [`ClientConfig`]: base URL, API key, timeout and retries,
+//!   the same for both clients; defaults and environment variables per provider
+//!   ([`ClientConfig::anthropic_from_env`], [`ClientConfig::openai_from_env`]).
 //! * [`anthropic`] — [`AnthropicClient`]: `POST /v1/messages`, beta headers only
 //!   when a beta feature is used (tool search, tool use examples, programmatic
 //!   tool calling, code execution), provider blocks kept verbatim as
@@ -32,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod anthropic;
+pub mod config;
 mod http;
 pub mod openai;
 pub mod price;
@@ -39,8 +43,9 @@ pub mod price;
 pub mod testing;
 mod types;
 
-pub use anthropic::{AnthropicClient, AnthropicConfig};
-pub use openai::{OpenAiClient, OpenAiConfig};
+pub use anthropic::AnthropicClient;
+pub use config::ClientConfig;
+pub use openai::OpenAiClient;
 pub use price::{ModelPrice, PriceError, PriceList};
 pub use types::{
     Block, Message, ModelClient, ModelError, Provider, Request, Response, ResultPart, Role,

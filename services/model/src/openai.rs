@@ -15,105 +15,16 @@
 //! `allowed_callers`, and tools with `defer_loading` (the caller adds the
 //! definitions a search found itself).
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Map, Value, json};
 
 use crate::http::{self, RetryPolicy};
 use crate::{
-    Block, ModelClient, ModelError, Provider, Request, Response, ResultPart, Role, StopReason,
-    ToolChoice, Usage,
+    Block, ClientConfig, ModelClient, ModelError, Provider, Request, Response, ResultPart, Role,
+    StopReason, ToolChoice, Usage,
 };
-
-/// Where and how to reach an OpenAI-compatible server.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct OpenAiConfig {
-    /// `OPENAI_BASE_URL`, default `https://api.openai.com/v1`. As in the OpenAI
-    /// SDKs it includes the version path: `http://localhost:8000/v1` for vLLM,
-    /// `http://localhost:11434/v1` for Ollama.
-    pub base_url: String,
-    /// `OPENAI_API_KEY`, sent as `Authorization: Bearer`; none for local servers.
-    pub api_key: Option<SecretString>,
-    /// Timeout of one attempt, default 120 s.
-    pub timeout: Duration,
-    /// Attempts in all, default 4.
-    pub max_attempts: u32,
-    /// First retry backoff before jitter, default 500 ms.
-    pub retry_base_delay: Duration,
-    /// Longest wait between attempts, `retry-after` included, default 30 s.
-    pub retry_max_delay: Duration,
-}
-
-impl Default for OpenAiConfig {
-    fn default() -> Self {
-        OpenAiConfig {
-            base_url: "https://api.openai.com/v1".to_owned(),
-            api_key: None,
-            timeout: Duration::from_secs(120),
-            max_attempts: 4,
-            retry_base_delay: Duration::from_millis(500),
-            retry_max_delay: Duration::from_secs(30),
-        }
-    }
-}
-
-impl OpenAiConfig {
-    /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL`; `None` when neither is set.
-    pub fn from_env() -> Option<OpenAiConfig> {
-        OpenAiConfig::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`from_env`](Self::from_env) with another source of variables.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Option<OpenAiConfig> {
-        let non_empty = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let key = non_empty("OPENAI_API_KEY");
-        let base = non_empty("OPENAI_BASE_URL");
-        if key.is_none() && base.is_none() {
-            return None;
-        }
-        let mut config = OpenAiConfig::default();
-        if let Some(base) = base {
-            config.base_url = base;
-        }
-        config.api_key = key.map(SecretString::from);
-        Some(config)
-    }
-
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into();
-        self
-    }
-
-    pub fn with_api_key(mut self, api_key: SecretString) -> Self {
-        self.api_key = Some(api_key);
-        self
-    }
-
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Attempts in all (1 disables retries).
-    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
-        self.max_attempts = max_attempts.max(1);
-        self
-    }
-
-    pub fn with_retry_base_delay(mut self, delay: Duration) -> Self {
-        self.retry_base_delay = delay;
-        self
-    }
-
-    pub fn with_retry_max_delay(mut self, delay: Duration) -> Self {
-        self.retry_max_delay = delay;
-        self
-    }
-}
 
 /// A [`ModelClient`] speaking OpenAI-compatible chat completions.
 #[derive(Clone, Debug)]
@@ -127,7 +38,7 @@ pub struct OpenAiClient {
 impl OpenAiClient {
     /// Fails when the API key is not a valid header value or no rustls crypto
     /// provider is installed.
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiClient, ModelError> {
+    pub fn new(config: ClientConfig) -> Result<OpenAiClient, ModelError> {
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {
             let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose_secret()))
@@ -137,13 +48,9 @@ impl OpenAiClient {
         }
         Ok(OpenAiClient {
             http: http::build_client(config.timeout)?,
-            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            url: config.endpoint("/chat/completions"),
             headers,
-            policy: RetryPolicy {
-                max_attempts: config.max_attempts,
-                min_delay: config.retry_base_delay,
-                max_delay: config.retry_max_delay,
-            },
+            policy: config.retry_policy(),
         })
     }
 }
@@ -494,16 +401,5 @@ mod tests {
         assert_eq!(r.tool_uses().next(), Some(("call_0", "f", &json!({}))));
         let e = decode_response(json!({"choices": []}), "m").unwrap_err();
         assert_eq!(e.code, "bad_response");
-    }
-
-    #[test]
-    fn env_config_needs_a_key_or_a_base() {
-        assert!(OpenAiConfig::from_lookup(|_| None).is_none());
-        let c = OpenAiConfig::from_lookup(|n| {
-            (n == "OPENAI_BASE_URL").then(|| "http://localhost:11434/v1".into())
-        })
-        .unwrap();
-        assert_eq!(c.base_url, "http://localhost:11434/v1");
-        assert!(c.api_key.is_none());
     }
 }

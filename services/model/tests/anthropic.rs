@@ -12,23 +12,23 @@ use serde_json::{Value, json};
 use trawl_model::anthropic::{BETA_ADVANCED_TOOL_USE, BETA_CODE_EXECUTION};
 use trawl_model::testing::{Reply, ScriptedModel, Wire};
 use trawl_model::{
-    AnthropicClient, AnthropicConfig, Block, Message, ModelClient, Provider, Request, ResultPart,
+    AnthropicClient, Block, ClientConfig, Message, ModelClient, Provider, Request, ResultPart,
     ServerTool, StopReason, Tool, ToolChoice, Usage,
 };
 
 /// Fails the test instead of hanging when a wait is not what it should be.
 const GUARD: Duration = Duration::from_secs(20);
 
-fn config(server: &ScriptedModel) -> AnthropicConfig {
+fn config(server: &ScriptedModel) -> ClientConfig {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    AnthropicConfig::default()
+    ClientConfig::anthropic()
         .with_base_url(server.url())
         .with_api_key(SecretString::from("sk-ant-test"))
         .with_retry_base_delay(Duration::from_millis(1))
         .with_retry_max_delay(Duration::from_millis(20))
 }
 
-fn client(config: AnthropicConfig) -> AnthropicClient {
+fn client(config: ClientConfig) -> AnthropicClient {
     AnthropicClient::new(config).unwrap()
 }
 
@@ -452,10 +452,9 @@ async fn no_key_sends_no_x_api_key() {
         .await
         .unwrap();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = AnthropicClient::new(
-        AnthropicConfig::default().with_base_url(format!("{}/", server.url())),
-    )
-    .unwrap();
+    let client =
+        AnthropicClient::new(ClientConfig::anthropic().with_base_url(format!("{}/", server.url())))
+            .unwrap();
     complete(&client, &hello()).await.unwrap();
     let recorded = server.requests();
     assert_eq!(recorded[0].path, "/v1/messages");

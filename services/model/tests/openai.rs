@@ -9,15 +9,15 @@ use secrecy::SecretString;
 use serde_json::json;
 use trawl_model::testing::{Reply, ScriptedModel, Wire};
 use trawl_model::{
-    Block, Message, ModelClient, OpenAiClient, OpenAiConfig, Provider, Request, ResultPart,
+    Block, ClientConfig, Message, ModelClient, OpenAiClient, Provider, Request, ResultPart,
     ServerTool, StopReason, Tool, ToolChoice, Usage,
 };
 
 const GUARD: Duration = Duration::from_secs(20);
 
-fn config(server: &ScriptedModel) -> OpenAiConfig {
+fn config(server: &ScriptedModel) -> ClientConfig {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    OpenAiConfig::default()
+    ClientConfig::openai()
         .with_base_url(server.openai_url())
         .with_retry_base_delay(Duration::from_millis(1))
         .with_retry_max_delay(Duration::from_millis(20))

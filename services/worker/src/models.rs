@@ -9,8 +9,7 @@
 use std::sync::Arc;
 
 use trawl_model::{
-    AnthropicClient, AnthropicConfig, ModelClient, ModelPrice, OpenAiClient, OpenAiConfig,
-    PriceList,
+    AnthropicClient, ClientConfig, ModelClient, ModelPrice, OpenAiClient, PriceList,
 };
 
 /// The configured providers, the default model and the price list.
@@ -70,11 +69,11 @@ impl Models {
             );
         }
         let mut models = Models::new(prices).with_default_model(std::env::var("TRAWL_MODEL").ok());
-        if let Some(cfg) = AnthropicConfig::from_env() {
+        if let Some(cfg) = ClientConfig::anthropic_from_env() {
             let client = AnthropicClient::new(cfg).map_err(|e| e.to_string())?;
             models = models.with_anthropic(Arc::new(client));
         }
-        if let Some(cfg) = OpenAiConfig::from_env() {
+        if let Some(cfg) = ClientConfig::openai_from_env() {
             let client = OpenAiClient::new(cfg).map_err(|e| e.to_string())?;
             models = models.with_openai(Arc::new(client));
         }
