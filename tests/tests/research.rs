@@ -832,10 +832,11 @@ async fn a_research_job_runs_in_the_deployed_shape() {
         .await
         .with_env("ANTHROPIC_BASE_URL", &server.url())
         .with_env("ANTHROPIC_API_KEY", "deployed-key")
-        .with_env("TRAWL_MODEL", MODEL);
+        .with_env("TRAWL_MODEL", MODEL)
+        .with_env("TRAWL_OPS_LISTEN", "127.0.0.1:0");
     let mut api = d.spawn("api", "api");
     let scheduler = d.spawn("scheduler", "scheduler");
-    let workers: Vec<_> = (0..2)
+    let mut workers: Vec<_> = (0..2)
         .map(|i| d.spawn("worker", &format!("worker-{i}")))
         .collect();
     let client = d.client(&api.api_url().await);
@@ -914,6 +915,30 @@ async fn a_research_job_runs_in_the_deployed_shape() {
         .filter(|t| t["tool"] == format!("model:{MODEL}"))
         .count();
     assert_eq!(turns, reqs.len(), "one trace step per model turn");
+    // The workers count the turns and their tokens in /metrics.
+    let (mut counted, mut output) = (0.0, 0.0);
+    for w in &mut workers {
+        let text = reqwest::get(format!("{}/metrics", w.ops_url().await))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .map_or(0.0, |v| v.parse().unwrap())
+        };
+        counted += value(&format!(
+            "trawl_model_turns_total{{model=\"{MODEL}\",outcome=\"ok\"}}"
+        ));
+        output += value(&format!(
+            "trawl_model_tokens_total{{model=\"{MODEL}\",kind=\"output\"}}"
+        ));
+    }
+    assert_eq!(counted, reqs.len() as f64);
+    assert_eq!(output, (reqs.len() as u64 * USAGE.output_tokens) as f64);
 }
 
 fn catalog_config(dir: &Path, n: usize) -> ToolsConfig {
