@@ -284,7 +284,10 @@ pub(crate) async fn report(
             ))
         })?;
     Ok((
-        [(axum::http::header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/markdown; charset=utf-8",
+        )],
         md.to_owned(),
     )
         .into_response())

@@ -100,7 +100,8 @@ pub fn upstream_attempt(tool: &str, attempt: u32, status: &str) {
 /// One model turn ended; `tokens` are input, output, cache writes and cache
 /// reads (zero when it failed).
 pub fn model_turn(model: &str, outcome: &str, elapsed: Duration, tokens: [u64; 4]) {
-    counter!(MODEL_TURNS, "model" => model.to_owned(), "outcome" => outcome.to_owned()).increment(1);
+    counter!(MODEL_TURNS, "model" => model.to_owned(), "outcome" => outcome.to_owned())
+        .increment(1);
     metrics::histogram!(MODEL_TURN_DURATION, "model" => model.to_owned())
         .record(elapsed.as_secs_f64());
     for (kind, n) in ["input", "output", "cache_write", "cache_read"]
