@@ -33,18 +33,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use trawl::embedded::{Embedded, Options, Upstream};
-use trawl::output::Summary;
-use trawl::progress::Progress;
 use trawl_core::model::{ItemKind, JobId, JobStatus};
 use trawl_core::ports::Store;
-use trawl_core::spec::JobSpec;
 use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
 use trawl_model::{AnthropicClient, ClientConfig, PriceList, Usage};
 use trawl_sim::SimConfig;
@@ -335,7 +330,7 @@ async fn run_way(way: Way, raw: bool) -> Outcome {
         way.name()
     );
     let started = Instant::now();
-    let summary = submit_and_run(&sys, &yaml, &dir.path().join("out")).await;
+    let summary = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
     let wall = started.elapsed();
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
 
@@ -386,19 +381,6 @@ async fn run_way(way: Way, raw: bool) -> Outcome {
         result_bytes: (results.iter().sum(), results.len()),
         wall,
     }
-}
-
-async fn submit_and_run(sys: &Embedded, yaml: &str, out: &Path) -> Summary {
-    let spec = JobSpec::parse(yaml).unwrap();
-    let submitted = sys.submit(&spec, Some("bench")).await.unwrap();
-    sys.run(
-        &submitted.job_id,
-        out,
-        &mut Progress::Quiet,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap()
 }
 
 fn report(way: Way, format: &str, o: &Outcome) -> (usize, usize) {

@@ -703,3 +703,21 @@ pub fn node_client(url: &str, token: Option<&str>, args: &[&str]) -> (i32, Strin
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// Submits `yaml` to an embedded system and runs the job to its end, quietly.
+pub async fn run_embedded(
+    sys: &trawl::embedded::Embedded,
+    yaml: &str,
+    out: &Path,
+) -> trawl::output::Summary {
+    let spec = trawl_core::spec::JobSpec::parse(yaml).unwrap();
+    let submitted = sys.submit(&spec, Some("test")).await.unwrap();
+    sys.run(
+        &submitted.job_id,
+        out,
+        &mut trawl::progress::Progress::Quiet,
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap()
+}

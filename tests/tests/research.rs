@@ -18,10 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl::output::Summary;
-use trawl::progress::Progress;
 use trawl_core::model::{ItemKind, JobStatus};
 use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
@@ -220,19 +218,6 @@ fn openai(server: &ScriptedModel) -> Models {
         .with_default_model(Some("qwen2.5-72b".into()))
 }
 
-async fn run(sys: &Embedded, yaml: &str, out: &Path) -> Summary {
-    let spec = JobSpec::parse(yaml).unwrap();
-    let submitted = sys.submit(&spec, Some("test")).await.unwrap();
-    sys.run(
-        &submitted.job_id,
-        out,
-        &mut Progress::Quiet,
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap()
-}
-
 /// A sub-agent's `submit_findings` of one claim citing `urls`.
 fn submit(v: &View, claim: &str, urls: &[&str]) -> Reply {
     call(
@@ -250,7 +235,7 @@ async fn research_run(
     yaml: &str,
 ) -> (Embedded, Summary) {
     let sys = system(&dir.join("state"), models, tools).await;
-    let summary = run(&sys, yaml, &dir.join("out")).await;
+    let summary = trawl_tests::run_embedded(&sys, yaml, &dir.join("out")).await;
     (sys, summary)
 }
 
@@ -340,7 +325,7 @@ async fn a_research_job_plans_researches_and_reports_with_citations_of_fetched_p
     let dir = tempfile::tempdir().unwrap();
     let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
     let out = dir.path().join("out");
-    let summary = run(
+    let summary = trawl_tests::run_embedded(
         &sys,
         "name: x1\nresearch:\n  question: Which German shops sell the ThinkPad X1 Carbon, and how do their return policies differ?\n  geo: de\n  max_subagents: 3\n",
         &out,
@@ -654,7 +639,7 @@ async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
         };
         let sys = system(&dir.path().join("state"), models, Some(config)).await;
         assert!(sys.tools().catalog().listed().count() >= 200);
-        let summary = run(
+        let summary = trawl_tests::run_embedded(
             &sys,
             "name: search\nresearch: {question: \"EUR to USD?\"}\n",
             &dir.path().join("out"),
@@ -1094,7 +1079,7 @@ async fn a_budget_below_a_model_turn_stops_the_job_before_the_model_is_called() 
     let dir = tempfile::tempdir().unwrap();
     let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
     // 4,096 output tokens at $15 per million alone are $0.061.
-    let summary = run(
+    let summary = trawl_tests::run_embedded(
         &sys,
         "name: poor\nresearch: {question: \"a?\"}\nbudget: {max_usd: 0.05}\n",
         &dir.path().join("out"),

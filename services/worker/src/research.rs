@@ -82,7 +82,7 @@ pub async fn run_slice(
                 tools: tools.clone(),
                 rec: rec.clone(),
                 model,
-                research: research.clone(),
+                research,
             };
             match &slice.kind {
                 SliceKind::Research { question, .. } => cx.plan(slice, question, &mut out).await,
@@ -121,6 +121,30 @@ fn prepare(job: &JobContext, models: Option<&Models>) -> Result<(Research, Resol
         .resolve(research.model.as_deref())
         .map_err(|e| ToolError::permanent("no_model", e))?;
     Ok((research, model))
+}
+
+/// How a sub-agent finds tools and runs code, for its provider.
+#[derive(Clone, Copy)]
+struct Modes {
+    /// Anthropic's BM25 tool search over the deferred catalog, not trawl's.
+    server_search: bool,
+    /// Anthropic's hosted code execution calling trawl's tools.
+    hosted_code: bool,
+    /// `run_code` in trawl's sandbox (also where hosted execution was asked of
+    /// a provider without it).
+    local_code: bool,
+}
+
+impl Modes {
+    fn of(r: &Research, provider: Provider) -> Modes {
+        let anthropic = provider == Provider::Anthropic;
+        Modes {
+            server_search: anthropic && r.tool_search == ToolSearchMode::Server,
+            hosted_code: anthropic && r.code_execution == CodeExecution::Anthropic,
+            local_code: r.code_execution == CodeExecution::Local
+                || (r.code_execution == CodeExecution::Anthropic && !anthropic),
+        }
+    }
 }
 
 /// What a model-driven slice works with.
@@ -226,14 +250,6 @@ impl Cx {
         req
     }
 
-    fn opts(&self) -> CallOptions<'_> {
-        CallOptions {
-            retry: self.job.retry,
-            max_age: self.job.spec.max_age,
-            budget: &self.job.budget,
-        }
-    }
-
     // -----------------------------------------------------------------------
     // The plan
 
@@ -323,11 +339,7 @@ impl Cx {
         out: &mut SliceOutcome,
     ) -> Result<(), ToolError> {
         let r = &self.research;
-        let anthropic = self.provider() == Provider::Anthropic;
-        let server_search = anthropic && r.tool_search == ToolSearchMode::Server;
-        let hosted_code = anthropic && r.code_execution == CodeExecution::Anthropic;
-        let local_code = r.code_execution == CodeExecution::Local
-            || (r.code_execution == CodeExecution::Anthropic && !anthropic);
+        let modes = Modes::of(r, self.provider());
         let catalog = self.tools.catalog();
         let mut names = WireNames::default();
         // The catalog tools this worker may call: listed, and not refused here by
@@ -348,7 +360,7 @@ impl Cx {
         let mut loaded: BTreeSet<String> = BTreeSet::new();
         let fetched: Arc<Mutex<BTreeSet<String>>> = Arc::default();
 
-        let mut req = self.request(agent_system(r, local_code || hosted_code));
+        let mut req = self.request(agent_system(r, modes.local_code || modes.hosted_code));
         req.messages.push(Message::user_text(format!(
             "Research this question and submit your findings: {question}"
         )));
@@ -359,21 +371,12 @@ impl Cx {
         let max_turns = max_calls + 2 + NUDGES + PLAN_TRIES;
         for _ in 0..max_turns {
             let capped = calls >= max_calls;
-            req.tools = self.agent_tools(
-                &names,
-                &core,
-                &usable,
-                &loaded,
-                capped,
-                server_search,
-                hosted_code,
-                local_code,
-            );
+            req.tools = self.agent_tools(&names, &core, &usable, &loaded, capped, modes);
             req.server_tools.clear();
-            if server_search && !capped {
+            if modes.server_search && !capped {
                 req.server_tools.push(ServerTool::ToolSearchBm25);
             }
-            if hosted_code && !capped {
+            if modes.hosted_code && !capped {
                 req.server_tools.push(ServerTool::CodeExecution);
             }
             req.tool_choice = Some(if capped {
@@ -432,9 +435,9 @@ impl Cx {
                     continue;
                 }
                 calls += 1;
-                let block = if name == TOOL_SEARCH && !server_search {
+                let block = if name == TOOL_SEARCH && !modes.server_search {
                     self.search_tools(&id, &input, &names, &mut loaded).await
-                } else if name == RUN_CODE && local_code {
+                } else if name == RUN_CODE && modes.local_code {
                     self.run_code(&id, &input, &names, &fetched).await
                 } else if let Some(tool) = names.catalog(&name) {
                     self.call_tool(&id, tool, &input, &fetched).await
@@ -470,7 +473,6 @@ impl Cx {
     }
 
     /// The tools of the next request.
-    #[allow(clippy::too_many_arguments)]
     fn agent_tools(
         &self,
         names: &WireNames,
@@ -478,15 +480,13 @@ impl Cx {
         usable: &[&ToolDef],
         loaded: &BTreeSet<String>,
         capped: bool,
-        server_search: bool,
-        hosted_code: bool,
-        local_code: bool,
+        modes: Modes,
     ) -> Vec<Tool> {
         let submit = submit_findings_tool();
         if capped {
             return vec![submit];
         }
-        let callers = if hosted_code {
+        let callers = if modes.hosted_code {
             vec![CODE_EXECUTION.to_owned()]
         } else {
             Vec::new()
@@ -503,19 +503,19 @@ impl Cx {
             t
         };
         let mut out: Vec<Tool> = Vec::new();
-        if !server_search {
+        if !modes.server_search {
             let d = trawl_tools::catalog::tool_search_def();
             let mut t = Tool::new(TOOL_SEARCH, d.description, d.input_schema);
             t.input_examples = d.input_examples;
             out.push(t);
         }
         out.extend(core.iter().map(|d| wire(d, false)));
-        if local_code {
+        if modes.local_code {
             out.push(run_code_tool());
         }
         out.push(submit);
         let anthropic = self.provider() == Provider::Anthropic;
-        if server_search {
+        if modes.server_search {
             // Anthropic searches the deferred definitions itself.
             out.extend(
                 usable
@@ -547,7 +547,7 @@ impl Cx {
     ) -> Block {
         let body = match self
             .tools
-            .call(TOOL_SEARCH, input, &self.opts(), &self.rec)
+            .call(TOOL_SEARCH, input, &opts(&self.job), &self.rec)
             .await
         {
             Ok(b) => b,
@@ -763,6 +763,15 @@ impl Cx {
     }
 }
 
+/// How a slice's tool calls are made: the job's retries, cache age and budget.
+fn opts(job: &JobContext) -> CallOptions<'_> {
+    CallOptions {
+        retry: job.retry,
+        max_age: job.spec.max_age,
+        budget: &job.budget,
+    }
+}
+
 /// One tool call through the layer, its answer as JSON (a body that is not JSON
 /// as a string); a fetched page is noted for citations.
 async fn call_through_layer(
@@ -773,11 +782,6 @@ async fn call_through_layer(
     input: &Value,
     fetched: &Mutex<BTreeSet<String>>,
 ) -> Result<Value, ToolError> {
-    let opts = CallOptions {
-        retry: job.retry,
-        max_age: job.spec.max_age,
-        budget: &job.budget,
-    };
     let mut args = input.clone();
     // Sub-agents read pages as markdown unless they ask otherwise, and search
     // from the job's country.
@@ -790,7 +794,7 @@ async fn call_through_layer(
     {
         args["geo"] = json!(r.geo);
     }
-    let body = tools.call(tool, &args, &opts, rec).await?;
+    let body = tools.call(tool, &args, &opts(job), rec).await?;
     if tool == FETCH
         && let Some(url) = args.get("url").and_then(Value::as_str)
         && let Ok(url) = normalize_url(url)
