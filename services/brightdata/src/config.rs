@@ -21,7 +21,7 @@ pub struct BrightDataConfig {
     /// an unlock may take a while).
     pub timeout: Duration,
     /// `TRAWL_PRICE_UNLOCKER_PER_1K` and `TRAWL_PRICE_SERP_PER_1K` in dollars,
-    /// default 1.50 each.
+    /// default 1.50 each; `TRAWL_PRICE_BROWSER_PER_GB`, default 8.40.
     pub prices: PriceTable,
 }
 
@@ -99,10 +99,26 @@ pub fn prices_from(get: &dyn Fn(&str) -> Option<String>) -> Result<PriceTable, S
                 .ok_or_else(|| format!("{k}={v}: expected dollars per 1,000 requests, e.g. 1.50")),
         }
     };
-    Ok(PriceTable::per_thousand(
+    let browser = match get("TRAWL_PRICE_BROWSER_PER_GB") {
+        None => None,
+        Some(v) => Some(
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| {
+                    format!("TRAWL_PRICE_BROWSER_PER_GB={v}: expected dollars per GB, e.g. 8.40")
+                })?,
+        ),
+    };
+    let table = PriceTable::per_thousand(
         read("TRAWL_PRICE_UNLOCKER_PER_1K", 1.5)?,
         read("TRAWL_PRICE_SERP_PER_1K", 1.5)?,
-    ))
+    );
+    Ok(match browser {
+        Some(usd) => table.with_browser_per_gb(usd),
+        None => table,
+    })
 }
 
 fn humantime_like(s: &str) -> Option<Duration> {

@@ -53,6 +53,17 @@ pub struct PriceTable {
     pub unlocker: Micros,
     /// SERP API, per successful request.
     pub serp: Micros,
+    /// Scraping Browser, per GB transferred (1e9 bytes).
+    #[serde(default = "default_browser_per_gb")]
+    pub browser_per_gb: Micros,
+}
+
+/// $8.40 per GB, the Scraping Browser's pay-as-you-go price when this was written;
+/// `TRAWL_PRICE_BROWSER_PER_GB` sets a contract's.
+const BROWSER_PER_GB: Micros = Micros(8_400_000);
+
+fn default_browser_per_gb() -> Micros {
+    BROWSER_PER_GB
 }
 
 impl Default for PriceTable {
@@ -61,6 +72,7 @@ impl Default for PriceTable {
         PriceTable {
             unlocker: Micros(1_500),
             serp: Micros(1_500),
+            browser_per_gb: BROWSER_PER_GB,
         }
     }
 }
@@ -71,7 +83,23 @@ impl PriceTable {
         PriceTable {
             unlocker: Micros::from_usd(unlocker_usd / 1000.0),
             serp: Micros::from_usd(serp_usd / 1000.0),
+            browser_per_gb: BROWSER_PER_GB,
         }
+    }
+
+    /// The browser price from dollars per GB.
+    pub fn with_browser_per_gb(mut self, usd: f64) -> PriceTable {
+        self.browser_per_gb = Micros::from_usd(usd);
+        self
+    }
+
+    /// What `bytes` of browser traffic cost, rounded up to the micro-dollar.
+    pub fn browser_bytes(&self, bytes: u64) -> Micros {
+        let m = i128::from(self.browser_per_gb.0.max(0)) * i128::from(bytes);
+        Micros(
+            i64::try_from(m.div_euclid(1_000_000_000) + i128::from(m % 1_000_000_000 != 0))
+                .unwrap_or(i64::MAX),
+        )
     }
 }
 
@@ -84,6 +112,19 @@ mod tests {
         let p = PriceTable::default();
         assert_eq!(p.unlocker.saturating_mul(1000), Micros::from_usd(1.50));
         assert_eq!(PriceTable::per_thousand(1.5, 1.5), p);
+    }
+
+    #[test]
+    fn browser_traffic_is_billed_per_gb_rounded_up() {
+        let p = PriceTable::default();
+        assert_eq!(p.browser_bytes(1_000_000_000), Micros::from_usd(8.40));
+        assert_eq!(p.browser_bytes(0), Micros(0));
+        // 1 byte at $8.40/GB is 0.0084 micro-dollars: billed as 1.
+        assert_eq!(p.browser_bytes(1), Micros(1));
+        assert_eq!(
+            p.with_browser_per_gb(5.0).browser_bytes(2_000_000),
+            Micros(10_000)
+        );
     }
 
     #[test]

@@ -85,6 +85,7 @@ impl SliceId {
             SliceKind::Report { question, geo } => {
                 crate::digest(&["report", question, geo.as_str()])
             }
+            SliceKind::Browse { url, geo } => crate::digest(&["browse", url, geo.as_str()]),
         };
         SliceId(format!("s_{}", &d[..20]))
     }
@@ -165,6 +166,37 @@ pub enum SliceKind {
     /// The report on a research question, written from its findings once every
     /// sub-agent is done; yields one `report` item.
     Report { question: String, geo: Geo },
+    /// One browser session on one start URL from one country, running the job's
+    /// browse steps; yields the rows its extract steps find. Only isolated workers
+    /// take it.
+    Browse { url: String, geo: Geo },
+}
+
+/// Which workers take a slice: browser sessions run only in the isolated pool.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Pool {
+    #[default]
+    Standard,
+    Isolated,
+}
+
+impl Pool {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pool::Standard => "standard",
+            Pool::Isolated => "isolated",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Pool, String> {
+        match s.trim() {
+            "standard" | "" => Ok(Pool::Standard),
+            "isolated" => Ok(Pool::Isolated),
+            other => Err(format!(
+                "\"{other}\" is not a worker pool: expected standard or isolated"
+            )),
+        }
+    }
 }
 
 impl SliceKind {
@@ -175,6 +207,15 @@ impl SliceKind {
             SliceKind::Research { .. } => "research",
             SliceKind::Agent { .. } => "agent",
             SliceKind::Report { .. } => "report",
+            SliceKind::Browse { .. } => "browse",
+        }
+    }
+
+    /// The workers that take this slice.
+    pub fn pool(&self) -> Pool {
+        match self {
+            SliceKind::Browse { .. } => Pool::Isolated,
+            _ => Pool::Standard,
         }
     }
 
@@ -184,7 +225,8 @@ impl SliceKind {
             | SliceKind::Page { geo, .. }
             | SliceKind::Research { geo, .. }
             | SliceKind::Agent { geo, .. }
-            | SliceKind::Report { geo, .. } => *geo,
+            | SliceKind::Report { geo, .. }
+            | SliceKind::Browse { geo, .. } => *geo,
         }
     }
 
@@ -201,7 +243,7 @@ impl SliceKind {
     pub fn subject(&self) -> &str {
         match self {
             SliceKind::Search { query, .. } => query,
-            SliceKind::Page { url, .. } => url,
+            SliceKind::Page { url, .. } | SliceKind::Browse { url, .. } => url,
             SliceKind::Research { question, .. }
             | SliceKind::Agent { question, .. }
             | SliceKind::Report { question, .. } => question,

@@ -26,6 +26,9 @@ pub struct Estimate {
     pub cost: Micros,
 }
 
+/// The traffic a browser session is estimated at: a few pages of a modern site.
+pub const BROWSE_ESTIMATE_BYTES: u64 = 5_000_000;
+
 pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
     let mut slices = Vec::new();
     if let Some(s) = &spec.searches {
@@ -59,6 +62,19 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
     if let Some(r) = &spec.research {
         slices.push(SliceSpec::new(research_slice(r), None));
     }
+    if let Some(b) = &spec.browse {
+        for url in &b.urls {
+            for geo in &b.geos {
+                slices.push(SliceSpec::new(
+                    SliceKind::Browse {
+                        url: url.clone(),
+                        geo: *geo,
+                    },
+                    None,
+                ));
+            }
+        }
+    }
     let (search_slices, page_slices) = spec.planned_slices();
     let followed_pages_max = spec.max_followed();
     // Research: every sub-agent's every tool call at the dearer of the two tools.
@@ -67,7 +83,14 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
     let research_calls = spec.research.as_ref().map_or(0, |r| {
         u64::from(r.max_subagents) * u64::from(r.max_tool_calls_per_agent)
     });
+    // Browser sessions are billed by traffic, which is not known before they run:
+    // each is estimated at BROWSE_ESTIMATE_BYTES, and the budget caps what they
+    // actually spend.
+    let browse_slices = spec.browse_slices();
     let cost = prices.serp.saturating_mul(search_slices)
+        + prices
+            .browser_bytes(BROWSE_ESTIMATE_BYTES)
+            .saturating_mul(browse_slices)
         + prices
             .unlocker
             .saturating_mul(page_slices + followed_pages_max)

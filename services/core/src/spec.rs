@@ -16,6 +16,12 @@ use crate::geo::Geo;
 use crate::model::{Engine, normalize_query, normalize_url};
 use crate::retry::MAX_ATTEMPTS_CEILING;
 
+mod browse;
+
+pub use browse::{
+    Action, Browse, DEFAULT_STEP_TIMEOUT, FillValue, RowsExtract, ScrollUntil, Step, WaitFor,
+};
+
 /// No job plans more slices than this (followed pages counted at their maximum).
 pub const MAX_SLICES: u64 = 100_000;
 
@@ -27,6 +33,8 @@ pub struct JobSpec {
     pub pages: Option<Pages>,
     /// A free-text question for model-driven sub-agents.
     pub research: Option<Research>,
+    /// Browser sessions run by written-down steps (and model steps).
+    pub browse: Option<Browse>,
     pub extract: Option<ExtractSpec>,
     /// JSON Schema (2020-12) every extracted item must satisfy.
     pub schema: Option<Value>,
@@ -184,6 +192,13 @@ impl JobSpec {
     pub fn max_followed(&self) -> u64 {
         let (search, _) = self.planned_slices();
         search * u64::from(self.searches.as_ref().map_or(0, |s| s.follow_top))
+    }
+
+    /// Browser sessions: one per (url, geo).
+    pub fn browse_slices(&self) -> u64 {
+        self.browse
+            .as_ref()
+            .map_or(0, |b| (b.urls.len() * b.geos.len()) as u64)
     }
 
     /// Whether the job fetches pages and so needs an extract section.
@@ -370,8 +385,8 @@ impl Checker {
 
     fn job(&mut self, v: &Value) -> Option<JobSpec> {
         const KNOWN: &[&str] = &[
-            "name", "searches", "pages", "research", "extract", "schema", "cache", "retries",
-            "budget",
+            "name", "searches", "pages", "research", "browse", "extract", "schema", "cache",
+            "retries", "budget",
         ];
         let f = self.object(v, "", KNOWN)?;
         let name = match f.get("name") {
@@ -387,6 +402,7 @@ impl Checker {
         let searches = f.get("searches").and_then(|v| self.searches(v));
         let pages = f.get("pages").and_then(|v| self.pages(v));
         let research = f.get("research").and_then(|v| self.research(v));
+        let browse = f.get("browse").and_then(|v| self.browse(v));
         let extract = f.get("extract").and_then(|v| self.extract(v));
         let schema = f.get("schema").and_then(|v| self.schema(v));
         let max_age = f
@@ -426,6 +442,7 @@ impl Checker {
             searches,
             pages,
             research,
+            browse,
             extract,
             schema,
             max_age: max_age.unwrap_or_default(),
@@ -445,19 +462,21 @@ impl Checker {
             e.path.starts_with("searches")
                 || e.path.starts_with("pages")
                 || e.path.starts_with("research")
+                || e.path.starts_with("browse")
         });
-        if sections_ok && search + page == 0 && spec.research.is_none() {
+        if sections_ok && search + page == 0 && spec.research.is_none() && spec.browse.is_none() {
             self.err(
                 "",
-                "the job has no slices: give searches (queries and geos), pages (urls and geos) or research (a question)",
+                "the job has no slices: give searches (queries and geos), pages (urls and geos), research (a question) or browse (urls, geos and steps)",
             );
         }
-        let total = search + page + followed;
+        let browse = spec.browse_slices();
+        let total = search + page + followed + browse;
         if total > MAX_SLICES {
             self.err(
                 "",
                 format!(
-                    "the job plans {total} slices ({search} searches, {page} pages, up to {followed} followed pages); the limit is {MAX_SLICES}"
+                    "the job plans {total} slices ({search} searches, {page} pages, up to {followed} followed pages, {browse} browser sessions); the limit is {MAX_SLICES}"
                 ),
             );
         }
@@ -669,23 +688,25 @@ impl Checker {
 
     fn extract(&mut self, v: &Value) -> Option<ExtractSpec> {
         let f = self.object(v, "extract", &["fields"])?;
-        let Some(fields_v) = f.get("fields") else {
-            self.err("extract.fields", "required: the fields each item has");
+        self.extract_fields(f.get("fields"), "extract.fields")
+    }
+
+    /// An `extract`'s `fields` mapping, found at `path`.
+    fn extract_fields(&mut self, fields_v: Option<&Value>, path: &str) -> Option<ExtractSpec> {
+        let Some(fields_v) = fields_v else {
+            self.err(path, "required: the fields each item has");
             return None;
         };
         let Some(map) = fields_v.as_object() else {
-            self.err(
-                "extract.fields",
-                format!("must be a mapping, not {}", kind(fields_v)),
-            );
+            self.err(path, format!("must be a mapping, not {}", kind(fields_v)));
             return None;
         };
         if map.is_empty() {
-            self.err("extract.fields", "must name at least one field");
+            self.err(path, "must name at least one field");
         }
         let mut fields = BTreeMap::new();
         for (name, spec) in map {
-            let path = format!("extract.fields.{name}");
+            let path = format!("{path}.{name}");
             let name_ok = !name.is_empty()
                 && name
                     .chars()

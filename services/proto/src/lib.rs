@@ -109,6 +109,10 @@ impl From<&SliceSpec> for pb::SliceSpec {
                 question: question.clone(),
                 geo: geo.to_string(),
             }),
+            SliceKind::Browse { url, geo } => pb::slice_spec::Kind::Browse(pb::BrowseSlice {
+                url: url.clone(),
+                geo: geo.to_string(),
+            }),
         };
         pb::SliceSpec {
             id: spec.id.to_string(),
@@ -170,6 +174,10 @@ impl TryFrom<pb::SliceMessage> for SliceMessage {
             pb::slice_spec::Kind::Report(r) => SliceKind::Report {
                 question: r.question,
                 geo: geo(WHAT, "slice.report.geo", &r.geo)?,
+            },
+            pb::slice_spec::Kind::Browse(b) => SliceKind::Browse {
+                url: b.url,
+                geo: geo(WHAT, "slice.browse.geo", &b.geo)?,
             },
         };
         let parent = match spec.parent {
@@ -403,6 +411,10 @@ mod tests {
             research(SliceKind::Report {
                 question: "q".into(),
                 geo: us(),
+            }),
+            research(SliceKind::Browse {
+                url: "https://portal.example/login".into(),
+                geo: Geo::parse("de").unwrap(),
             }),
         ] {
             let bytes = encode_slice(&msg);

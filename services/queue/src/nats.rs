@@ -219,7 +219,7 @@ pub(crate) struct Names {
 
 /// Every slice kind's subject token. Adding a `SliceKind` variant fails to compile in
 /// [`Names::kind_index`] until it is listed here too.
-const SLICE_KINDS: [&str; 5] = ["search", "page", "research", "agent", "report"];
+const SLICE_KINDS: [&str; 6] = ["search", "page", "research", "agent", "report", "browse"];
 
 /// The durable consumer every worker pulls from.
 pub(crate) const WORKERS: &str = "workers";
@@ -255,6 +255,7 @@ impl Names {
             SliceKind::Research { .. } => 2,
             SliceKind::Agent { .. } => 3,
             SliceKind::Report { .. } => 4,
+            SliceKind::Browse { .. } => 5,
         }
     }
 

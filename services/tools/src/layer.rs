@@ -35,12 +35,7 @@ const BUILTIN_RESULT_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// Where the layer runs: browser and computer-use tools (policy `isolated`) run
 /// only in an isolated worker pool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Pool {
-    #[default]
-    Standard,
-    Isolated,
-}
+pub use trawl_core::model::Pool;
 
 /// What a refresh found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
