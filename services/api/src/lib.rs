@@ -10,6 +10,8 @@
 //!   `POST /v1/jobs/{id}/cancel`.
 //! - `rows`: `GET /v1/jobs/{id}/items|rejections|trace`, cursor pages as JSON or
 //!   NDJSON.
+//! - `artifacts`: `GET /v1/jobs/{id}/artifacts` and `/artifacts/{name}`, the files
+//!   a job's slices produced (screenshots), listed and served as stored.
 //! - `approvals`: `GET /v1/approvals`, `POST /v1/approvals/{id}/approve|reject`.
 //! - [`slack`]: `POST /v1/integrations/slack/interactions`, clicks on approval
 //!   buttons in Slack, checked by Slack's signature instead of a bearer token.
@@ -29,6 +31,7 @@
 //! delays the scheduler until its next reconcile.
 
 mod approvals;
+mod artifacts;
 pub mod error;
 mod health;
 mod jobs;
@@ -42,6 +45,7 @@ pub mod slack;
 pub mod state;
 
 pub use approvals::{ApprovalLinks, ApprovalView, ApprovalsList, Decision};
+pub use artifacts::{ArtifactView, ArtifactsList, artifact_url};
 pub use axum::Router;
 pub use error::{ApiError, FieldError, PROBLEM_BASE, PROBLEM_JSON, Problem};
 pub use health::{Health, PING_TIMEOUT, Ready};

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::{approvals, health, jobs, rows};
+use crate::{approvals, artifacts, health, jobs, rows};
 
 /// The API's description.
 #[derive(OpenApi)]
@@ -25,6 +25,8 @@ use crate::{approvals, health, jobs, rows};
         rows::rejections,
         rows::trace,
         rows::report,
+        artifacts::list,
+        artifacts::get,
         approvals::list,
         approvals::approve,
         approvals::reject,
@@ -37,7 +39,8 @@ use crate::{approvals, health, jobs, rows};
     modifiers(&BearerAuth),
     tags(
         (name = "jobs", description = "Submit, read and cancel jobs."),
-        (name = "rows", description = "What a job found, rejected and did, a page at a time."),
+        (name = "rows", description = "What a job found, rejected and did, a page at a time, \
+            and the files its slices produced."),
         (name = "approvals", description = "Decide on jobs and tools that wait for a human, over \
             the API or with a click in Slack."),
         (name = "health", description = "Liveness and readiness probes."),

@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::state::{ApiState, require_key};
-use crate::{approvals, health, jobs, openapi, rows};
+use crate::{approvals, artifacts, health, jobs, openapi, rows};
 
 /// How long [`serve`] lets requests in flight finish after shutdown is asked for.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -35,6 +35,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/rejections", get(rows::rejections))
         .route("/v1/jobs/{id}/trace", get(rows::trace))
         .route("/v1/jobs/{id}/report", get(rows::report))
+        .route("/v1/jobs/{id}/artifacts", get(artifacts::list))
+        .route("/v1/jobs/{id}/artifacts/{name}", get(artifacts::get))
         .route("/v1/approvals", get(approvals::list))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/reject", post(approvals::reject))

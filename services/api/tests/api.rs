@@ -23,12 +23,12 @@ use trawl_cache::SqliteCache;
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    Item, ItemKind, JobId, JobStatus, Rejection, SliceKind, SliceOutcome, SliceSpec, TraceStep,
-    Violation,
+    Item, ItemKind, JobId, JobStatus, Rejection, SliceId, SliceKind, SliceOutcome, SliceSpec,
+    TraceStep, Violation,
 };
 use trawl_core::ports::{
-    CacheKey, ContentCache, Event, Events, JobRecord, LoadFuture, PortError, Served, Store,
-    ToolError,
+    Artifact, CacheKey, ContentCache, Event, Events, JobRecord, LoadFuture, PortError, Served,
+    Store, ToolError,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
@@ -884,6 +884,144 @@ async fn a_job_without_rows_has_one_empty_last_page() {
 }
 
 // ---------------------------------------------------------------------------
+// Artifacts
+
+fn artifact(job: &JobId, name: &str, content_type: &str, data: &[u8], at_ms: i64) -> Artifact {
+    Artifact {
+        job_id: job.clone(),
+        slice_id: None,
+        name: name.to_owned(),
+        content_type: content_type.to_owned(),
+        data: data.to_vec(),
+        at_ms,
+    }
+}
+
+#[tokio::test]
+async fn artifacts_are_listed_with_urls_and_served_as_stored() {
+    let app = spawn_app().await;
+    let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    let list = format!("/v1/jobs/{id}/artifacts");
+    let a = app.get(&list).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.json(), json!({"artifacts": []}));
+
+    let png = Artifact {
+        slice_id: Some(SliceId::from_stored("s_0123456789abcdef0123".into())),
+        ..artifact(
+            &id,
+            "page 1/top.png",
+            "image/png",
+            b"\x89PNG\r\n\x1a\n\0\xff",
+            2_000,
+        )
+    };
+    let notes = artifact(&id, "notes.json", "application/json", br#"{"a":1}"#, 1_000);
+    app.store.put_artifact(&png).await.unwrap();
+    app.store.put_artifact(&notes).await.unwrap();
+
+    // Listed by time, with no bytes, each with the URL of its bytes.
+    let a = app.get(&list).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    assert_eq!(
+        a.json(),
+        json!({"artifacts": [
+            {
+                "job_id": id.to_string(),
+                "slice_id": null,
+                "name": "notes.json",
+                "content_type": "application/json",
+                "size": 7,
+                "at_ms": 1_000,
+                "url": format!("/v1/jobs/{id}/artifacts/notes.json"),
+            },
+            {
+                "job_id": id.to_string(),
+                "slice_id": "s_0123456789abcdef0123",
+                "name": "page 1/top.png",
+                "content_type": "image/png",
+                "size": 10,
+                "at_ms": 2_000,
+                "url": format!("/v1/jobs/{id}/artifacts/page%201%2Ftop.png"),
+            },
+        ]})
+    );
+
+    // Each URL serves the bytes with their media type, never to be sniffed or
+    // run as a page of this origin.
+    let listed = a.json();
+    for (entry, stored) in listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip([&notes, &png])
+    {
+        let a = app.get(entry["url"].as_str().unwrap()).await;
+        assert_eq!(a.status, StatusCode::OK, "{entry}");
+        assert_eq!(a.body.as_ref(), stored.data.as_slice());
+        assert_eq!(a.header("content-type"), Some(stored.content_type.as_str()));
+        assert_eq!(a.header("x-content-type-options"), Some("nosniff"));
+        assert!(
+            a.header("content-security-policy")
+                .unwrap()
+                .contains("sandbox")
+        );
+    }
+
+    // A stored media type that is no header value is served as plain bytes.
+    let odd = artifact(&id, "odd.bin", "text/html\r\nx-injected: 1", b"<p>", 3_000);
+    app.store.put_artifact(&odd).await.unwrap();
+    let a = app.get(&format!("/v1/jobs/{id}/artifacts/odd.bin")).await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(a.header("x-injected"), None);
+}
+
+#[tokio::test]
+async fn unknown_artifacts_and_jobs_are_not_found_and_a_key_is_needed() {
+    let app = spawn_app().await;
+    let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    app.store
+        .put_artifact(&artifact(&id, "shot.png", "image/png", b"png", 1))
+        .await
+        .unwrap();
+
+    let p = app
+        .get(&format!("/v1/jobs/{id}/artifacts/missing.png"))
+        .await
+        .problem(404, "not-found");
+    assert!(p["detail"].as_str().unwrap().contains("missing.png"), "{p}");
+    app.get(&format!("/v1/jobs/{id}/artifacts/SHOT.png"))
+        .await
+        .problem(404, "not-found");
+
+    let unknown = JobId::generate(1_700_000_000_000, 7);
+    for path in [
+        format!("/v1/jobs/{unknown}/artifacts"),
+        format!("/v1/jobs/{unknown}/artifacts/shot.png"),
+        "/v1/jobs/not-a-job/artifacts".to_owned(),
+        "/v1/jobs/not-a-job/artifacts/shot.png".to_owned(),
+    ] {
+        app.get(&path).await.problem(404, "not-found");
+    }
+
+    for path in [
+        format!("/v1/jobs/{id}/artifacts"),
+        format!("/v1/jobs/{id}/artifacts/shot.png"),
+    ] {
+        let a = app
+            .send(Request::get(&path).body(Body::empty()).unwrap())
+            .await;
+        a.problem(401, "unauthorized");
+        assert!(
+            !a.body.windows(3).any(|w| w == b"png"),
+            "no bytes without a key"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Cancelling
 
 #[tokio::test]
@@ -1166,6 +1304,8 @@ async fn the_openapi_description_lists_every_route() {
         ("/v1/jobs/{id}/rejections", "get"),
         ("/v1/jobs/{id}/trace", "get"),
         ("/v1/jobs/{id}/report", "get"),
+        ("/v1/jobs/{id}/artifacts", "get"),
+        ("/v1/jobs/{id}/artifacts/{name}", "get"),
         ("/v1/approvals", "get"),
         ("/v1/approvals/{id}/approve", "post"),
         ("/v1/approvals/{id}/reject", "post"),
@@ -1179,7 +1319,7 @@ async fn the_openapi_description_lists_every_route() {
             "{method} {path} missing"
         );
     }
-    assert_eq!(paths.len(), 14, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(paths.len(), 16, "{:?}", paths.keys().collect::<Vec<_>>());
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     for s in [
         "Problem",
@@ -1187,6 +1327,8 @@ async fn the_openapi_description_lists_every_route() {
         "JobAccepted",
         "JobView",
         "ItemsPage",
+        "ArtifactsList",
+        "ArtifactView",
     ] {
         assert!(schemas.contains_key(s), "schema {s} missing");
     }

@@ -608,6 +608,80 @@ pub struct FailedSlice {
     pub error: SliceError,
 }
 
+/// The most bytes an artifact may hold: a full-page screenshot fits, a video does not.
+pub const MAX_ARTIFACT_BYTES: usize = 10 * 1024 * 1024;
+
+/// A file a slice produced (a browser slice's screenshot), stored with its job and
+/// named uniquely within it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Artifact {
+    pub job_id: JobId,
+    /// The slice that produced it; `None` for a file of the job as a whole.
+    pub slice_id: Option<SliceId>,
+    /// Unique within the job: storing a name again replaces the file.
+    pub name: String,
+    /// Its media type (`image/png`), served with it.
+    pub content_type: String,
+    /// At most [`MAX_ARTIFACT_BYTES`].
+    pub data: Vec<u8>,
+    /// When it was produced, in milliseconds since the epoch.
+    pub at_ms: i64,
+}
+
+impl Artifact {
+    /// What a listing shows of it.
+    pub fn info(&self) -> ArtifactInfo {
+        ArtifactInfo {
+            job_id: self.job_id.clone(),
+            slice_id: self.slice_id.clone(),
+            name: self.name.clone(),
+            content_type: self.content_type.clone(),
+            size: self.data.len() as u64,
+            at_ms: self.at_ms,
+        }
+    }
+
+    /// Refuses data larger than [`MAX_ARTIFACT_BYTES`] as [`PortError::Corrupt`]:
+    /// the input is wrong, and storing it again cannot help.
+    pub fn check_size(&self) -> Result<(), PortError> {
+        if self.data.len() > MAX_ARTIFACT_BYTES {
+            return Err(PortError::Corrupt(format!(
+                "artifact {:?} of job {}: {} bytes, more than the {MAX_ARTIFACT_BYTES} stored",
+                self.name,
+                self.job_id,
+                self.data.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Artifact {
+    /// Everything but the bytes, which are only counted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Artifact")
+            .field("job_id", &self.job_id)
+            .field("slice_id", &self.slice_id)
+            .field("name", &self.name)
+            .field("content_type", &self.content_type)
+            .field("data", &format_args!("<{} bytes>", self.data.len()))
+            .field("at_ms", &self.at_ms)
+            .finish()
+    }
+}
+
+/// An artifact as a listing shows it: everything but its bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactInfo {
+    pub job_id: JobId,
+    pub slice_id: Option<SliceId>,
+    pub name: String,
+    pub content_type: String,
+    /// The length of its data, in bytes.
+    pub size: u64,
+    pub at_ms: i64,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Stores a job and its planned slices, all or nothing.
@@ -816,6 +890,46 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError>;
 
+    // --- browser slices: artifacts and the browse replay cache
+    //
+    // The defaults refuse, for stores (test doubles) that have no use for them;
+    // both adapters of `trawl-store` implement them.
+
+    /// Stores an artifact, replacing one of the same job and name. Data over
+    /// [`MAX_ARTIFACT_BYTES`] is refused as [`PortError::Corrupt`] and nothing is
+    /// stored; an unknown job is [`PortError::NotFound`].
+    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
+        Err(not_supported(&format!("put_artifact {:?}", a.name)))
+    }
+    /// The artifacts of a job, without their bytes, by time produced then name.
+    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError> {
+        Err(not_supported(&format!("artifacts of {job}")))
+    }
+    /// One artifact of a job, bytes and all; `None` when the job has none so named.
+    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError> {
+        Err(not_supported(&format!("artifact {name:?} of {job}")))
+    }
+    /// The replay of a browse step stored under `key`: a model step resolved once
+    /// is replayed from it on the next run.
+    async fn replay(&self, key: &str) -> Result<Option<Value>, PortError> {
+        Err(not_supported(&format!("replay {key:?}")))
+    }
+    /// Stores (or replaces) the replay under `key`.
+    async fn put_replay(&self, key: &str, value: &Value) -> Result<(), PortError> {
+        let _ = value;
+        Err(not_supported(&format!("put_replay {key:?}")))
+    }
+    /// Forgets the replay under `key` (a replay that no longer works); nothing
+    /// stored under it is not an error.
+    async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
+        Err(not_supported(&format!("drop_replay {key:?}")))
+    }
+
     /// Whether the backend answers, for readiness probes.
     async fn ping(&self) -> Result<(), PortError>;
+}
+
+/// What a store without artifacts and replays answers when asked for them.
+fn not_supported(what: &str) -> PortError {
+    PortError::Unavailable(format!("{what}: not supported by this store"))
 }

@@ -18,8 +18,8 @@ use trawl_core::model::{
     SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, EXPIRED_BY, Idempotency, JobRecord, PinChange,
-    PinStatus, PortError, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, Idempotency, JobRecord,
+    MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -73,6 +73,10 @@ macro_rules! suite {
             a_replaced_request_is_announced_again_only_when_it_changed,
             a_claimed_request_carries_its_expiry,
             slices_added_later_are_new_once_and_wait_to_be_published,
+            artifacts_round_trip_and_are_listed_by_time_then_name_without_bytes,
+            storing_an_artifact_name_again_replaces_it,
+            an_artifact_over_the_limit_is_refused_and_nothing_is_stored,
+            replays_are_stored_replaced_and_dropped,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -2079,4 +2083,205 @@ pub(crate) async fn a_claimed_request_carries_its_expiry(f: &dyn Fixture) {
             .collect::<Vec<_>>(),
         vec![(c.id, Some(ApprovalNotice::Decided), None)]
     );
+}
+
+// ---------------------------------------------------------------------------
+// Browser slices: artifacts and the replay cache
+
+fn artifact(
+    job: &JobId,
+    slice: Option<&SliceSpec>,
+    name: &str,
+    data: Vec<u8>,
+    at_ms: i64,
+) -> Artifact {
+    Artifact {
+        job_id: job.clone(),
+        slice_id: slice.map(|s| s.id.clone()),
+        name: name.to_owned(),
+        content_type: "image/png".to_owned(),
+        data,
+        at_ms,
+    }
+}
+
+/// Every byte value, NUL and invalid UTF-8 included, `n` times over.
+fn binary(n: usize) -> Vec<u8> {
+    (0..=255u8).cycle().take(256 * n).collect()
+}
+
+pub(crate) async fn artifacts_round_trip_and_are_listed_by_time_then_name_without_bytes(
+    f: &dyn Fixture,
+) {
+    let store = f.store();
+    let s = search("shots");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+    let other = new_job(&*store, 2, &[]).await;
+    assert!(store.artifacts(&job).await.unwrap().is_empty());
+
+    // Stored out of order: the listing is by time, then name (byte order).
+    let late = artifact(&job, Some(&s), "a-late.png", binary(3), 3_000);
+    let mut b = artifact(&job, None, "b.json", b"{}".to_vec(), 2_000);
+    b.content_type = "application/json".to_owned();
+    let a = artifact(&job, Some(&s), "a.png", binary(1), 2_000);
+    let upper = artifact(&job, Some(&s), "Z.png", Vec::new(), 2_000);
+    let elsewhere = artifact(&other, None, "a.png", vec![7; 10], 1_000);
+    for x in [&late, &b, &a, &upper, &elsewhere] {
+        store.put_artifact(x).await.unwrap();
+    }
+
+    let listed = store.artifacts(&job).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![upper.info(), a.info(), b.info(), late.info()],
+        "by time, then name"
+    );
+    assert_eq!(
+        listed.iter().map(|i| i.size).collect::<Vec<_>>(),
+        vec![0, 256, 2, 768]
+    );
+    assert_eq!(
+        store.artifacts(&other).await.unwrap(),
+        vec![elsewhere.info()]
+    );
+
+    // Read back whole, bytes and all; each job has its own names.
+    for x in [&late, &b, &a, &upper] {
+        assert_eq!(
+            store.artifact(&job, &x.name).await.unwrap().as_ref(),
+            Some(x)
+        );
+    }
+    assert_eq!(
+        store.artifact(&other, "a.png").await.unwrap(),
+        Some(elsewhere.clone())
+    );
+    assert_eq!(store.artifact(&job, "missing.png").await.unwrap(), None);
+    assert_eq!(
+        store.artifact(&job, "A.PNG").await.unwrap(),
+        None,
+        "names are exact"
+    );
+    assert_eq!(store.artifact(&other, "b.json").await.unwrap(), None);
+
+    // An artifact of a job that was never stored is refused.
+    let ghost = JobId::generate(1_700_000_000_000, 0xdead);
+    assert!(
+        matches!(
+            store
+                .put_artifact(&artifact(&ghost, None, "x.png", vec![1], 1))
+                .await,
+            Err(PortError::NotFound(_))
+        ),
+        "an unknown job"
+    );
+    assert!(store.artifacts(&ghost).await.unwrap().is_empty());
+}
+
+pub(crate) async fn storing_an_artifact_name_again_replaces_it(f: &dyn Fixture) {
+    let store = f.store();
+    let s = search("shots");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+    let first = artifact(&job, Some(&s), "page.png", binary(4), 1_000);
+    let kept = artifact(&job, None, "kept.png", vec![1, 2, 3], 2_000);
+    store.put_artifact(&first).await.unwrap();
+    store.put_artifact(&kept).await.unwrap();
+
+    // Every field is replaced, and the listing follows its new time.
+    let second = Artifact {
+        slice_id: None,
+        content_type: "image/jpeg".to_owned(),
+        data: vec![0xff, 0xd8, 0xff],
+        at_ms: 3_000,
+        ..first.clone()
+    };
+    store.put_artifact(&second).await.unwrap();
+    assert_eq!(
+        store.artifact(&job, "page.png").await.unwrap(),
+        Some(second.clone())
+    );
+    assert_eq!(
+        store.artifacts(&job).await.unwrap(),
+        vec![kept.info(), second.info()]
+    );
+
+    // The same artifact stored twice is one.
+    store.put_artifact(&second).await.unwrap();
+    assert_eq!(store.artifacts(&job).await.unwrap().len(), 2);
+}
+
+pub(crate) async fn an_artifact_over_the_limit_is_refused_and_nothing_is_stored(f: &dyn Fixture) {
+    let store = f.store();
+    let job = new_job(&*store, 1, &[]).await;
+
+    let full = artifact(
+        &job,
+        None,
+        "full.png",
+        vec![0xab; MAX_ARTIFACT_BYTES],
+        1_000,
+    );
+    store.put_artifact(&full).await.unwrap();
+    assert_eq!(
+        store
+            .artifact(&job, "full.png")
+            .await
+            .unwrap()
+            .map(|a| a.data.len()),
+        Some(MAX_ARTIFACT_BYTES),
+        "exactly the limit is kept"
+    );
+
+    let over = artifact(
+        &job,
+        None,
+        "over.png",
+        vec![0xcd; MAX_ARTIFACT_BYTES + 1],
+        2_000,
+    );
+    let refused = store.put_artifact(&over).await;
+    assert!(matches!(refused, Err(PortError::Corrupt(_))), "{refused:?}");
+    assert_eq!(store.artifact(&job, "over.png").await.unwrap(), None);
+
+    // Nor does a refused replacement touch what was stored.
+    let replacing = Artifact {
+        data: vec![0; MAX_ARTIFACT_BYTES + 1],
+        at_ms: 3_000,
+        ..full.clone()
+    };
+    let refused = store.put_artifact(&replacing).await;
+    assert!(matches!(refused, Err(PortError::Corrupt(_))), "{refused:?}");
+    assert_eq!(
+        store.artifact(&job, "full.png").await.unwrap(),
+        Some(full.clone())
+    );
+    assert_eq!(store.artifacts(&job).await.unwrap(), vec![full.info()]);
+}
+
+pub(crate) async fn replays_are_stored_replaced_and_dropped(f: &dyn Fixture) {
+    let store = f.store();
+    let key = "browse:v1:https://shop.example/p/1:us:step-2";
+    assert_eq!(store.replay(key).await.unwrap(), None);
+    // Dropping what was never stored is not an error.
+    store.drop_replay(key).await.unwrap();
+
+    let first = json!({
+        "action": "click",
+        "selector": "button#buy > span:nth-child(2)",
+        "at": {"x": 12.5, "y": -3},
+        "text": "Größe wählen — ✓",
+        "alternatives": [null, true, 1_700_000_000_000_i64, "a\"b"],
+    });
+    store.put_replay(key, &first).await.unwrap();
+    store.put_replay("other", &json!("kept")).await.unwrap();
+    assert_eq!(store.replay(key).await.unwrap(), Some(first));
+
+    let second = json!({"action": "type", "selector": "input[name=q]", "text": "laptops"});
+    store.put_replay(key, &second).await.unwrap();
+    assert_eq!(store.replay(key).await.unwrap(), Some(second));
+
+    store.drop_replay(key).await.unwrap();
+    assert_eq!(store.replay(key).await.unwrap(), None);
+    assert_eq!(store.replay("other").await.unwrap(), Some(json!("kept")));
+    assert_eq!(store.replay("Other").await.unwrap(), None, "keys are exact");
 }

@@ -6,10 +6,10 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql` (version 1) and `src/sqlite_v2.sql` (version 2), applied at
-//!   open and versioned with `PRAGMA user_version`. Everything goes through a single
-//!   connection: SQLite has one writer, and queueing in the process is cheaper than
-//!   contending through busy handlers. Concurrent `record_outcome` calls are
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 7),
+//!   applied at open and versioned with `PRAGMA user_version`. Everything goes
+//!   through a single connection: SQLite has one writer, and queueing in the
+//!   process is cheaper than contending through busy handlers. Concurrent `record_outcome` calls are
 //!   group-committed (`sqlite/outcomes.rs`).
 //! - [`postgres`]: the distributed adapter, a sqlx pool shared by every process of
 //!   a deployment. Its schema is the top-level `migrations/` folder, applied at
@@ -32,6 +32,9 @@
 //!   triggers, Postgres adds up per-slice tallies written with each outcome (a
 //!   per-job row would make concurrent writers of one job wait for each other).
 //! - An idempotency key names at most one job; a second is `PortError::Conflict`.
+//! - An artifact is keyed by (job, name): storing a name again replaces it. Its
+//!   data is at most `MAX_ARTIFACT_BYTES`; more is refused before anything is
+//!   written.
 //! - An approval is decided once, and only while pending and before its expiry;
 //!   an expired one is closed `approved = false, expired`. Its notices (Slack, the
 //!   outgoing webhook) go out through the row itself, claimed with a lease, and

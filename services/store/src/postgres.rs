@@ -6,6 +6,7 @@
 //!   outcomes that arrive together;
 //! - `rows`: multi-row inserts (`UNNEST` of arrays) and decoding rows back into
 //!   records.
+//! - `browse`: what browser slices keep, artifacts and the browse replay cache.
 //!
 //! # Schema and migrations
 //!
@@ -67,8 +68,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError,
-    Recorded, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, JobRecord,
+    PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -77,6 +78,7 @@ use rows::{
     json, rejection, text, trace_step,
 };
 
+mod browse;
 mod notices;
 mod outcomes;
 mod rows;
@@ -105,6 +107,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "trace_ids",
         include_str!("../../../migrations/0005_trace_ids.sql"),
+    ),
+    (
+        6,
+        "artifacts",
+        include_str!("../../../migrations/0006_artifacts.sql"),
     ),
 ];
 
@@ -865,6 +872,31 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&self.pool, after, limit).await
+    }
+
+    #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]
+    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
+        browse::put_artifact(&self.pool, a).await
+    }
+
+    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError> {
+        browse::artifacts(&self.pool, job).await
+    }
+
+    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError> {
+        browse::artifact(&self.pool, job, name).await
+    }
+
+    async fn replay(&self, key: &str) -> Result<Option<serde_json::Value>, PortError> {
+        browse::replay(&self.pool, key).await
+    }
+
+    async fn put_replay(&self, key: &str, value: &serde_json::Value) -> Result<(), PortError> {
+        browse::put_replay(&self.pool, key, value).await
+    }
+
+    async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
+        browse::drop_replay(&self.pool, key).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -3,6 +3,7 @@
 //! - this file: opening, the schema version, and the [`Store`] methods;
 //! - `outcomes`: `record_outcome`, with group commit;
 //! - `rows`: multi-row inserts and decoding rows back into records.
+//! - `browse`: what browser slices keep, artifacts and the browse replay cache.
 //!
 //! Everything goes through one connection behind a fair async mutex, so calls queue
 //! in the process instead of contending for SQLite's one write lock. Transactions
@@ -26,8 +27,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, FailedSlice, JobRecord, PinChange, PortError,
-    Recorded, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, JobRecord,
+    PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -36,6 +37,7 @@ use rows::{
     rejection, to_json, trace_step,
 };
 
+mod browse;
 mod notices;
 mod outcomes;
 mod rows;
@@ -49,6 +51,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v4.sql"),
     include_str!("sqlite_v5.sql"),
     include_str!("sqlite_v6.sql"),
+    include_str!("sqlite_v7.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -758,6 +761,33 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&mut *self.conn().await?, after, limit).await
+    }
+
+    #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]
+    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
+        // Checked before waiting for the connection: nothing to queue for.
+        a.check_size()?;
+        browse::put_artifact(&mut *self.conn().await?, a).await
+    }
+
+    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError> {
+        browse::artifacts(&mut *self.conn().await?, job).await
+    }
+
+    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError> {
+        browse::artifact(&mut *self.conn().await?, job, name).await
+    }
+
+    async fn replay(&self, key: &str) -> Result<Option<serde_json::Value>, PortError> {
+        browse::replay(&mut *self.conn().await?, key).await
+    }
+
+    async fn put_replay(&self, key: &str, value: &serde_json::Value) -> Result<(), PortError> {
+        browse::put_replay(&mut *self.conn().await?, key, value).await
+    }
+
+    async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
+        browse::drop_replay(&mut *self.conn().await?, key).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -403,3 +403,29 @@ async fn outcomes_from_two_workers_of_32_writers() {
     assert_eq!(counts, f.recount(&job).await);
     workers[1].close().await;
 }
+
+#[tokio::test]
+async fn a_jobs_artifacts_are_deleted_with_it() {
+    let f = fixture().await;
+    let job = new_job(&f.store, 1, &[]).await;
+    let shot = Artifact {
+        job_id: job.clone(),
+        slice_id: None,
+        name: "page.png".into(),
+        content_type: "image/png".into(),
+        data: vec![1, 2, 3],
+        at_ms: 1,
+    };
+    f.store.put_artifact(&shot).await.unwrap();
+    // Nothing deletes jobs yet; whatever does gets the cascade.
+    sqlx::query("DELETE FROM jobs WHERE id = $1")
+        .bind(job.as_str())
+        .execute(&f.store.pool)
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM artifacts")
+        .fetch_one(&f.store.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}

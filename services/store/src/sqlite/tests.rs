@@ -374,3 +374,36 @@ async fn a_closed_store_is_unavailable() {
         ));
     }
 }
+
+#[tokio::test]
+async fn a_jobs_artifacts_are_deleted_with_it() {
+    let store = SqliteStore::memory().await.unwrap();
+    let job = new_job(&store, 1, &[]).await;
+    let shot = Artifact {
+        job_id: job.clone(),
+        slice_id: None,
+        name: "page.png".into(),
+        content_type: "image/png".into(),
+        data: vec![1, 2, 3],
+        at_ms: 1,
+    };
+    store.put_artifact(&shot).await.unwrap();
+    // Nothing deletes jobs yet; whatever does gets the cascade. The counters row
+    // goes first: it has no cascade of its own.
+    let mut conn = store.conn().await.unwrap();
+    sqlx::query("DELETE FROM job_counts WHERE job_id = ?")
+        .bind(job.as_str())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM jobs WHERE id = ?")
+        .bind(job.as_str())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM artifacts")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
