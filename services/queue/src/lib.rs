@@ -21,16 +21,22 @@
 //!   expired deliveries are processed lazily by whoever looks at the queue next
 //!   (a puller, a dead-letter reader, an acker or a metrics call), so the queue
 //!   needs no background task.
+//! - [`pooled`]: [`PooledQueue`], an [`EmbeddedQueue`] per worker pool, and its
+//!   [`PoolView`]s, so that one process can run a standard and an isolated worker:
+//!   slices go to the queue of their kind's pool, and each view pulls from its own.
 //! - [`events`]: [`InProcessEvents`], which forwards every [`Event`](trawl_core::ports::Event) into
 //!   an unbounded channel read by the scheduler.
 //! - [`nats`]: the distributed adapters, [`NatsQueue`] and [`NatsEvents`] on one
 //!   [`Nats`] connection, configured by [`NatsConfig`]; payloads are the protobuf
-//!   messages of `trawl-proto`. The module doc lists subjects, streams and consumers.
+//!   messages of `trawl-proto`. A [`NatsQueue`] belongs to one worker pool
+//!   ([`Nats::queue_for`]). The module doc lists subjects, streams and consumers.
 
 pub mod events;
 pub mod nats;
+pub mod pooled;
 pub mod queue;
 
 pub use events::InProcessEvents;
 pub use nats::{InvalidConfig, Nats, NatsConfig, NatsEvents, NatsQueue, QueueStats};
+pub use pooled::{PoolView, PooledQueue};
 pub use queue::{EmbeddedQueue, QueueConfig};

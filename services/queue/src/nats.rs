@@ -11,15 +11,38 @@
 //!
 //! | stream | retention | subjects |
 //! |---|---|---|
-//! | `TRAWL_SLICES` | work queue, file | `trawl.slices.search`, `.page`, `.research`, `.agent`, `.report` (one per slice kind) |
+//! | `TRAWL_SLICES` | work queue, file | `trawl.slices.search`, `.page`, `.research`, `.agent`, `.report`, `.browse` (one per slice kind) |
 //! | `TRAWL_EVENTS` | limits, file, 24 h | `trawl.jobs.created`, `trawl.jobs.cancelled`, `trawl.slices.finished`, `trawl.approvals.decided` |
-//! | `TRAWL_ADVISORIES` | limits, file, 7 days | `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers` |
+//! | `TRAWL_ADVISORIES` | limits, file, 7 days | `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers`, `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers-isolated` |
 //!
-//! Durable pull consumers: `workers` on the slices stream (shared by every worker
-//! process), `dead_letters` on the advisories stream, `scheduler` on the events
-//! stream (created by [`NatsEvents::subscribe`]). Slice kinds are listed one by one
-//! so that `trawl.slices.finished`, an event, never lands in the work queue. Tests
-//! give each run its own prefix, so runs never see each other's streams.
+//! Durable pull consumers:
+//!
+//! | consumer | stream | filter | read by |
+//! |---|---|---|---|
+//! | `workers` | slices | every slice subject but `trawl.slices.browse` | the standard pool's workers |
+//! | `workers-isolated` | slices | `trawl.slices.browse` | the isolated pool's workers |
+//! | `dead_letters` | advisories | none | [`SliceQueue::dead_letter`](trawl_core::ports::SliceQueue::dead_letter), either pool |
+//! | `scheduler` | events | none | the scheduler (created by [`NatsEvents::subscribe`]) |
+//!
+//! Slice kinds are listed one by one so that `trawl.slices.finished`, an event,
+//! never lands in the work queue. Tests give each run its own prefix, so runs never
+//! see each other's streams.
+//!
+//! # Pools
+//!
+//! A slice's subject says which pool takes it ([`SliceKind::pool`]): browser
+//! sessions go to the isolated pool, everything else to the standard one. A work
+//! queue stream wants its consumers' filters disjoint, so each pool has its own
+//! consumer, and a browse slice published while only standard workers run waits
+//! in the stream for an isolated worker. Opening a queue of either pool
+//! ([`Nats::queue_for`]) creates or updates both consumers: `workers` first, since a
+//! deployment from before the pools has it without a filter, which would overlap.
+//!
+//! More than one filter subject on a consumer needs nats-server 2.10 or later; an
+//! older server ignores them. On such a server `workers` stays without a filter
+//! (as it was before the pools), an isolated queue cannot be opened, and
+//! publishing a browse slice fails with `Unavailable`: no standard worker may
+//! receive one.
 //!
 //! # Failure
 //!
@@ -47,7 +70,7 @@ use async_nats::jetstream::{self, stream};
 use async_nats::{ConnectOptions, connection::State};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
-use trawl_core::model::SliceKind;
+use trawl_core::model::{Pool, SliceKind};
 use trawl_core::ports::{Event, PortError};
 
 pub use events::NatsEvents;
@@ -217,12 +240,21 @@ pub(crate) struct Names {
     upper: String,
 }
 
-/// Every slice kind's subject token. Adding a `SliceKind` variant fails to compile in
-/// [`Names::kind_index`] until it is listed here too.
-const SLICE_KINDS: [&str; 6] = ["search", "page", "research", "agent", "report", "browse"];
+/// Every slice kind's subject token and the pool that takes it. Adding a `SliceKind`
+/// variant fails to compile in [`Names::kind_index`] until it is listed here too.
+const SLICE_KINDS: [(&str, Pool); 6] = [
+    ("search", Pool::Standard),
+    ("page", Pool::Standard),
+    ("research", Pool::Standard),
+    ("agent", Pool::Standard),
+    ("report", Pool::Standard),
+    ("browse", Pool::Isolated),
+];
 
-/// The durable consumer every worker pulls from.
+/// The durable consumer the standard pool's workers pull from.
 pub(crate) const WORKERS: &str = "workers";
+/// The durable consumer the isolated pool's workers pull from.
+pub(crate) const WORKERS_ISOLATED: &str = "workers-isolated";
 /// The durable consumer that reads max-deliveries advisories.
 pub(crate) const DEAD_LETTERS: &str = "dead_letters";
 /// The durable consumer the scheduler reads events from.
@@ -260,19 +292,34 @@ impl Names {
     }
 
     pub(crate) fn slice_subject(&self, kind: &SliceKind) -> String {
-        debug_assert_eq!(SLICE_KINDS[Names::kind_index(kind)], kind.name());
-        format!(
-            "{}.slices.{}",
-            self.prefix,
-            SLICE_KINDS[Names::kind_index(kind)]
-        )
+        let (token, pool) = SLICE_KINDS[Names::kind_index(kind)];
+        debug_assert_eq!(token, kind.name());
+        debug_assert_eq!(pool, kind.pool());
+        format!("{}.slices.{token}", self.prefix)
     }
 
     fn slice_subjects(&self) -> Vec<String> {
         SLICE_KINDS
             .iter()
-            .map(|k| format!("{}.slices.{k}", self.prefix))
+            .map(|(k, _)| format!("{}.slices.{k}", self.prefix))
             .collect()
+    }
+
+    /// The subjects of the slices `pool` takes: its consumer's filter.
+    pub(crate) fn pool_subjects(&self, pool: Pool) -> Vec<String> {
+        SLICE_KINDS
+            .iter()
+            .filter(|(_, p)| *p == pool)
+            .map(|(k, _)| format!("{}.slices.{k}", self.prefix))
+            .collect()
+    }
+
+    /// The durable consumer `pool`'s workers pull from.
+    pub(crate) fn consumer(pool: Pool) -> &'static str {
+        match pool {
+            Pool::Standard => WORKERS,
+            Pool::Isolated => WORKERS_ISOLATED,
+        }
     }
 
     pub(crate) fn event_subject(&self, ev: &Event) -> String {
@@ -297,10 +344,13 @@ impl Names {
         .collect()
     }
 
-    fn max_deliveries_advisory(&self) -> String {
+    /// The subject of the advisory JetStream publishes when a slice runs out of
+    /// deliveries on `pool`'s consumer.
+    fn max_deliveries_advisory(&self, pool: Pool) -> String {
         format!(
-            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{WORKERS}",
-            self.slices_stream()
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{}",
+            self.slices_stream(),
+            Names::consumer(pool)
         )
     }
 }
@@ -446,7 +496,10 @@ impl Nats {
         let advisories = stream::Config {
             name: names.advisories_stream(),
             description: Some("trawl slices that ran out of deliveries".into()),
-            subjects: vec![names.max_deliveries_advisory()],
+            subjects: vec![
+                names.max_deliveries_advisory(Pool::Standard),
+                names.max_deliveries_advisory(Pool::Isolated),
+            ],
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
@@ -465,9 +518,18 @@ impl Nats {
         Ok(())
     }
 
-    /// The slice queue on this connection; creates or updates its consumers.
+    /// The standard pool's slice queue on this connection: `queue_for(Pool::Standard)`.
     pub async fn queue(&self) -> Result<NatsQueue, PortError> {
-        NatsQueue::open(self.clone()).await
+        self.queue_for(Pool::Standard).await
+    }
+
+    /// The slice queue `pool`'s workers pull from, on this connection; creates or
+    /// updates the consumers of both pools (see [Pools](self#pools)).
+    ///
+    /// `Unavailable` if the server refuses a consumer, or for [`Pool::Isolated`] on
+    /// a server before 2.10.
+    pub async fn queue_for(&self, pool: Pool) -> Result<NatsQueue, PortError> {
+        NatsQueue::open(self.clone(), pool).await
     }
 
     /// The events port on this connection.
@@ -585,6 +647,10 @@ mod tests {
                 question: "q".into(),
                 geo,
             },
+            SliceKind::Browse {
+                url: "https://x.example/".into(),
+                geo,
+            },
         ];
         let subjects: Vec<String> = kinds.iter().map(|k| n.slice_subject(k)).collect();
         assert_eq!(
@@ -594,10 +660,23 @@ mod tests {
                 "trawl.slices.page",
                 "trawl.slices.research",
                 "trawl.slices.agent",
-                "trawl.slices.report"
+                "trawl.slices.report",
+                "trawl.slices.browse"
             ]
         );
         assert_eq!(n.slice_subjects(), subjects);
+        // Each pool's filter holds exactly the subjects of its kinds, so the two
+        // consumers never overlap and together cover the stream.
+        for pool in [Pool::Standard, Pool::Isolated] {
+            let expected: Vec<&String> = kinds
+                .iter()
+                .zip(&subjects)
+                .filter(|(k, _)| k.pool() == pool)
+                .map(|(_, s)| s)
+                .collect();
+            assert_eq!(n.pool_subjects(pool).iter().collect::<Vec<_>>(), expected);
+        }
+        assert_eq!(n.pool_subjects(Pool::Isolated), ["trawl.slices.browse"]);
         assert_eq!(n.slices_stream(), "TRAWL_SLICES");
         let job = JobId::generate(1, 2);
         assert_eq!(
@@ -611,8 +690,12 @@ mod tests {
             );
         }
         assert_eq!(
-            n.max_deliveries_advisory(),
+            n.max_deliveries_advisory(Pool::Standard),
             "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers"
+        );
+        assert_eq!(
+            n.max_deliveries_advisory(Pool::Isolated),
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.TRAWL_SLICES.workers-isolated"
         );
     }
 }

@@ -4,6 +4,12 @@
 //! JetStream on). Each test uses its own prefix, so its own streams, and deletes
 //! them at the end, even when it fails. The shared server is never stopped: the
 //! outage test runs a nats-server of its own on a free port.
+//!
+//! The worker-pool tests need a server of a given version (2.10 or later for the
+//! isolated pool, an older one for the fallback): the shared server if it is one,
+//! else a nats-server of their own from `TRAWL_TEST_NATS_SERVER`, `PATH` or
+//! `tests/upstreams/.venv/bin` if that is one; without either they are skipped,
+//! saying so.
 
 // A panic is how a test fails, helpers included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,11 +18,12 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use async_nats::jetstream::consumer;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep, timeout};
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
-use trawl_core::model::{Engine, JobId, SliceId, SliceKind, SliceSpec, now_ms};
+use trawl_core::model::{Engine, JobId, Pool, SliceId, SliceKind, SliceSpec, now_ms};
 use trawl_core::ports::{
     Delivery, Event, Events, PortError, SliceFinished, SliceMessage, SliceQueue,
 };
@@ -413,14 +420,23 @@ async fn an_invalid_config_is_refused_before_connecting() {
 // Outages, against a nats-server of the test's own
 
 fn nats_server_binary() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("TRAWL_TEST_NATS_SERVER") {
-        return Some(PathBuf::from(p));
-    }
+    nats_server_binaries().into_iter().next()
+}
+
+/// Every nats-server binary to try, the one `TRAWL_TEST_NATS_SERVER` names first.
+fn nats_server_binaries() -> Vec<PathBuf> {
+    let named = std::env::var_os("TRAWL_TEST_NATS_SERVER").map(PathBuf::from);
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/local/bin")])
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/upstreams/.venv/bin");
+    let found = std::env::split_paths(&path)
+        .chain([
+            PathBuf::from("/usr/sbin"),
+            PathBuf::from("/usr/local/bin"),
+            venv,
+        ])
         .map(|d| d.join("nats-server"))
-        .find(|p| p.is_file())
+        .filter(|p| p.is_file());
+    named.into_iter().chain(found).collect()
 }
 
 fn free_port() -> u16 {
@@ -521,4 +537,315 @@ async fn calls_fail_fast_while_the_server_is_down_and_work_once_it_is_back() {
         .expect("a waiting pull returns when the connection drops")
         .unwrap();
     assert!(matches!(dropped, Err(PortError::Unavailable(_))));
+}
+
+// ---------------------------------------------------------------------------
+// Worker pools
+
+/// `(major, minor)` of a version such as `2.10.4` or `v2.9.10`.
+fn major_minor(version: &str) -> Option<(u32, u32)> {
+    let mut parts = version.trim().trim_start_matches('v').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn pools_supported(version: (u32, u32)) -> bool {
+    version >= (2, 10)
+}
+
+/// What `nats-server --version` says (`nats-server: v2.15.1`).
+fn binary_version(bin: &Path) -> Option<(u32, u32)> {
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    major_minor(text.rsplit(' ').next()?)
+}
+
+/// A server for one test: the shared one, or one of its own that stops with it.
+struct TestServer {
+    url: String,
+    _own: Option<(Child, tempfile::TempDir)>,
+}
+
+/// A server whose version `fits`, or `None` (the test is then skipped).
+async fn server_where(fits: fn((u32, u32)) -> bool, what: &str) -> Option<TestServer> {
+    let shared = async_nats::connect(url()).await.ok().map(|client| {
+        let version = client.server_info().version;
+        (major_minor(&version), version)
+    });
+    if let Some((Some(v), _)) = &shared
+        && fits(*v)
+    {
+        return Some(TestServer {
+            url: url(),
+            _own: None,
+        });
+    }
+    for bin in nats_server_binaries() {
+        if binary_version(&bin).is_some_and(fits) {
+            let port = free_port();
+            let store = tempfile::tempdir().unwrap();
+            let child = start_server(&bin, port, store.path()).await;
+            return Some(TestServer {
+                url: format!("nats://127.0.0.1:{port}"),
+                _own: Some((child, store)),
+            });
+        }
+    }
+    let shared = shared.map_or_else(|| "unreachable".to_owned(), |(_, v)| v);
+    eprintln!(
+        "skipped: needs a nats-server {what}; the shared one is {shared}, and no binary found is \
+         (set TRAWL_TEST_NATS_SERVER to one)"
+    );
+    None
+}
+
+fn numbered_page(job: &JobId, n: u32) -> SliceMessage {
+    SliceMessage {
+        job_id: job.clone(),
+        slice: SliceSpec::new(
+            SliceKind::Page {
+                url: format!("https://shop.example/p/{n}"),
+                geo: Geo::parse("us").unwrap(),
+            },
+            None,
+        ),
+    }
+}
+
+fn browse(job: &JobId, n: u32) -> SliceMessage {
+    SliceMessage {
+        job_id: job.clone(),
+        slice: SliceSpec::new(
+            SliceKind::Browse {
+                url: format!("https://shop.example/b/{n}"),
+                geo: Geo::parse("fr").unwrap(),
+            },
+            None,
+        ),
+    }
+}
+
+fn slices_stream(config: &NatsConfig) -> String {
+    format!("{}_SLICES", config.prefix.to_ascii_uppercase())
+}
+
+/// The filter subjects of a consumer on the slices stream, sorted.
+async fn filters_of(config: &NatsConfig, consumer: &str) -> Vec<String> {
+    let js = async_nats::jetstream::new(async_nats::connect(&config.url).await.unwrap());
+    let stream = js.get_stream(slices_stream(config)).await.unwrap();
+    let info = stream.consumer_info(consumer).await.unwrap();
+    let mut filters = info.config.filter_subjects.clone();
+    if !info.config.filter_subject.is_empty() {
+        filters.push(info.config.filter_subject.clone());
+    }
+    filters.sort();
+    filters
+}
+
+fn standard_subjects(config: &NatsConfig) -> Vec<String> {
+    let mut subjects: Vec<String> = ["search", "page", "research", "agent", "report"]
+        .iter()
+        .map(|k| format!("{}.slices.{k}", config.prefix))
+        .collect();
+    subjects.sort();
+    subjects
+}
+
+#[tokio::test]
+async fn a_browse_slice_waits_for_the_isolated_pool_and_never_reaches_a_standard_worker() {
+    let Some(server) = server_where(pools_supported, "2.10 or later").await else {
+        return;
+    };
+    let config = config().with_url(&server.url);
+    let _cleanup = Cleanup(config.clone());
+    let nats = Nats::connect(config.clone()).await.unwrap();
+    let standard = nats.queue().await.unwrap();
+    assert_eq!(standard.pool(), Pool::Standard);
+    let job = job();
+
+    // The browse slice first: the consumer hands out slices in stream order, so a
+    // standard worker that could take it would get it before the page.
+    let browsing = browse(&job, 1);
+    standard.publish(&browsing).await.unwrap();
+    let first = numbered_page(&job, 1);
+    standard.publish(&first).await.unwrap();
+    let d = pull(&standard).await;
+    assert_eq!(d.message, first);
+    d.acker.ack().await.unwrap();
+    // Not merely later either: a page published after it comes next.
+    let second = numbered_page(&job, 2);
+    standard.publish(&second).await.unwrap();
+    let d = pull(&standard).await;
+    assert_eq!(d.message, second);
+    d.acker.ack().await.unwrap();
+
+    let stats = standard.stats().await.unwrap();
+    assert_eq!(stats.delivered, 2, "{stats:?}");
+    assert_eq!((stats.num_pending, stats.num_ack_pending), (0, 0));
+    assert_eq!(
+        stats.stream_messages, 1,
+        "the browse slice waits in the stream"
+    );
+    assert_eq!(standard.lag().await.unwrap(), 0);
+
+    // Only now does an isolated worker come.
+    let isolated = nats.queue_for(Pool::Isolated).await.unwrap();
+    assert_eq!(isolated.pool(), Pool::Isolated);
+    let stats = isolated.stats().await.unwrap();
+    assert_eq!((stats.num_pending, stats.delivered), (1, 0), "{stats:?}");
+    assert_eq!(isolated.lag().await.unwrap(), 1);
+    let d = pull(&isolated).await;
+    assert_eq!(d.message, browsing);
+    assert_eq!(d.delivery, 1);
+    d.acker.ack().await.unwrap();
+    assert_eq!(isolated.lag().await.unwrap(), 0);
+    assert_eq!(isolated.stats().await.unwrap().stream_messages, 0);
+
+    // The isolated consumer takes nothing but browse slices.
+    let third = numbered_page(&job, 3);
+    isolated.publish(&third).await.unwrap();
+    assert_eq!(isolated.lag().await.unwrap(), 0);
+    let d = pull(&standard).await;
+    assert_eq!(d.message, third);
+    d.acker.ack().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_workers_consumer_from_before_the_pools_is_narrowed_and_the_isolated_one_added() {
+    let Some(server) = server_where(pools_supported, "2.10 or later").await else {
+        return;
+    };
+    let config = config().with_url(&server.url);
+    let _cleanup = Cleanup(config.clone());
+    let nats = Nats::connect(config.clone()).await.unwrap();
+
+    // What a deployment from before the pools has: `workers` without a filter,
+    // with slices waiting in it.
+    let js = async_nats::jetstream::new(async_nats::connect(&server.url).await.unwrap());
+    let stream = js.get_stream(slices_stream(&config)).await.unwrap();
+    stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("workers".into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(filters_of(&config, "workers").await.is_empty());
+    let job = job();
+    let (waiting_page, waiting_browse) = (numbered_page(&job, 1), browse(&job, 1));
+    for msg in [&waiting_browse, &waiting_page] {
+        let subject = format!("{}.slices.{}", config.prefix, msg.slice.kind.name());
+        js.publish(subject, trawl_proto::encode_slice(msg).into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+
+    // The isolated pool opens first; both consumers are in place after it.
+    let isolated = nats.queue_for(Pool::Isolated).await.unwrap();
+    assert_eq!(
+        filters_of(&config, "workers").await,
+        standard_subjects(&config)
+    );
+    assert_eq!(
+        filters_of(&config, "workers-isolated").await,
+        [format!("{}.slices.browse", config.prefix)]
+    );
+    let d = pull(&isolated).await;
+    assert_eq!(d.message, waiting_browse);
+    d.acker.ack().await.unwrap();
+
+    let standard = nats.queue().await.unwrap();
+    let d = pull(&standard).await;
+    assert_eq!(d.message, waiting_page);
+    d.acker.ack().await.unwrap();
+    assert_eq!(standard.stats().await.unwrap().stream_messages, 0);
+
+    // Opening again changes nothing.
+    NatsQueue::connect_pool(config.clone(), Pool::Standard)
+        .await
+        .unwrap();
+    assert_eq!(
+        filters_of(&config, "workers").await,
+        standard_subjects(&config)
+    );
+}
+
+#[tokio::test]
+async fn a_browse_slice_out_of_deliveries_is_a_dead_letter() {
+    let Some(server) = server_where(pools_supported, "2.10 or later").await else {
+        return;
+    };
+    let config = config().with_url(&server.url).with_max_deliver(2);
+    let _cleanup = Cleanup(config.clone());
+    let nats = Nats::connect(config).await.unwrap();
+    let isolated = nats.queue_for(Pool::Isolated).await.unwrap();
+    let standard = nats.queue().await.unwrap();
+    let msg = browse(&job(), 1);
+    isolated.publish(&msg).await.unwrap();
+
+    for delivery in 1..=2 {
+        let d = pull(&isolated).await;
+        assert_eq!((&d.message, d.delivery), (&msg, delivery));
+        d.acker.nak(Duration::ZERO).await.unwrap();
+    }
+    // JetStream notices the exhausted message when an isolated worker pulls.
+    let other = isolated.clone();
+    let waiting = tokio::spawn(async move { other.pull().await });
+    // Dead letters of both pools come through either queue.
+    let dead = timeout(PATIENCE, standard.dead_letter())
+        .await
+        .expect("a dead letter in time")
+        .unwrap();
+    assert_eq!(dead.message, msg);
+    assert_eq!(dead.deliveries, 2);
+    let stats = isolated.stats().await.unwrap();
+    assert_eq!(stats.stream_messages, 0, "{stats:?}");
+    assert_eq!(isolated.lag().await.unwrap(), 0);
+    assert!(!waiting.is_finished(), "a dead letter was delivered again");
+    waiting.abort();
+}
+
+#[tokio::test]
+async fn before_2_10_there_is_no_isolated_pool_and_browse_slices_are_refused() {
+    let Some(server) = server_where(|v| !pools_supported(v), "before 2.10").await else {
+        return;
+    };
+    let config = config().with_url(&server.url);
+    let _cleanup = Cleanup(config.clone());
+    let nats = Nats::connect(config.clone()).await.unwrap();
+    match nats.queue_for(Pool::Isolated).await {
+        Err(PortError::Unavailable(m)) => assert!(m.contains("2.10"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let standard = nats.queue().await.unwrap();
+    // The server ignores several filter subjects: `workers` takes everything.
+    assert!(filters_of(&config, "workers").await.is_empty());
+
+    let job = job();
+    let refused = standard.publish(&browse(&job, 1)).await;
+    assert!(
+        matches!(refused, Err(PortError::Unavailable(_))),
+        "{refused:?}"
+    );
+    let page = numbered_page(&job, 1);
+    let refused = standard
+        .publish_many(&[page.clone(), browse(&job, 2)])
+        .await;
+    assert!(
+        matches!(refused, Err(PortError::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert_eq!(standard.stats().await.unwrap().stream_messages, 0);
+
+    standard.publish(&page).await.unwrap();
+    let d = pull(&standard).await;
+    assert_eq!(d.message, page);
+    d.acker.ack().await.unwrap();
 }

@@ -1,5 +1,14 @@
 //! [`NatsQueue`]: slices on a JetStream work-queue stream, pulled through one
-//! durable consumer shared by every worker.
+//! durable consumer per worker pool, shared by every worker of that pool.
+//!
+//! # Pools
+//!
+//! A queue belongs to one [`Pool`]: its `pull` takes from that pool's consumer
+//! (`workers` or `workers-isolated`), and so do [`NatsQueue::stats`] and
+//! [`SliceQueue::lag`]. `publish` is the same for both: the subject of a slice's
+//! kind decides which consumer sees it. Dead letters of both pools come through
+//! either queue. The consumers and their filters are listed in the [parent
+//! module](super).
 //!
 //! # Pulling
 //!
@@ -47,9 +56,10 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tracing::{debug, error, warn};
+use trawl_core::model::Pool;
 use trawl_core::ports::{Acker, DeadLetter, Delivery, PortError, SliceMessage, SliceQueue};
 
-use super::{DEAD_LETTERS, Link, Nats, NatsEvents, WORKERS, unavailable};
+use super::{DEAD_LETTERS, Link, Names, Nats, NatsConfig, NatsEvents, unavailable};
 
 /// Fetched messages that may wait in the channel; also the largest pull request.
 const BUFFER: usize = 64;
@@ -72,7 +82,12 @@ pub struct NatsQueue {
 
 struct Inner {
     nats: Nats,
+    pool: Pool,
+    /// Whether the server keeps the isolated pool apart (2.10 or later); if not,
+    /// browse slices are refused.
+    pools: bool,
     slices: stream::Stream,
+    /// This queue's pool's consumer.
     workers: PullConsumer,
     dead_letters: PullConsumer,
     /// The consumer's ack deadline of each delivery (see `NatsConfig::deadlines`).
@@ -86,12 +101,12 @@ impl fmt::Debug for NatsQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NatsQueue")
             .field("stream", &self.inner.slices.cached_info().config.name)
-            .field("consumer", &WORKERS)
+            .field("consumer", &Names::consumer(self.inner.pool))
             .finish_non_exhaustive()
     }
 }
 
-/// What the `workers` consumer and the slices stream hold right now.
+/// What a pool's consumer and the slices stream hold right now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueStats {
@@ -105,14 +120,26 @@ pub struct QueueStats {
     pub num_waiting: u64,
     /// Deliveries so far (the consumer's sequence).
     pub delivered: u64,
-    /// Messages in the slices stream, dead letters not yet read included.
+    /// Messages in the slices stream, of both pools, dead letters not yet read
+    /// included.
     pub stream_messages: u64,
 }
 
 impl NatsQueue {
-    /// Connects, creates or updates the streams and consumers, and starts the fetcher.
-    pub async fn connect(config: super::NatsConfig) -> Result<NatsQueue, PortError> {
-        Nats::connect(config).await?.queue().await
+    /// The standard pool's queue: `connect_pool(config, Pool::Standard)`.
+    pub async fn connect(config: NatsConfig) -> Result<NatsQueue, PortError> {
+        NatsQueue::connect_pool(config, Pool::Standard).await
+    }
+
+    /// Connects, creates or updates the streams and both pools' consumers, and
+    /// starts the fetcher of `pool`'s queue (see [`Nats::queue_for`]).
+    pub async fn connect_pool(config: NatsConfig, pool: Pool) -> Result<NatsQueue, PortError> {
+        Nats::connect(config).await?.queue_for(pool).await
+    }
+
+    /// The pool whose slices this queue's `pull` returns.
+    pub fn pool(&self) -> Pool {
+        self.inner.pool
     }
 
     /// The events port on this queue's connection.
@@ -125,7 +152,7 @@ impl NatsQueue {
         &self.inner.nats
     }
 
-    pub(super) async fn open(nats: Nats) -> Result<NatsQueue, PortError> {
+    pub(super) async fn open(nats: Nats, pool: Pool) -> Result<NatsQueue, PortError> {
         let link = nats.link().clone();
         let config = Arc::clone(&link.config);
         let names = Arc::clone(&link.names);
@@ -133,24 +160,26 @@ impl NatsQueue {
         let advisories = get_stream(&link, &names.advisories_stream()).await?;
 
         let deadlines: Arc<[Duration]> = config.deadlines().into();
-        let workers = slices
-            .create_consumer(consumer::pull::Config {
-                durable_name: Some(WORKERS.to_owned()),
-                description: Some("trawl workers".to_owned()),
-                deliver_policy: DeliverPolicy::All,
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                max_deliver: i64::from(config.max_deliver),
-                // JetStream takes the first entry as the ack wait when a list is set.
-                backoff: if config.backoff.is_empty() {
-                    Vec::new()
-                } else {
-                    deadlines.to_vec()
-                },
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| unavailable(&format!("consumer {WORKERS}"), e))?;
+        // The standard consumer first: one from before the pools has no filter and
+        // would overlap the isolated one, which the work queue refuses.
+        let standard = ensure_workers(&slices, &config, &names, &deadlines, Pool::Standard).await?;
+        let pools = matches!(standard, Filtered::Yes(_));
+        // Whichever pool opens first, both consumers exist from then on.
+        let isolated = if pools {
+            let isolated = ensure_workers(&slices, &config, &names, &deadlines, Pool::Isolated);
+            Some(isolated.await?.consumer())
+        } else {
+            warn!(
+                consumer = Names::consumer(Pool::Standard),
+                "nats-server ignored the consumer's filter subjects: it is older than 2.10, \
+                 so there is no isolated pool and browse slices are refused"
+            );
+            None
+        };
+        let workers = match pool {
+            Pool::Standard => standard.consumer(),
+            Pool::Isolated => isolated.ok_or_else(no_isolated_pool)?,
+        };
         let dead_letters = advisories
             .create_consumer(consumer::pull::Config {
                 durable_name: Some(DEAD_LETTERS.to_owned()),
@@ -185,6 +214,8 @@ impl NatsQueue {
         Ok(NatsQueue {
             inner: Arc::new(Inner {
                 nats,
+                pool,
+                pools,
                 slices,
                 workers,
                 dead_letters,
@@ -195,7 +226,8 @@ impl NatsQueue {
         })
     }
 
-    /// Counts of the `workers` consumer and the slices stream, for metrics and tests.
+    /// Counts of this queue's pool's consumer (`workers` or `workers-isolated`) and
+    /// of the slices stream, for metrics and tests.
     pub async fn stats(&self) -> Result<QueueStats, PortError> {
         self.link().check_up()?;
         let info = self
@@ -226,6 +258,16 @@ impl NatsQueue {
 
     fn max_deliver(&self) -> u32 {
         self.link().config.max_deliver
+    }
+
+    /// `Unavailable` for a slice of the isolated pool on a server that cannot keep
+    /// it from the standard workers.
+    fn check_pool(&self, msg: &SliceMessage) -> Result<(), PortError> {
+        if msg.slice.kind.pool() == Pool::Isolated && !self.inner.pools {
+            Err(no_isolated_pool())
+        } else {
+            Ok(())
+        }
     }
 
     /// A fetched message as a delivery, or `None` if it is not one to hand out.
@@ -353,7 +395,11 @@ fn traced(publish: PublishMessage) -> PublishMessage {
 impl SliceQueue for NatsQueue {
     /// Publishes with `Nats-Msg-Id` = [`SliceMessage::msg_id`] and waits for the
     /// stream's ack; a duplicate within the duplicate window is acked and ignored.
+    ///
+    /// `Unavailable` for a browse slice on a server before 2.10 (see the [parent
+    /// module](super#pools)).
     async fn publish(&self, msg: &SliceMessage) -> Result<(), PortError> {
+        self.check_pool(msg)?;
         let link = self.link();
         link.check_up()?;
         let subject = link.names.slice_subject(&msg.slice.kind);
@@ -384,6 +430,8 @@ impl SliceQueue for NatsQueue {
     /// Sends every message before awaiting any acknowledgement, at most
     /// 256 (`PUBLISH_WINDOW`) unacknowledged at a time.
     async fn publish_many(&self, msgs: &[SliceMessage]) -> Result<(), PortError> {
+        // All or none refused, before anything is sent.
+        msgs.iter().try_for_each(|m| self.check_pool(m))?;
         let link = self.link();
         link.check_up()?;
         let traceparent = trawl_telemetry::propagation::current_traceparent();
@@ -439,6 +487,8 @@ impl SliceQueue for NatsQueue {
         }
     }
 
+    /// The next dead letter of either pool, whichever pool this queue is of.
+    ///
     /// Cancel-safe in effect: an advisory fetched for a caller that gave up is not
     /// acked, so JetStream delivers it again after 30 s.
     async fn dead_letter(&self) -> Result<DeadLetter, PortError> {
@@ -470,7 +520,8 @@ impl SliceQueue for NatsQueue {
         }
     }
 
-    /// The `workers` consumer's `num_pending + num_ack_pending`.
+    /// This queue's pool's consumer's `num_pending + num_ack_pending`: slices the
+    /// pool has yet to finish.
     async fn lag(&self) -> Result<u64, PortError> {
         let stats = self.stats().await?;
         Ok(stats.num_pending + stats.num_ack_pending)
@@ -485,6 +536,94 @@ impl SliceQueue for NatsQueue {
             Ok(Err(e)) => Err(unavailable("ping", e)),
             Err(_) => Err(unavailable("ping", "timed out")),
         }
+    }
+}
+
+/// What creating a pool's consumer gave.
+enum Filtered {
+    /// The consumer, filtered as asked.
+    Yes(PullConsumer),
+    /// The consumer, without the filter: the server ignores `filter_subjects`.
+    Ignored(PullConsumer),
+}
+
+impl Filtered {
+    fn consumer(self) -> PullConsumer {
+        match self {
+            Filtered::Yes(c) | Filtered::Ignored(c) => c,
+        }
+    }
+}
+
+/// The error of an isolated pool asked of a server that cannot keep it apart.
+fn no_isolated_pool() -> PortError {
+    PortError::Unavailable(
+        "the isolated worker pool needs nats-server 2.10 or later (consumers with \
+         several filter subjects)"
+            .into(),
+    )
+}
+
+/// A consumer's filter subjects, sorted, whichever field holds them.
+fn filters(config: &consumer::Config) -> Vec<String> {
+    let mut subjects = config.filter_subjects.clone();
+    if !config.filter_subject.is_empty() {
+        subjects.push(config.filter_subject.clone());
+    }
+    subjects.sort();
+    subjects
+}
+
+/// Creates `pool`'s consumer, or updates it to this configuration (its filter
+/// included), and checks the filter the server reports.
+async fn ensure_workers(
+    slices: &stream::Stream,
+    config: &NatsConfig,
+    names: &Names,
+    deadlines: &[Duration],
+    pool: Pool,
+) -> Result<Filtered, PortError> {
+    let name = Names::consumer(pool);
+    let mut wanted = names.pool_subjects(pool);
+    let (filter_subject, filter_subjects) = match wanted.as_slice() {
+        [one] => (one.clone(), Vec::new()),
+        _ => (String::new(), wanted.clone()),
+    };
+    let description = match pool {
+        Pool::Standard => "trawl workers",
+        Pool::Isolated => "trawl workers of the isolated pool (browser sessions)",
+    };
+    let consumer = slices
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(name.to_owned()),
+            description: Some(description.to_owned()),
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: config.ack_wait,
+            max_deliver: i64::from(config.max_deliver),
+            // JetStream takes the first entry as the ack wait when a list is set.
+            backoff: if config.backoff.is_empty() {
+                Vec::new()
+            } else {
+                deadlines.to_vec()
+            },
+            filter_subject,
+            filter_subjects,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| unavailable(&format!("consumer {name}"), e))?;
+    let got = filters(&consumer.cached_info().config);
+    wanted.sort();
+    if got == wanted {
+        Ok(Filtered::Yes(consumer))
+    } else if got.is_empty() && pool == Pool::Standard {
+        // Several filter subjects, and an older server leaves them all out.
+        Ok(Filtered::Ignored(consumer))
+    } else {
+        Err(PortError::Unavailable(format!(
+            "NATS consumer {name}: filtered by {got:?} instead of {wanted:?}"
+        )))
     }
 }
 
