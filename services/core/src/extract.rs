@@ -160,6 +160,58 @@ impl Extractor {
     }
 }
 
+impl Extractor {
+    /// One item per element `rows` matches: CSS fields are looked for inside the
+    /// row, regular expressions over the row's HTML, JSON-LD paths over the page.
+    pub fn extract_rows(&self, page: &str, rows: &str) -> Result<Vec<Value>, String> {
+        let rows =
+            Selector::parse(rows).map_err(|e| format!("\"{rows}\" is not a CSS selector: {e}"))?;
+        let dom = Html::parse_document(page);
+        let ld = if self.needs_jsonld {
+            jsonld_nodes(page)
+        } else {
+            Vec::new()
+        };
+        let mut items = Vec::new();
+        for row in dom.select(&rows) {
+            let html = (!self
+                .fields
+                .values()
+                .all(|f| !matches!(f.source, Source::Regex(_))))
+            .then(|| row.html());
+            let mut out = Map::new();
+            for (name, f) in &self.fields {
+                let found = match &f.source {
+                    Source::JsonLd(path) => ld.iter().find_map(|n| resolve(n, path)).cloned(),
+                    Source::Css { selector, attr } => {
+                        row.select(selector).next().and_then(|el| match attr {
+                            Some(a) => el
+                                .value()
+                                .attr(a)
+                                .map(|s| Value::String(s.trim().to_owned())),
+                            None => {
+                                let text = el.text().collect::<Vec<_>>().join(" ");
+                                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                                (!text.is_empty()).then_some(Value::String(text))
+                            }
+                        })
+                    }
+                    Source::Regex(re) => html
+                        .as_deref()
+                        .and_then(|h| re.captures(h))
+                        .and_then(|c| c.get(1))
+                        .map(|m| Value::String(m.as_str().to_owned())),
+                };
+                if let Some(v) = found {
+                    out.insert(name.clone(), convert(v, f.ty));
+                }
+            }
+            items.push(Value::Object(out));
+        }
+        Ok(items)
+    }
+}
+
 /// Every JSON-LD node of a page: top-level objects, members of top-level lists and
 /// of `@graph`. Blocks that are not valid JSON are skipped.
 fn jsonld_nodes(page: &str) -> Vec<Value> {

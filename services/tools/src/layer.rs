@@ -285,6 +285,113 @@ impl ToolLayer {
         }
     }
 
+    /// Whether this layer may run a browser session (the tool [`BROWSER_TOOL`]):
+    /// its policy must allow it, and a browser (policy `isolated` by default) runs
+    /// only in an isolated pool. The decision is audited either way.
+    pub fn admit_browser(&self, rec: &Recorder) -> Result<(), ToolError> {
+        let (access, rule) = self.config.policy.access(BROWSER_TOOL);
+        let refusal = match access {
+            Access::Deny => Some((
+                "deny",
+                ToolError::permanent("tool_denied", format!("{BROWSER_TOOL} is denied by {rule}")),
+            )),
+            Access::Approve => Some((
+                "needs_approval",
+                ToolError::permanent(
+                    "needs_approval",
+                    format!(
+                        "{BROWSER_TOOL} needs an approval per call ({rule}); browser sessions cannot wait for one"
+                    ),
+                ),
+            )),
+            Access::Allow | Access::Isolated if self.pool != Pool::Isolated => Some((
+                "isolated_only",
+                ToolError::permanent(
+                    "isolated_only",
+                    format!("{BROWSER_TOOL} runs only in an isolated worker pool ({rule})"),
+                ),
+            )),
+            Access::Allow | Access::Isolated => None,
+        };
+        let digest = trawl_core::digest(&[BROWSER_TOOL]);
+        match refusal {
+            Some((decision, e)) => {
+                rec.audit(
+                    BROWSER_TOOL,
+                    &digest,
+                    decision,
+                    &rule,
+                    Duration::ZERO,
+                    0,
+                    Some(&e),
+                );
+                Err(e)
+            }
+            None => {
+                rec.audit(
+                    BROWSER_TOOL,
+                    &digest,
+                    "allow",
+                    &rule,
+                    Duration::ZERO,
+                    0,
+                    None,
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Page text on its way to a model, made safe: invisible characters removed,
+    /// cut to `max_bytes`, and every span the poisoning scanner reads as
+    /// instructions to the model (override, concealment, hidden blocks, chat-role
+    /// tokens) replaced by a marker. A text with findings is audited as `flagged`
+    /// under `source`, with the rules that fired.
+    pub fn screen_page_text(
+        &self,
+        source: &str,
+        text: &str,
+        max_bytes: usize,
+        rec: &Recorder,
+    ) -> String {
+        let clean = sanitize_result(text, max_bytes);
+        let ctx = scan::ScanContext {
+            server: "page",
+            allow_hosts: &[],
+            other_tools: &[],
+        };
+        let findings: Vec<scan::Finding> = scan::scan_text("page", &clean.text, &ctx)
+            .into_iter()
+            .filter(|f| INSTRUCTION_RULES.contains(&f.rule))
+            .collect();
+        if findings.is_empty() && clean.invisible_removed == 0 {
+            return clean.text;
+        }
+        let mut rules: Vec<&str> = findings.iter().map(|f| f.rule).collect();
+        if clean.invisible_removed > 0 {
+            rules.push("invisible-unicode");
+        }
+        rules.dedup();
+        let out = replace_spans(&clean.text, &findings);
+        let digest = trawl_core::digest(&[source, text]);
+        let reason = format!(
+            "page text sanitized before the model: {} ({} span(s) removed, {} invisible character(s))",
+            rules.join(", "),
+            findings.len(),
+            clean.invisible_removed
+        );
+        rec.audit(
+            source,
+            &digest,
+            "flagged",
+            &reason,
+            Duration::ZERO,
+            out.len(),
+            None,
+        );
+        out
+    }
+
     /// Calls `tool` with `args` through the guard: refused calls are audited with
     /// why; allowed ones come from the cache when fresh, else upstream with
     /// bounded retries, every attempt and cache answer traced, the result
@@ -694,6 +801,45 @@ fn tool_search(catalog: &Catalog, args: &Value) -> Result<Vec<u8>, ToolError> {
         })
         .collect();
     Ok(json!({"tools": tools}).to_string().into_bytes())
+}
+
+/// The tool name browser sessions are admitted under (policy rules match it; the
+/// default `*browser*` rule makes it `isolated`).
+pub const BROWSER_TOOL: &str = "brightdata.browser";
+
+/// Scanner rules whose spans, in page text, read as instructions to the model.
+const INSTRUCTION_RULES: &[&str] = &[
+    "override-instructions",
+    "conceal-from-user",
+    "hidden-block",
+    "prompt-role",
+    "secret-request",
+    "exfil-url",
+];
+
+/// `text` with each finding's span replaced by a visible marker.
+fn replace_spans(text: &str, findings: &[scan::Finding]) -> String {
+    let mut spans: Vec<(std::ops::Range<usize>, &str)> =
+        findings.iter().map(|f| (f.span.clone(), f.rule)).collect();
+    spans.sort_by_key(|(r, _)| (r.start, r.end));
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for (r, rule) in spans {
+        if r.start < pos
+            || r.end > text.len()
+            || !text.is_char_boundary(r.start)
+            || !text.is_char_boundary(r.end)
+        {
+            continue;
+        }
+        out.push_str(&text[pos..r.start]);
+        out.push_str(&format!(
+            "[trawl removed text that reads as instructions: {rule}]"
+        ));
+        pos = r.end;
+    }
+    out.push_str(&text[pos..]);
+    out
 }
 
 /// A result as the caller gets it: invisible characters stripped, size capped.

@@ -33,7 +33,7 @@ pub mod search;
 pub mod tokens;
 
 pub use catalog::{Catalog, Entry, ToolState};
-pub use layer::{Pool, RefreshReport, TOOL_SEARCH, ToolLayer};
+pub use layer::{BROWSER_TOOL, Pool, RefreshReport, TOOL_SEARCH, ToolLayer};
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -188,6 +188,9 @@ impl Budget {
     }
 }
 
+/// The cost product of browser traffic.
+pub const BROWSER_PRODUCT: &str = "brightdata.browser";
+
 /// A slice's trace steps, cost entries and audit rows, numbered in order.
 #[derive(Debug)]
 pub struct Recorder {
@@ -327,6 +330,28 @@ impl Recorder {
             latency,
             cost,
             &name,
+        );
+    }
+
+    /// One step of a browser session: a trace step named `browser:<action>` and,
+    /// when it cost anything, a cost entry of the browser product.
+    pub fn browser_step(
+        &self,
+        action: &str,
+        detail_digest: &str,
+        result: Result<(), &ToolError>,
+        latency: Duration,
+        cost: Micros,
+    ) {
+        self.step(
+            &format!("browser:{action}"),
+            detail_digest,
+            false,
+            1,
+            result,
+            latency,
+            cost,
+            BROWSER_PRODUCT,
         );
     }
 

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::embedded::{Embedded, Options, Upstream};
@@ -22,6 +23,7 @@ use trawl_core::spec::JobSpec;
 use trawl_queue::QueueConfig;
 use trawl_sim::{Faults, SimConfig, parse_latency};
 use trawl_worker::WorkerConfig;
+use trawl_worker::browse::Browsers;
 
 /// Exit codes, documented in the README.
 mod exit {
@@ -96,6 +98,10 @@ enum Command {
     Worker {
         #[command(flatten)]
         deploy: DeployArgs,
+        /// The pool: `standard` takes every slice but browser sessions;
+        /// `isolated` takes only browser sessions (run it in the sandboxed pool).
+        #[arg(long, env = "TRAWL_WORKER_POOL", default_value = "standard", value_parser = parse_pool)]
+        pool: trawl_core::model::Pool,
     },
     /// API, scheduler and a worker in one process on the embedded adapters.
     Dev {
@@ -495,7 +501,11 @@ impl RunArgs {
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
             .with_queue(QueueConfig::default())
             .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?)
-            .with_models(Some(crate::deployed::models()?)))
+            .with_models(Some(crate::deployed::models()?))
+            .with_browsers(Arc::new(
+                Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), prices)
+                    .map_err(anyhow::Error::msg)?,
+            )))
     }
 }
 
@@ -788,8 +798,8 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             crate::deployed::scheduler(&deploy.settings(None)?, shutdown_token()).await?;
             Ok(exit::SUCCEEDED)
         }
-        Command::Worker { deploy } => {
-            crate::deployed::worker(&deploy.settings(None)?, shutdown_token()).await?;
+        Command::Worker { deploy, pool } => {
+            crate::deployed::worker(&deploy.settings(None)?, pool, shutdown_token()).await?;
             Ok(exit::SUCCEEDED)
         }
         Command::Dev { deploy, state } => {
@@ -913,4 +923,8 @@ fn report_status(s: &Summary) -> u8 {
         JobStatus::AwaitingApproval => exit::AWAITING_APPROVAL,
         JobStatus::Pending | JobStatus::Queued | JobStatus::Running => exit::ERROR,
     }
+}
+
+fn parse_pool(s: &str) -> Result<trawl_core::model::Pool, String> {
+    trawl_core::model::Pool::parse(s)
 }

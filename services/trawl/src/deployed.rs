@@ -20,14 +20,16 @@ use tokio_util::sync::CancellationToken;
 use trawl_api::{ApiState, Auth, OpsBackends};
 use trawl_cache::{RedisCache, RedisConfig, SqliteCache};
 use trawl_core::cost::PriceTable;
+use trawl_core::model::Pool;
 use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
 use trawl_queue::nats::{NatsConfig, NatsQueue};
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_queue::{InProcessEvents, PooledQueue, QueueConfig};
 use trawl_scheduler::{Service, ServiceConfig};
 use trawl_sim::SimHandle;
 use trawl_store::{PgStore, SqliteStore};
 use trawl_tools::ToolLayer;
 use trawl_tools::config::ToolsConfig;
+use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
@@ -97,6 +99,15 @@ async fn tools(
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
 ) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
+    tools_pool(s, cache, store, Pool::Standard).await
+}
+
+async fn tools_pool(
+    s: &Settings,
+    cache: Arc<dyn ContentCache>,
+    store: Arc<dyn Store>,
+    pool: Pool,
+) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
     let (provider, sim) = provider(&s.upstream, s.prices, s.call_timeout).await?;
     if let Some(sim) = &sim {
         eprintln!(
@@ -104,7 +115,7 @@ async fn tools(
             sim.base_url()
         );
     }
-    let layer = tool_layer(Arc::new(provider), cache, store, s.tools.as_ref()).await?;
+    let layer = tool_layer(Arc::new(provider), cache, store, s.tools.as_ref(), pool).await?;
     Ok((Arc::new(layer), sim))
 }
 
@@ -142,7 +153,11 @@ async fn postgres(s: &Settings) -> anyhow::Result<Arc<PgStore>> {
 }
 
 async fn nats(s: &Settings) -> anyhow::Result<NatsQueue> {
-    NatsQueue::connect(s.nats.clone())
+    nats_pool(s, Pool::Standard).await
+}
+
+async fn nats_pool(s: &Settings, pool: Pool) -> anyhow::Result<NatsQueue> {
+    NatsQueue::connect_pool(s.nats.clone(), pool)
         .await
         .context("connecting to NATS JetStream (TRAWL_NATS_URL)")
 }
@@ -363,12 +378,12 @@ pub async fn scheduler(s: &Settings, cancel: CancellationToken) -> anyhow::Resul
 }
 
 /// `trawl worker`: pulls slices and runs them until stopped.
-pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyhow::Result<()> {
     let store = postgres(s).await?;
-    let queue = nats(s).await?;
+    let queue = nats_pool(s, pool).await?;
     let events = queue.events();
     let cache = redis(s).await?;
-    let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
+    let (tools, sim) = tools_pool(s, cache.clone(), store.clone(), pool).await?;
     let refresh = refresh_tools(&tools, s, cancel.clone());
     let queue: Arc<dyn SliceQueue> = Arc::new(queue);
     let ops = ops(
@@ -381,11 +396,15 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
         &cancel,
     )
     .await?;
-    let worker = Arc::new(
-        Worker::new(queue, store, Arc::new(events), tools, s.worker.clone()).with_models(models()?),
-    );
+    let mut worker =
+        Worker::new(queue, store, Arc::new(events), tools, s.worker.clone()).with_models(models()?);
+    if pool == Pool::Isolated {
+        worker = worker.with_browsers(browsers(s)?);
+    }
+    let worker = Arc::new(worker);
     eprintln!(
-        "trawl worker running ({} slices at a time)",
+        "trawl worker running in the {} pool ({} slices at a time)",
+        pool.as_str(),
         s.worker.concurrency
     );
     worker.run(cancel.clone()).await;
@@ -400,6 +419,15 @@ pub async fn worker(s: &Settings, cancel: CancellationToken) -> anyhow::Result<(
         let _ = ops.await;
     }
     Ok(())
+}
+
+/// Where browse slices open browsers, from the environment (Bright Data's
+/// Scraping Browser, `TRAWL_BROWSER_WS`, or a local Chromium) with the
+/// `TRAWL_SECRET_*` values their steps name.
+pub(crate) fn browsers(s: &Settings) -> anyhow::Result<Arc<Browsers>> {
+    let b = Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), s.prices)
+        .map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(b))
 }
 
 /// The models research slices run on, from the environment
@@ -427,10 +455,26 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
             .await
             .context("opening the cache")?,
     );
-    let queue: Arc<dyn SliceQueue> = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
+    let queues = PooledQueue::new(QueueConfig::default());
+    let queue: Arc<dyn SliceQueue> = Arc::new(queues.view(Pool::Standard));
     let (events, rx) = InProcessEvents::channel();
     let events: Arc<dyn Events> = Arc::new(events);
     let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
+    // Browse slices: a second worker on its own queue, its tool layer serving the
+    // isolated pool.
+    let (isolated_tools, isolated_sim) =
+        tools_pool(s, cache.clone(), store.clone(), Pool::Isolated).await?;
+    let isolated = Arc::new(
+        Worker::new(
+            Arc::new(queues.view(Pool::Isolated)),
+            store.clone(),
+            events.clone(),
+            isolated_tools,
+            s.worker.clone(),
+        )
+        .with_models(models()?)
+        .with_browsers(browsers(s)?),
+    );
     let refresh = refresh_tools(&tools, s, cancel.clone());
     check_open(s)?;
     if s.api_keys.is_empty() && s.oauth.is_none() {
@@ -470,6 +514,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     tasks.spawn(service.run(rx, cancel.clone()));
     tasks.spawn(notifier.run(cancel.clone()));
     tasks.spawn(worker.run(cancel.clone()));
+    tasks.spawn(isolated.run(cancel.clone()));
     // One process on loopback: `/metrics` is on the API's port.
     let router = with_metrics(trawl_api::router(state), true);
     let served = trawl_api::serve(listener, router, cancel.clone()).await;
@@ -479,7 +524,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     if let Some(refresh) = refresh {
         let _ = refresh.await;
     }
-    if let Some(sim) = sim {
+    for sim in [sim, isolated_sim].into_iter().flatten() {
         let _ = sim.shutdown().await;
     }
     served.context("serving the API")

@@ -17,12 +17,13 @@ use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus};
 use trawl_core::ports::{ContentCache, SliceQueue, Store};
 use trawl_core::spec::JobSpec;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_queue::{EmbeddedQueue, InProcessEvents, PooledQueue, QueueConfig};
 use trawl_scheduler::{Scheduler, Submitted};
 use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
 use trawl_tools::{Pool, ToolLayer};
+use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
@@ -59,6 +60,8 @@ pub struct Options {
     /// The models research jobs run on; `None`: research slices fail with
     /// `no_model`.
     pub models: Option<Arc<Models>>,
+    /// Where browse slices open browsers (a local Chromium unless configured).
+    pub browsers: Arc<Browsers>,
 }
 
 impl Options {
@@ -72,7 +75,13 @@ impl Options {
             queue: QueueConfig::default(),
             tools: None,
             models: None,
+            browsers: Arc::new(Browsers::local()),
         }
+    }
+
+    pub fn with_browsers(mut self, b: Arc<Browsers>) -> Self {
+        self.browsers = b;
+        self
     }
 
     pub fn with_models(mut self, m: Option<Arc<Models>>) -> Self {
@@ -168,14 +177,16 @@ pub async fn tool_layer(
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
     config: Option<&ToolsConfig>,
+    pool: Pool,
 ) -> anyhow::Result<ToolLayer> {
-    let Some(config) = config else {
-        return Ok(ToolLayer::new(provider, cache));
+    let config = match (config, pool) {
+        (Some(c), _) => c.clone(),
+        (None, Pool::Standard) => return Ok(ToolLayer::new(provider, cache)),
+        (None, Pool::Isolated) => ToolsConfig::default(),
     };
-    let (layer, report) =
-        ToolLayer::connect(provider, cache, Some(store), config.clone(), Pool::Standard)
-            .await
-            .context("reading the tool pins")?;
+    let (layer, report) = ToolLayer::connect(provider, cache, Some(store), config, pool)
+        .await
+        .context("reading the tool pins")?;
     for (server, e) in &report.server_errors {
         eprintln!("warning: tool server {server} not listed: {e}");
     }
@@ -186,6 +197,8 @@ pub async fn tool_layer(
 pub struct Embedded {
     store: Arc<SqliteStore>,
     tools: Arc<ToolLayer>,
+    provider: Arc<BrightData>,
+    cache: Arc<dyn ContentCache>,
     sim: Option<SimHandle>,
     options: Options,
 }
@@ -204,17 +217,22 @@ impl Embedded {
         let (provider, sim) =
             provider(&options.upstream, options.prices, options.call_timeout).await?;
         let store = Arc::new(store);
+        let provider = Arc::new(provider);
+        let cache: Arc<dyn ContentCache> = Arc::new(cache);
         let tools = tool_layer(
-            Arc::new(provider),
-            Arc::new(cache),
+            provider.clone(),
+            cache.clone(),
             store.clone(),
             options.tools.as_ref(),
+            Pool::Standard,
         )
         .await?;
         let tools = Arc::new(tools);
         Ok(Embedded {
             store,
             tools,
+            provider,
+            cache,
             sim,
             options,
         })
@@ -249,6 +267,17 @@ impl Embedded {
                 .and_then(|m| m.resolve(r.model.as_deref()))
             {
                 anyhow::bail!("the job has a research question, but {e}");
+            }
+        }
+        // So is a browse job with model steps.
+        if let Some(b) = spec.browse.as_ref().filter(|b| b.has_model_steps()) {
+            let models = self.options.models.as_deref();
+            if let Err(e) = models
+                .filter(|m| m.any())
+                .ok_or_else(|| "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL".to_owned())
+                .and_then(|m| m.resolve(b.model.as_deref()))
+            {
+                anyhow::bail!("the browse steps include model steps (act, extract by instruction, observe), but {e}");
             }
         }
         let (queue, events) = self.plumbing();
@@ -292,33 +321,57 @@ impl Embedded {
         cancel: &CancellationToken,
     ) -> anyhow::Result<Summary> {
         let started = Instant::now();
-        let queue = Arc::new(EmbeddedQueue::new(self.options.queue));
+        let queues = PooledQueue::new(self.options.queue);
         let (events, mut rx) = InProcessEvents::channel();
         let events = Arc::new(events);
-        let mut worker = Worker::new(
-            queue.clone(),
-            self.store.clone(),
-            events.clone(),
-            self.tools.clone(),
-            self.options.worker.clone(),
-        );
-        if let Some(m) = &self.options.models {
-            worker = worker.with_models(m.clone());
-        }
-        let worker = Arc::new(worker);
         let stop_worker = cancel.child_token();
-        let worker_task = tokio::spawn(worker.run(stop_worker.clone()));
-        let scheduler = self.scheduler(queue.as_ref(), events.as_ref());
+        let mut workers = vec![tokio::spawn(
+            Arc::new(self.worker(
+                Arc::new(queues.view(Pool::Standard)),
+                &events,
+                self.tools.clone(),
+            ))
+            .run(stop_worker.clone()),
+        )];
+        // Browse slices go to a second worker whose tool layer serves the
+        // isolated pool, with its own queue: the standard one never sees them.
+        let browses = self
+            .store
+            .job(job)
+            .await?
+            .is_some_and(|j| j.spec.get("browse").is_some_and(|b| !b.is_null()));
+        if browses {
+            let isolated = tool_layer(
+                self.provider.clone(),
+                self.cache.clone(),
+                self.store.clone(),
+                self.options.tools.as_ref(),
+                Pool::Isolated,
+            )
+            .await?;
+            let worker = self
+                .worker(
+                    Arc::new(queues.view(Pool::Isolated)),
+                    &events,
+                    Arc::new(isolated),
+                )
+                .with_browsers(self.options.browsers.clone());
+            workers.push(tokio::spawn(Arc::new(worker).run(stop_worker.clone())));
+        }
+        let queue = queues.view(Pool::Standard);
+        let scheduler = self.scheduler(&queue, events.as_ref());
         let finished = scheduler
             .drive(job, &mut rx, cancel, &mut |c| progress.update(c))
             .await;
         stop_worker.cancel();
         // Slices in flight finish first; a worker that does not stop in time is
         // abandoned rather than holding the run open.
-        match tokio::time::timeout(WORKER_STOP_DEADLINE, worker_task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "worker task ended abnormally"),
-            Err(_) => tracing::error!("worker did not stop within {WORKER_STOP_DEADLINE:?}"),
+        for task in workers {
+            match tokio::time::timeout(WORKER_STOP_DEADLINE, task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "worker task ended abnormally"),
+                Err(_) => tracing::error!("worker did not stop within {WORKER_STOP_DEADLINE:?}"),
+            }
         }
         let finished = finished.context("driving the job")?;
         progress.finish(&finished.counts);
@@ -350,6 +403,25 @@ impl Embedded {
         };
         output::write(out_dir, self.store.as_ref(), job, &summary).await?;
         Ok(summary)
+    }
+
+    fn worker(
+        &self,
+        queue: Arc<dyn SliceQueue>,
+        events: &Arc<InProcessEvents>,
+        tools: Arc<ToolLayer>,
+    ) -> Worker {
+        let worker = Worker::new(
+            queue,
+            self.store.clone(),
+            events.clone(),
+            tools,
+            self.options.worker.clone(),
+        );
+        match &self.options.models {
+            Some(m) => worker.with_models(m.clone()),
+            None => worker,
+        }
     }
 
     /// The summary of a job that did not run (awaiting approval), written out.

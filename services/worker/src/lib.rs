@@ -16,6 +16,7 @@
 //! Concurrency is bounded: `concurrency` loops pull in parallel.
 
 pub mod agent;
+pub mod browse;
 pub mod models;
 pub mod research;
 
@@ -29,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 use trawl_core::extract::Extractor;
-use trawl_core::model::{JobId, JobStatus, SliceOutcome, now_ms};
+use trawl_core::model::{JobId, JobStatus, SliceKind, SliceOutcome, now_ms};
 use trawl_core::ports::{
     Delivery, Events, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
 };
@@ -266,6 +267,9 @@ pub struct Worker {
     /// The models research slices run on; `None`: such slices fail with
     /// `no_model`.
     models: Option<Arc<models::Models>>,
+    /// Where browse slices open browsers; `None`: such slices fail with
+    /// `no_browser`.
+    browsers: Option<Arc<browse::Browsers>>,
 }
 
 impl Worker {
@@ -284,7 +288,14 @@ impl Worker {
             jobs: JobContexts::default(),
             config,
             models: None,
+            browsers: None,
         }
+    }
+
+    /// Where browse slices open their browsers (an isolated pool's workers).
+    pub fn with_browsers(mut self, browsers: Arc<browse::Browsers>) -> Worker {
+        self.browsers = Some(browsers);
+        self
     }
 
     /// The models research, agent and report slices run on.
@@ -401,7 +412,17 @@ impl Worker {
             tracing::debug!("job is over or unknown; skipping slice");
             return Ok(Processed::Done);
         };
-        let (outcome, transient) = if msg.slice.kind.is_model_driven() {
+        let (outcome, transient) = if matches!(msg.slice.kind, SliceKind::Browse { .. }) {
+            browse::run_slice(
+                &job,
+                &self.tools,
+                self.models.as_deref(),
+                self.store.as_ref(),
+                self.browsers.as_deref(),
+                &msg.slice,
+            )
+            .await
+        } else if msg.slice.kind.is_model_driven() {
             research::run_slice(
                 &job,
                 &self.tools,

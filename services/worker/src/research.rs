@@ -163,85 +163,7 @@ impl Cx {
 
     /// One model turn: budget reserved, the call, a trace step and its cost.
     async fn turn(&self, req: &Request) -> Result<Response, ToolError> {
-        use tracing::Instrument;
-        let span = tracing::info_span!(
-            "model_turn",
-            otel.name = %format_args!("model {}", self.model.model),
-            model = %self.model.model,
-            input_tokens = tracing::field::Empty,
-            output_tokens = tracing::field::Empty,
-            stop_reason = tracing::field::Empty,
-        );
-        self.turn_in(req, &span).instrument(span.clone()).await
-    }
-
-    async fn turn_in(&self, req: &Request, span: &tracing::Span) -> Result<Response, ToolError> {
-        let price = self.model.price.unwrap_or_default();
-        let reserve = price.cost(&Usage {
-            input_tokens: approx_tokens(req),
-            output_tokens: u64::from(req.max_tokens),
-            ..Usage::default()
-        });
-        let budget = &self.job.budget;
-        match budget.try_reserve(reserve).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(ToolError::permanent(
-                    "budget_exhausted",
-                    format!(
-                        "the job's budget of {} would be passed by a model turn",
-                        budget.max().unwrap_or_default()
-                    ),
-                ));
-            }
-            Err(e) => return Err(ToolError::transient("store_unavailable", e.to_string())),
-        }
-        let digest = trawl_core::digest(&[&self.model.model, &format!("{:?}", req.messages)]);
-        let started = Instant::now();
-        let result = self.model.client.complete(req).await;
-        let latency = started.elapsed();
-        match result {
-            Ok(resp) => {
-                let cost = price.cost(&resp.usage);
-                budget.settle(reserve, cost).await;
-                self.rec
-                    .model_turn(&self.model.model, &digest, Ok(()), latency, cost);
-                let u = &resp.usage;
-                trawl_telemetry::names::model_turn(
-                    &self.model.model,
-                    "ok",
-                    latency,
-                    [
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.cache_creation_input_tokens,
-                        u.cache_read_input_tokens,
-                    ],
-                );
-                span.record("input_tokens", resp.usage.input_tokens);
-                span.record("output_tokens", resp.usage.output_tokens);
-                span.record("stop_reason", format!("{:?}", resp.stop_reason));
-                Ok(resp)
-            }
-            Err(e) => {
-                budget.release(reserve).await;
-                let code = format!("model_{}", e.code);
-                trawl_telemetry::names::model_turn(&self.model.model, &code, latency, [0; 4]);
-                let err = if e.transient {
-                    ToolError::transient(code, e.to_string())
-                } else {
-                    ToolError::permanent(code, e.to_string())
-                };
-                self.rec.model_turn(
-                    &self.model.model,
-                    &digest,
-                    Err(&err),
-                    latency,
-                    trawl_core::cost::Micros::ZERO,
-                );
-                Err(err)
-            }
-        }
+        model_turn(&self.job, &self.model, &self.rec, req).await
     }
 
     fn request(&self, system: String) -> Request {
@@ -1038,6 +960,102 @@ fn cap(text: &str) -> String {
         end,
         text.len()
     )
+}
+
+/// One model turn of a slice: budget reserved, the call, a trace step and its
+/// cost. Shared by the research slices and the model steps of browse slices.
+pub(crate) async fn model_turn(
+    job: &JobContext,
+    model: &Resolved,
+    rec: &Recorder,
+    req: &Request,
+) -> Result<Response, ToolError> {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        "model_turn",
+        otel.name = %format_args!("model {}", model.model),
+        model = %model.model,
+        input_tokens = tracing::field::Empty,
+        output_tokens = tracing::field::Empty,
+        stop_reason = tracing::field::Empty,
+    );
+    turn_in(job, model, rec, req, &span)
+        .instrument(span.clone())
+        .await
+}
+
+async fn turn_in(
+    job: &JobContext,
+    model: &Resolved,
+    rec: &Recorder,
+    req: &Request,
+    span: &tracing::Span,
+) -> Result<Response, ToolError> {
+    let price = model.price.unwrap_or_default();
+    let reserve = price.cost(&Usage {
+        input_tokens: approx_tokens(req),
+        output_tokens: u64::from(req.max_tokens),
+        ..Usage::default()
+    });
+    let budget = &job.budget;
+    match budget.try_reserve(reserve).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(ToolError::permanent(
+                "budget_exhausted",
+                format!(
+                    "the job's budget of {} would be passed by a model turn",
+                    budget.max().unwrap_or_default()
+                ),
+            ));
+        }
+        Err(e) => return Err(ToolError::transient("store_unavailable", e.to_string())),
+    }
+    let digest = trawl_core::digest(&[&model.model, &format!("{:?}", req.messages)]);
+    let started = Instant::now();
+    let result = model.client.complete(req).await;
+    let latency = started.elapsed();
+    match result {
+        Ok(resp) => {
+            let cost = price.cost(&resp.usage);
+            budget.settle(reserve, cost).await;
+            rec.model_turn(&model.model, &digest, Ok(()), latency, cost);
+            let u = &resp.usage;
+            trawl_telemetry::names::model_turn(
+                &model.model,
+                "ok",
+                latency,
+                [
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_creation_input_tokens,
+                    u.cache_read_input_tokens,
+                ],
+            );
+            span.record("input_tokens", resp.usage.input_tokens);
+            span.record("output_tokens", resp.usage.output_tokens);
+            span.record("stop_reason", format!("{:?}", resp.stop_reason));
+            Ok(resp)
+        }
+        Err(e) => {
+            budget.release(reserve).await;
+            let code = format!("model_{}", e.code);
+            trawl_telemetry::names::model_turn(&model.model, &code, latency, [0; 4]);
+            let err = if e.transient {
+                ToolError::transient(code, e.to_string())
+            } else {
+                ToolError::permanent(code, e.to_string())
+            };
+            rec.model_turn(
+                &model.model,
+                &digest,
+                Err(&err),
+                latency,
+                trawl_core::cost::Micros::ZERO,
+            );
+            Err(err)
+        }
+    }
 }
 
 /// Rough input tokens of a request (4 bytes a token), to reserve budget before

@@ -1,0 +1,584 @@
+//! Browser sessions over the Chrome DevTools Protocol (chromiumoxide).
+//!
+//! One [`Session`] per browse slice: a fresh local headless Chromium with its own
+//! throw-away profile, or a connection to a remote CDP endpoint (Bright Data's
+//! Scraping Browser, reached through [`relay`] because its endpoint wants HTTP basic
+//! credentials the WebSocket client does not send by itself).
+//!
+//! Every action waits for its element the way Playwright's actions do: it polls the
+//! live page until the selector matches (or the text shows), up to the step's
+//! timeout, across navigations. Clicks are real mouse events at the element's
+//! centre; fills focus the field, clear it and insert the text as typing does.
+//!
+//! Model steps work on a [`Snapshot`]: the page's visible elements as numbered lines
+//! (`[e12] button "Add to cart"`), no scripts or styles, size-capped. A reference is
+//! turned back into a concrete, stable CSS selector ([`Session::selector_for`]) so
+//! what a model chose can be replayed without it.
+
+pub mod relay;
+mod script;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chromiumoxide::cdp::browser_protocol::input::InsertTextParams;
+use chromiumoxide::cdp::browser_protocol::network::EventLoadingFinished;
+use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
+use chromiumoxide::page::ScreenshotParams;
+use chromiumoxide::{Browser, BrowserConfig, Page};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// How often a waiting action looks at the page again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Where sessions run.
+#[derive(Clone, Debug)]
+pub enum Endpoint {
+    /// A headless Chromium started for each session.
+    Local {
+        /// The executable; `None`: found on `PATH` (`chromium`, `google-chrome`, …).
+        executable: Option<PathBuf>,
+    },
+    /// A running browser's DevTools WebSocket URL (`ws://…` or `wss://…`). User
+    /// credentials in the URL are sent as HTTP basic authorization.
+    Remote { url: String },
+}
+
+/// Why a browser action failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct BrowserError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The browser could not be started or reached.
+    Launch,
+    /// A wait ran out.
+    Timeout,
+    /// The page does not have what the step needs (no such option, not a field).
+    Page,
+    /// The protocol failed (the browser went away, a command failed).
+    Protocol,
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorKind::Launch => "browser_launch",
+            ErrorKind::Timeout => "step_timeout",
+            ErrorKind::Page => "page_mismatch",
+            ErrorKind::Protocol => "browser_protocol",
+        })
+    }
+}
+
+impl BrowserError {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> BrowserError {
+        BrowserError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether trying the slice again may help.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Launch | ErrorKind::Protocol | ErrorKind::Timeout
+        )
+    }
+}
+
+fn protocol(e: impl std::fmt::Display) -> BrowserError {
+    BrowserError::new(ErrorKind::Protocol, e.to_string())
+}
+
+/// A page reduced to what a model needs to pick an element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub url: String,
+    pub title: String,
+    /// One line per element: `[e12] button "Add to cart"`.
+    pub text: String,
+    /// Elements listed.
+    pub elements: u32,
+    /// Whether the cap cut the list.
+    pub truncated: bool,
+}
+
+/// One browser session: one browser, one page.
+pub struct Session {
+    browser: Browser,
+    page: Page,
+    handler: JoinHandle<()>,
+    network: JoinHandle<()>,
+    bytes: Arc<AtomicU64>,
+    _profile: Option<tempfile::TempDir>,
+    _relay: Option<relay::Relay>,
+}
+
+impl Session {
+    /// Starts or connects to a browser and opens a blank page.
+    pub async fn open(
+        endpoint: &Endpoint,
+        launch_timeout: Duration,
+    ) -> Result<Session, BrowserError> {
+        let launch = async {
+            match endpoint {
+                Endpoint::Local { executable } => {
+                    let profile = tempfile::Builder::new()
+                        .prefix("trawl-browser-")
+                        .tempdir()
+                        .map_err(|e| {
+                            BrowserError::new(ErrorKind::Launch, format!("profile folder: {e}"))
+                        })?;
+                    let mut config = BrowserConfig::builder()
+                        .no_sandbox()
+                        .arg("--disable-gpu")
+                        .arg("--disable-background-networking")
+                        .user_data_dir(profile.path())
+                        .launch_timeout(launch_timeout);
+                    if let Some(exe) = executable.clone().or_else(find_chromium) {
+                        config = config.chrome_executable(exe);
+                    }
+                    let config = config
+                        .build()
+                        .map_err(|e| BrowserError::new(ErrorKind::Launch, e))?;
+                    let (browser, handler) = Browser::launch(config).await.map_err(|e| {
+                        BrowserError::new(ErrorKind::Launch, format!("starting Chromium: {e}"))
+                    })?;
+                    Ok((browser, handler, Some(profile), None))
+                }
+                Endpoint::Remote { url } => {
+                    let (url, relay) = relay::Relay::for_url(url)
+                        .await
+                        .map_err(|e| BrowserError::new(ErrorKind::Launch, e))?;
+                    let (browser, handler) = Browser::connect(url).await.map_err(|e| {
+                        BrowserError::new(
+                            ErrorKind::Launch,
+                            format!("connecting to the browser: {e}"),
+                        )
+                    })?;
+                    Ok((browser, handler, None, relay))
+                }
+            }
+        };
+        let (browser, mut handler, profile, relay) = tokio::time::timeout(launch_timeout, launch)
+            .await
+            .map_err(|_| {
+                BrowserError::new(
+                    ErrorKind::Launch,
+                    format!("no browser within {launch_timeout:?}"),
+                )
+            })??;
+        let handler = tokio::spawn(async move {
+            while let Some(event) = handler.next().await {
+                if let Err(e) = event {
+                    tracing::debug!(error = %e, "browser handler");
+                }
+            }
+        });
+        let page = match browser.new_page("about:blank").await {
+            Ok(p) => p,
+            Err(e) => {
+                handler.abort();
+                return Err(BrowserError::new(
+                    ErrorKind::Launch,
+                    format!("opening a page: {e}"),
+                ));
+            }
+        };
+        let bytes = Arc::new(AtomicU64::new(0));
+        let mut finished = page
+            .event_listener::<EventLoadingFinished>()
+            .await
+            .map_err(protocol)?;
+        let counter = bytes.clone();
+        let network = tokio::spawn(async move {
+            while let Some(ev) = finished.next().await {
+                let n = ev.encoded_data_length.max(0.0) as u64;
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
+        });
+        Ok(Session {
+            browser,
+            page,
+            handler,
+            network,
+            bytes,
+            _profile: profile,
+            _relay: relay,
+        })
+    }
+
+    /// Bytes received over the network so far (encoded, as transferred).
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Loads `url` and waits for its `load` event.
+    pub async fn goto(&self, url: &str, timeout: Duration) -> Result<(), BrowserError> {
+        match tokio::time::timeout(timeout, self.page.goto(url)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(BrowserError::new(
+                ErrorKind::Page,
+                format!("loading {url}: {e}"),
+            )),
+            Err(_) => Err(BrowserError::new(
+                ErrorKind::Timeout,
+                format!("{url} did not load within {timeout:?}"),
+            )),
+        }
+    }
+
+    /// The page's URL now.
+    pub async fn url(&self) -> String {
+        self.page.url().await.ok().flatten().unwrap_or_default()
+    }
+
+    /// Runs `function` (a JS function expression) with `args` in the page.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        function: &str,
+        args: &[Value],
+    ) -> Result<T, BrowserError> {
+        let args: Vec<String> = args.iter().map(Value::to_string).collect();
+        let expr = format!("({function})({})", args.join(","));
+        let params = EvaluateParams::builder()
+            .expression(expr)
+            .await_promise(true)
+            .return_by_value(true)
+            .build()
+            .map_err(protocol)?;
+        let res = self
+            .page
+            .evaluate_expression(params)
+            .await
+            .map_err(protocol)?;
+        res.into_value::<T>().map_err(protocol)
+    }
+
+    /// Polls `function(args)` until it returns a non-null value or `timeout` runs
+    /// out; errors while the page navigates count as "not yet".
+    async fn wait_value<T: DeserializeOwned>(
+        &self,
+        function: &str,
+        args: &[Value],
+        timeout: Duration,
+        what: impl Fn() -> String,
+    ) -> Result<T, BrowserError> {
+        let deadline = Instant::now() + timeout;
+        let mut last_error: Option<String>;
+        loop {
+            match self.call::<Option<T>>(function, args).await {
+                Ok(Some(v)) => return Ok(v),
+                Ok(None) => last_error = None,
+                Err(e) => last_error = Some(e.message),
+            }
+            if Instant::now() >= deadline {
+                let mut m = format!("{} within {timeout:?}", what());
+                if let Some(e) = last_error {
+                    m.push_str(&format!(" (last error: {e})"));
+                }
+                return Err(BrowserError::new(ErrorKind::Timeout, m));
+            }
+            tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+        }
+    }
+
+    /// Waits until `selector` matches a visible element.
+    pub async fn wait_for_selector(
+        &self,
+        selector: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        self.wait_value::<bool>(script::VISIBLE, &[json!(selector)], timeout, || {
+            format!("no visible element matched {selector}")
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Waits until the page's text contains `text`.
+    pub async fn wait_for_text(&self, text: &str, timeout: Duration) -> Result<(), BrowserError> {
+        self.wait_value::<bool>(script::HAS_TEXT, &[json!(text)], timeout, || {
+            format!("the page never showed the text {text:?}")
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Clicks the element `selector` matches (a real mouse click at its centre).
+    pub async fn click(&self, selector: &str, timeout: Duration) -> Result<(), BrowserError> {
+        self.wait_for_selector(selector, timeout).await?;
+        let el = self.page.find_element(selector).await.map_err(protocol)?;
+        el.scroll_into_view().await.map_err(protocol)?;
+        el.click().await.map_err(protocol)?;
+        Ok(())
+    }
+
+    /// Focuses the field, clears it and types `value` into it.
+    pub async fn fill(
+        &self,
+        selector: &str,
+        value: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        self.wait_for_selector(selector, timeout).await?;
+        let ok: bool = self
+            .call(script::CLEAR_AND_FOCUS, &[json!(selector)])
+            .await?;
+        if !ok {
+            return Err(BrowserError::new(
+                ErrorKind::Page,
+                format!("{selector} is not a field that takes text"),
+            ));
+        }
+        self.page
+            .execute(InsertTextParams::new(value))
+            .await
+            .map_err(protocol)?;
+        let _: bool = self.call(script::CHANGED, &[json!(selector)]).await?;
+        Ok(())
+    }
+
+    /// Chooses the option of the `<select>` whose value or label is `value`.
+    pub async fn select(
+        &self,
+        selector: &str,
+        value: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        self.wait_for_selector(selector, timeout).await?;
+        let r: Value = self
+            .call(script::SELECT, &[json!(selector), json!(value)])
+            .await?;
+        match r.as_str() {
+            Some("ok") => Ok(()),
+            Some(why) => Err(BrowserError::new(
+                ErrorKind::Page,
+                format!("{selector}: {why}"),
+            )),
+            None => Err(BrowserError::new(
+                ErrorKind::Page,
+                format!("{selector}: not selectable"),
+            )),
+        }
+    }
+
+    /// Chooses the `<option>` `selector` matches in its `<select>`.
+    pub async fn choose_option(
+        &self,
+        selector: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        let ok: bool = self
+            .wait_value(script::CHOOSE_OPTION, &[json!(selector)], timeout, || {
+                format!("no option matched {selector}")
+            })
+            .await?;
+        if ok {
+            Ok(())
+        } else {
+            Err(BrowserError::new(
+                ErrorKind::Page,
+                format!("{selector} is not an option of a <select>"),
+            ))
+        }
+    }
+
+    /// Scrolls a viewport height `times` times.
+    pub async fn scroll_times(&self, times: u32) -> Result<(), BrowserError> {
+        for _ in 0..times {
+            let _: bool = self.call(script::SCROLL, &[]).await?;
+            // Let what a scroll triggers (lazy loading) start before the next one.
+            let _: bool = self.call(script::NEXT_FRAME, &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Scrolls until `selector` matches, up to `timeout`.
+    pub async fn scroll_until(
+        &self,
+        selector: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        self.wait_value::<bool>(script::SCROLL_UNTIL, &[json!(selector)], timeout, || {
+            format!("scrolling never showed {selector}")
+        })
+        .await
+        .map(drop)
+    }
+
+    /// The live DOM serialized as HTML.
+    pub async fn html(&self) -> Result<String, BrowserError> {
+        self.call(script::HTML, &[]).await
+    }
+
+    /// A marker for "this page": set in the document, gone once it navigates.
+    pub async fn mark(&self) -> Result<String, BrowserError> {
+        self.call(script::MARK, &[]).await
+    }
+
+    /// Waits until the page marked `mark` is gone (navigated) and loaded, or its
+    /// `selector` content changed (a page rendered in place), with `selector`
+    /// matching again.
+    pub async fn wait_for_change(
+        &self,
+        mark: &str,
+        selector: &str,
+        before: &str,
+        timeout: Duration,
+    ) -> Result<(), BrowserError> {
+        self.wait_value::<bool>(
+            script::CHANGED_SINCE,
+            &[json!(mark), json!(selector), json!(before)],
+            timeout,
+            || format!("the page did not change after going to the next page ({selector})"),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The outer HTML of everything `selector` matches, joined: what a page looks
+    /// like before an action changes it.
+    pub async fn fingerprint(&self, selector: &str) -> Result<String, BrowserError> {
+        self.call(script::FINGERPRINT, &[json!(selector)]).await
+    }
+
+    /// Whether `selector` matches a visible element now (no waiting).
+    pub async fn is_visible(&self, selector: &str) -> Result<bool, BrowserError> {
+        Ok(self
+            .call::<Option<bool>>(script::VISIBLE, &[json!(selector)])
+            .await?
+            .unwrap_or(false))
+    }
+
+    /// Whether `selector` matches exactly one element now.
+    pub async fn matches_one(&self, selector: &str) -> Result<bool, BrowserError> {
+        self.call(script::MATCHES_ONE, &[json!(selector)]).await
+    }
+
+    /// The visible text of the first element `selector` matches (form fields: their value).
+    pub async fn text_of(&self, selector: &str) -> Result<Option<String>, BrowserError> {
+        self.call(script::TEXT_OF, &[json!(selector)]).await
+    }
+
+    /// A PNG of the viewport.
+    pub async fn screenshot(&self) -> Result<Vec<u8>, BrowserError> {
+        self.page
+            .screenshot(
+                ScreenshotParams::builder()
+                    .format(CaptureScreenshotFormat::Png)
+                    .build(),
+            )
+            .await
+            .map_err(protocol)
+    }
+
+    /// The page's visible elements as numbered lines, at most `max_bytes` of them.
+    pub async fn snapshot(&self, max_bytes: usize) -> Result<Snapshot, BrowserError> {
+        let v: Value = self.call(script::SNAPSHOT, &[json!(max_bytes)]).await?;
+        Ok(Snapshot {
+            url: v["url"].as_str().unwrap_or_default().to_owned(),
+            title: v["title"].as_str().unwrap_or_default().to_owned(),
+            text: v["text"].as_str().unwrap_or_default().to_owned(),
+            elements: v["elements"].as_u64().unwrap_or(0) as u32,
+            truncated: v["truncated"].as_bool().unwrap_or(false),
+        })
+    }
+
+    /// A stable CSS selector for the element a snapshot numbered `reference`
+    /// (`e12`): its id, a unique test id, name or label, else its path. `None`
+    /// when no element has that reference.
+    pub async fn selector_for(&self, reference: &str) -> Result<Option<String>, BrowserError> {
+        self.call(script::SELECTOR_FOR, &[json!(reference)]).await
+    }
+
+    /// The tag (and for inputs, type) of the element `selector` matches.
+    pub async fn describe(&self, selector: &str) -> Result<Option<String>, BrowserError> {
+        self.call(script::DESCRIBE, &[json!(selector)]).await
+    }
+
+    /// Closes the page and the browser (a local one's process exits, its profile
+    /// folder is removed).
+    pub async fn close(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.browser.close()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.browser.wait()).await;
+        self.network.abort();
+        self.handler.abort();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A session dropped without close (a cancelled slice): do not leave the
+        // browser process behind.
+        if let Some(child) = self.browser.get_mut_child() {
+            let _ = child.as_mut_inner().start_kill();
+        }
+        self.network.abort();
+        self.handler.abort();
+    }
+}
+
+/// The first Chromium-like executable on `PATH`.
+fn find_chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for name in [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "google-chrome-stable",
+    ] {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+/// Bright Data's Scraping Browser endpoint for a zone, from a country when given:
+/// `wss://brd-customer-<id>-zone-<zone>[-country-<cc>]:<password>@brd.superproxy.io:9222`.
+pub fn scraping_browser_url(
+    customer: &str,
+    zone: &str,
+    password: &str,
+    country: Option<&str>,
+) -> String {
+    let mut user = format!("brd-customer-{customer}-zone-{zone}");
+    if let Some(cc) = country {
+        user.push_str("-country-");
+        user.push_str(&cc.to_ascii_lowercase());
+    }
+    format!("wss://{user}:{password}@brd.superproxy.io:9222")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scraping_browser_urls_carry_zone_and_country() {
+        assert_eq!(
+            scraping_browser_url("c_1234", "scraping_browser1", "pw", Some("DE")),
+            "wss://brd-customer-c_1234-zone-scraping_browser1-country-de:pw@brd.superproxy.io:9222"
+        );
+        assert_eq!(
+            scraping_browser_url("c_1234", "sb", "pw", None),
+            "wss://brd-customer-c_1234-zone-sb:pw@brd.superproxy.io:9222"
+        );
+    }
+}
