@@ -27,9 +27,6 @@ PENDING = {
     "TRAWL_WEBHOOK_URL",
     "TRAWL_WEBHOOK_SECRET",
     "TRAWL_APPROVAL_TTL",
-    # Comes with browse slices (a later issue); the isolated pool that sets it
-    # stays disabled until then (values.yaml, isolatedWorkers).
-    "TRAWL_WORKER_POOL",
 }
 
 

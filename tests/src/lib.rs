@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod site;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -414,6 +416,11 @@ impl Deployment {
 
     /// Starts `trawl <role>` with this deployment's settings.
     pub fn spawn(&self, role: &str, name: &str) -> Role {
+        self.spawn_with(role, name, &[])
+    }
+
+    /// Starts `trawl <role>` with this deployment's settings and `env` on top.
+    pub fn spawn_with(&self, role: &str, name: &str, env: &[(&str, &str)]) -> Role {
         let mut cmd = Command::new(&self.bin);
         cmd.arg(role)
             .env_clear()
@@ -436,6 +443,9 @@ impl Deployment {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("trawl-e2e starts");

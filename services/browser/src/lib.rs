@@ -552,9 +552,14 @@ fn find_chromium() -> Option<PathBuf> {
     None
 }
 
-/// Bright Data's Scraping Browser endpoint for a zone, from a country when given:
-/// `wss://brd-customer-<id>-zone-<zone>[-country-<cc>]:<password>@brd.superproxy.io:9222`.
+/// Bright Data's Scraping Browser endpoint.
+pub const SCRAPING_BROWSER: &str = "wss://brd.superproxy.io:9222";
+
+/// The Scraping Browser URL of a zone, from a country when given:
+/// `wss://brd-customer-<id>-zone-<zone>[-country-<cc>]:<password>@brd.superproxy.io:9222`
+/// for `endpoint` = [`SCRAPING_BROWSER`].
 pub fn scraping_browser_url(
+    endpoint: &str,
     customer: &str,
     zone: &str,
     password: &str,
@@ -565,7 +570,8 @@ pub fn scraping_browser_url(
         user.push_str("-country-");
         user.push_str(&cc.to_ascii_lowercase());
     }
-    format!("wss://{user}:{password}@brd.superproxy.io:9222")
+    let (scheme, rest) = endpoint.split_once("://").unwrap_or(("wss", endpoint));
+    format!("{scheme}://{user}:{password}@{rest}")
 }
 
 #[cfg(test)]
@@ -575,11 +581,17 @@ mod tests {
     #[test]
     fn scraping_browser_urls_carry_zone_and_country() {
         assert_eq!(
-            scraping_browser_url("c_1234", "scraping_browser1", "pw", Some("DE")),
+            scraping_browser_url(
+                SCRAPING_BROWSER,
+                "c_1234",
+                "scraping_browser1",
+                "pw",
+                Some("DE")
+            ),
             "wss://brd-customer-c_1234-zone-scraping_browser1-country-de:pw@brd.superproxy.io:9222"
         );
         assert_eq!(
-            scraping_browser_url("c_1234", "sb", "pw", None),
+            scraping_browser_url(SCRAPING_BROWSER, "c_1234", "sb", "pw", None),
             "wss://brd-customer-c_1234-zone-sb:pw@brd.superproxy.io:9222"
         );
     }

@@ -133,20 +133,9 @@ impl Extractor {
         for (name, f) in &self.fields {
             let found = match &f.source {
                 Source::JsonLd(path) => ld.iter().find_map(|n| resolve(n, path)).cloned(),
-                Source::Css { selector, attr } => dom.as_ref().and_then(|d| {
-                    let el = d.select(selector).next()?;
-                    match attr {
-                        Some(a) => el
-                            .value()
-                            .attr(a)
-                            .map(|s| Value::String(s.trim().to_owned())),
-                        None => {
-                            let text = el.text().collect::<Vec<_>>().join(" ");
-                            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                            (!text.is_empty()).then_some(Value::String(text))
-                        }
-                    }
-                }),
+                Source::Css { selector, attr } => dom
+                    .as_ref()
+                    .and_then(|d| css_value(d.select(selector).next()?, attr.as_deref())),
                 Source::Regex(re) => re
                     .captures(page)
                     .and_then(|c| c.get(1))
@@ -174,28 +163,19 @@ impl Extractor {
         };
         let mut items = Vec::new();
         for row in dom.select(&rows) {
-            let html = (!self
+            let html = self
                 .fields
                 .values()
-                .all(|f| !matches!(f.source, Source::Regex(_))))
-            .then(|| row.html());
+                .any(|f| matches!(f.source, Source::Regex(_)))
+                .then(|| row.html());
             let mut out = Map::new();
             for (name, f) in &self.fields {
                 let found = match &f.source {
                     Source::JsonLd(path) => ld.iter().find_map(|n| resolve(n, path)).cloned(),
-                    Source::Css { selector, attr } => {
-                        row.select(selector).next().and_then(|el| match attr {
-                            Some(a) => el
-                                .value()
-                                .attr(a)
-                                .map(|s| Value::String(s.trim().to_owned())),
-                            None => {
-                                let text = el.text().collect::<Vec<_>>().join(" ");
-                                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                                (!text.is_empty()).then_some(Value::String(text))
-                            }
-                        })
-                    }
+                    Source::Css { selector, attr } => row
+                        .select(selector)
+                        .next()
+                        .and_then(|el| css_value(el, attr.as_deref())),
                     Source::Regex(re) => html
                         .as_deref()
                         .and_then(|h| re.captures(h))
@@ -209,6 +189,22 @@ impl Extractor {
             items.push(Value::Object(out));
         }
         Ok(items)
+    }
+}
+
+/// A CSS source's value: the attribute, or the element's text with whitespace
+/// collapsed (`None` when empty).
+fn css_value(el: scraper::ElementRef<'_>, attr: Option<&str>) -> Option<Value> {
+    match attr {
+        Some(a) => el
+            .value()
+            .attr(a)
+            .map(|s| Value::String(s.trim().to_owned())),
+        None => {
+            let text = el.text().collect::<Vec<_>>().join(" ");
+            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            (!text.is_empty()).then_some(Value::String(text))
+        }
     }
 }
 

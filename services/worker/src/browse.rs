@@ -59,6 +59,7 @@ enum Target {
     },
     /// Bright Data's Scraping Browser; the country comes from the slice's geo.
     BrightData {
+        endpoint: String,
         customer: String,
         zone: String,
         password: String,
@@ -99,7 +100,8 @@ impl Browsers {
 
     /// From `lookup` (the environment in production):
     /// - `BRIGHTDATA_CUSTOMER_ID`, `BRIGHTDATA_BROWSER_ZONE` and
-    ///   `BRIGHTDATA_BROWSER_PASSWORD`: Bright Data's Scraping Browser;
+    ///   `BRIGHTDATA_BROWSER_PASSWORD`: Bright Data's Scraping Browser (at
+    ///   `BRIGHTDATA_BROWSER_ENDPOINT`, default `wss://brd.superproxy.io:9222`);
     /// - else `TRAWL_BROWSER_WS`: a DevTools WebSocket URL;
     /// - else a local Chromium (`TRAWL_CHROMIUM`, or found on `PATH`).
     ///
@@ -117,6 +119,8 @@ impl Browsers {
         );
         let target = match bd {
             (Some(customer), Some(zone), Some(password)) => Target::BrightData {
+                endpoint: get("BRIGHTDATA_BROWSER_ENDPOINT")
+                    .unwrap_or_else(|| trawl_browser::SCRAPING_BROWSER.to_owned()),
                 customer,
                 zone,
                 password,
@@ -148,11 +152,18 @@ impl Browsers {
                 executable: executable.clone(),
             },
             Target::BrightData {
+                endpoint,
                 customer,
                 zone,
                 password,
             } => Endpoint::Remote {
-                url: trawl_browser::scraping_browser_url(customer, zone, password, Some(geo)),
+                url: trawl_browser::scraping_browser_url(
+                    endpoint,
+                    customer,
+                    zone,
+                    password,
+                    Some(geo),
+                ),
             },
             Target::Remote { url } => Endpoint::Remote { url: url.clone() },
         }

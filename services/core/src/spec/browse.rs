@@ -591,3 +591,108 @@ impl Checker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::{Action, FillValue, JobSpec, ScrollUntil, WaitFor};
+    use std::time::Duration;
+
+    fn parse(steps: &str) -> Result<JobSpec, crate::spec::SpecErrors> {
+        JobSpec::parse(&format!(
+            "name: b\nbrowse:\n  urls: [\"https://portal.example/login\"]\n  geos: [us, de]\n  step_timeout: 5s\n  steps:\n{steps}"
+        ))
+    }
+
+    #[test]
+    fn every_step_kind_parses_with_its_timeout() {
+        let spec = parse(
+            r##"    - fill: {selector: "#user", value: ops}
+    - fill: {selector: "#pw", secret: portal_pw}
+    - click: "button[type=submit]"
+    - select: {selector: "#size", value: "512 GB"}
+    - wait_for: {text: Orders, timeout: 20s}
+    - scroll: {times: 3}
+    - scroll: {until: ".row:nth-child(50)"}
+    - extract: {rows: "tr", next: "a.next", fields: {id: {css: .id}}}
+    - screenshot
+    - act: "choose the 512 GB option"
+    - extract: "the price"
+      schema: {type: object, properties: {price: {type: number}}}
+      timeout: 30s
+    - observe: "the buttons"
+"##,
+        )
+        .unwrap();
+        let b = spec.browse.as_ref().unwrap();
+        assert_eq!(spec.browse_slices(), 2);
+        assert!(b.has_model_steps());
+        let names: Vec<&str> = b.steps.iter().map(|s| s.action.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "fill",
+                "fill",
+                "click",
+                "select",
+                "wait_for",
+                "scroll",
+                "scroll",
+                "extract",
+                "screenshot",
+                "act",
+                "extract",
+                "observe"
+            ]
+        );
+        assert!(
+            matches!(&b.steps[1].action, Action::Fill { value: FillValue::Secret(s), .. } if s == "portal_pw")
+        );
+        assert!(matches!(&b.steps[4].action, Action::WaitFor(WaitFor::Text(t)) if t == "Orders"));
+        assert_eq!(b.steps[4].timeout, Duration::from_secs(20));
+        assert_eq!(b.steps[0].timeout, Duration::from_secs(5));
+        assert!(matches!(
+            b.steps[5].action,
+            Action::Scroll(ScrollUntil::Times(3))
+        ));
+        assert!(
+            matches!(&b.steps[7].action, Action::Extract(x) if x.max_pages == 50 && x.rows.as_deref() == Some("tr"))
+        );
+        assert!(matches!(&b.steps[10].action, Action::ModelExtract { .. }));
+        assert_eq!(b.steps[10].timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn bad_steps_are_reported_with_their_paths() {
+        let e = parse(
+            r##"    - fill: {selector: "#password", value: hunter2}
+    - click: "div[["
+    - teleport: "#x"
+    - {click: "#a", act: "b"}
+    - extract: "the price"
+    - scroll: {}
+    - wait_for: {selector: "#a", timeout: 0s}
+"##,
+        )
+        .unwrap_err();
+        let paths = e.paths();
+        assert!(paths.contains(&"browse.steps[0].fill.value"), "{e}");
+        assert!(paths.contains(&"browse.steps[1].click"), "{e}");
+        assert!(paths.contains(&"browse.steps[2]"), "{e}");
+        assert!(paths.contains(&"browse.steps[3]"), "{e}");
+        assert!(paths.contains(&"browse.steps[4].schema"), "{e}");
+        assert!(paths.contains(&"browse.steps[5].scroll"), "{e}");
+        assert!(paths.contains(&"browse.steps[6].wait_for.timeout"), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("never written in the spec"), "{text}");
+        assert!(text.contains("not a CSS selector"), "{text}");
+    }
+
+    #[test]
+    fn a_browse_section_needs_urls_geos_and_steps() {
+        let e = JobSpec::parse("name: b\nbrowse: {urls: [], steps: []}\n").unwrap_err();
+        let paths = e.paths();
+        assert!(paths.contains(&"browse.urls"), "{e}");
+        assert!(paths.contains(&"browse.geos"), "{e}");
+        assert!(paths.contains(&"browse.steps"), "{e}");
+    }
+}
