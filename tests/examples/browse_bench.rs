@@ -153,7 +153,7 @@ async fn throughput(addr: std::net::SocketAddr, slices: usize, concurrency: usiz
     stop.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
-    assert_eq!(summary.items.valid as usize, slices * 3, "{summary:?}");
+    assert_eq!(summary.items.valid as usize, slices * 4, "{summary:?}");
     sys.shutdown().await;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let (rss, pss) = (

@@ -534,6 +534,8 @@ impl ScrapingBrowser {
                     };
                     use base64::Engine as _;
                     use futures_util::StreamExt;
+                    // tungstenite's handshake callback type: its error is a response.
+                    #[allow(clippy::result_large_err)]
                     let check = |req: &Request,
                                  resp: Response|
                      -> Result<Response, ErrorResponse> {

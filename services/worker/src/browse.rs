@@ -337,7 +337,7 @@ impl Cx<'_> {
             Ok(s) => s,
             Err(e) => {
                 budget.release(estimate).await;
-                let err = browser_error(&e, "open", 0, "");
+                let err = browser_error(&e);
                 self.rec
                     .browser_step("open", "", Err(&err), started.elapsed(), Micros::ZERO);
                 return Err(err);
@@ -456,7 +456,7 @@ impl Cx<'_> {
         out: &mut SliceOutcome,
     ) -> Result<(), ToolError> {
         let t = step.timeout;
-        let at = |e: BrowserError| browser_error(&e, step.action.name(), n, "");
+        let at = |e: BrowserError| browser_error(&e);
         match &step.action {
             Action::Goto { url } => session_goto(session, url, t).await,
             Action::Fill { selector, value } => {
@@ -614,7 +614,7 @@ impl Cx<'_> {
             if !session
                 .matches_one(s)
                 .await
-                .map_err(|e| browser_error(&e, "replay", 0, ""))?
+                .map_err(|e| browser_error(&e))?
             {
                 tracing::info!(selector = %s, "remembered selector no longer matches; asking the model again");
                 let _ = self.store.drop_replay(key).await;
@@ -649,7 +649,7 @@ impl Cx<'_> {
         let snap = session
             .snapshot(SNAPSHOT_BYTES)
             .await
-            .map_err(|e| browser_error(&e, "snapshot", n, ""))?;
+            .map_err(|e| browser_error(&e))?;
         let page_text =
             self.tools
                 .screen_page_text("browser.snapshot", &snap.text, SNAPSHOT_BYTES, self.rec);
@@ -732,7 +732,7 @@ impl Cx<'_> {
         };
         let selector = chosen["selector"].as_str().unwrap_or_default();
         let t = self.browse.steps[n - 1].timeout;
-        let at = |e: BrowserError| browser_error(&e, "act", n, "");
+        let at = |e: BrowserError| browser_error(&e);
         match chosen["action"].as_str() {
             Some("fill") => session
                 .fill(selector, chosen["value"].as_str().unwrap_or_default(), t)
@@ -934,13 +934,13 @@ async fn session_goto(session: &Session, url: &str, timeout: Duration) -> Result
     session
         .goto(url, timeout)
         .await
-        .map_err(|e| browser_error(&e, "goto", 0, url))
+        .map_err(|e| browser_error(&e))
 }
 
 /// A browser error as a tool error: waits that ran out, a browser that went away
 /// or could not start are transient (the session is tried again); a page that
 /// lacks what the step needs is not.
-fn browser_error(e: &BrowserError, _action: &str, _n: usize, _url: &str) -> ToolError {
+fn browser_error(e: &BrowserError) -> ToolError {
     if e.is_transient() {
         ToolError::transient(e.kind.to_string(), e.message.clone())
     } else {
