@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl_core::model::JobStatus;
-use trawl_model::testing::{Reply, ScriptedModel, Wire};
-use trawl_model::{AnthropicClient, ClientConfig, PriceList, Usage};
+use trawl_model::testing::ScriptedModel;
+use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
-use trawl_tests::site::{PASSWORD, serve_site};
+use trawl_tests::site::{PASSWORD, serve_site, shop_model};
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
@@ -172,37 +172,6 @@ async fn throughput(addr: std::net::SocketAddr, slices: usize, concurrency: usiz
         "peak_pss_mib_per_session": (mib(pss) / concurrency as f64).round(),
         "traffic_cost_micros": summary.cost_micros,
     })
-}
-
-fn find_ref(snapshot: &str, needles: &[&str]) -> Option<String> {
-    snapshot
-        .lines()
-        .filter_map(|l| l.strip_prefix('['))
-        .find(|l| needles.iter().all(|n| l.contains(n)))
-        .and_then(|l| l.split(']').next())
-        .map(str::to_owned)
-}
-
-fn shop_model(_wire: Wire, body: &Value) -> Reply {
-    let usage = Usage {
-        input_tokens: 800,
-        output_tokens: 50,
-        ..Usage::default()
-    };
-    let tool = body["tools"][0]["name"].as_str().unwrap_or_default();
-    let text = body["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
-    match tool {
-        "act" => {
-            let r = find_ref(text, &["option", "512 GB"]).expect(text);
-            Reply::anthropic_tool_use("tu_1", "act", json!({"ref": r, "action": "select"}), usage)
-        }
-        _ => {
-            let r = find_ref(text, &["span", "\"$"]).expect(text);
-            Reply::anthropic_tool_use("tu_1", "extract", json!({"fields": {"price": r}}), usage)
-        }
-    }
 }
 
 async fn model_calls(addr: std::net::SocketAddr) -> Value {

@@ -12,6 +12,8 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
+use trawl_model::Usage;
+use trawl_model::testing::{Reply, Wire};
 
 /// The site's switches.
 #[derive(Default)]
@@ -149,4 +151,56 @@ pub async fn serve_site() -> (SocketAddr, Arc<Site>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (addr, site)
+}
+
+/// What every turn of [`shop_model`] reports as used.
+pub const SHOP_USAGE: Usage = Usage {
+    input_tokens: 800,
+    output_tokens: 50,
+    cache_creation_input_tokens: 0,
+    cache_read_input_tokens: 0,
+};
+
+/// The reference of the first snapshot line that contains every one of `needles`.
+pub fn find_ref(snapshot: &str, needles: &[&str]) -> Option<String> {
+    snapshot
+        .lines()
+        .filter_map(|l| l.strip_prefix('['))
+        .find(|l| needles.iter().all(|n| l.contains(n)))
+        .and_then(|l| l.split(']').next())
+        .map(str::to_owned)
+}
+
+/// A model that reads the snapshot: `act` picks the 512 GB option, `extract`
+/// the element showing a dollar price, `observe` the headings.
+pub fn shop_model(_wire: Wire, body: &Value) -> Reply {
+    let tool = body["tools"][0]["name"].as_str().unwrap_or_default();
+    let text = body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    let id = format!("tu_{}", body["messages"].as_array().map_or(0, Vec::len));
+    match tool {
+        "act" => {
+            let r = find_ref(text, &["option", "512 GB"]).expect(text);
+            Reply::anthropic_tool_use(
+                &id,
+                "act",
+                json!({"ref": r, "action": "select"}),
+                SHOP_USAGE,
+            )
+        }
+        "extract" => {
+            let r = find_ref(text, &["span", "\"$"]).expect(text);
+            Reply::anthropic_tool_use(&id, "extract", json!({"fields": {"price": r}}), SHOP_USAGE)
+        }
+        _ => {
+            let r = find_ref(text, &["h1"]).unwrap();
+            Reply::anthropic_tool_use(
+                &id,
+                "observe",
+                json!({"elements": [{"ref": r, "description": "the page heading"}]}),
+                SHOP_USAGE,
+            )
+        }
+    }
 }

@@ -11,25 +11,19 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl_core::model::JobStatus;
 use trawl_core::ports::Store;
-use trawl_model::testing::{Reply, ScriptedModel, Wire};
-use trawl_model::{AnthropicClient, ClientConfig, PriceList, Usage};
+use trawl_model::testing::ScriptedModel;
+use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
-use trawl_tests::site::{PASSWORD, serve_site};
+use trawl_tests::site::{PASSWORD, serve_site, shop_model};
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 
 const MODEL: &str = "claude-sonnet-4-5";
-const USAGE: Usage = Usage {
-    input_tokens: 800,
-    output_tokens: 50,
-    cache_creation_input_tokens: 0,
-    cache_read_input_tokens: 0,
-};
 
 // ---------------------------------------------------------------------------
 // The system
@@ -56,45 +50,6 @@ fn anthropic(server: &ScriptedModel) -> Models {
     Models::new(PriceList::claude())
         .with_anthropic(Arc::new(AnthropicClient::new(cfg).unwrap()))
         .with_default_model(Some(MODEL.into()))
-}
-
-/// The reference of the first snapshot line that contains every one of `needles`.
-fn find_ref(snapshot: &str, needles: &[&str]) -> Option<String> {
-    snapshot
-        .lines()
-        .filter_map(|l| l.strip_prefix('['))
-        .find(|l| needles.iter().all(|n| l.contains(n)))
-        .and_then(|l| l.split(']').next())
-        .map(str::to_owned)
-}
-
-/// A model that reads the snapshot: `act` picks the 512 GB option, `extract`
-/// the element showing a dollar price, `observe` the headings.
-fn shop_model(_wire: Wire, body: &Value) -> Reply {
-    let tool = body["tools"][0]["name"].as_str().unwrap_or_default();
-    let text = body["messages"][0]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_default();
-    let id = format!("tu_{}", body["messages"].as_array().map_or(0, Vec::len));
-    match tool {
-        "act" => {
-            let r = find_ref(text, &["option", "512 GB"]).expect(text);
-            Reply::anthropic_tool_use(&id, "act", json!({"ref": r, "action": "select"}), USAGE)
-        }
-        "extract" => {
-            let r = find_ref(text, &["span", "\"$"]).expect(text);
-            Reply::anthropic_tool_use(&id, "extract", json!({"fields": {"price": r}}), USAGE)
-        }
-        _ => {
-            let r = find_ref(text, &["h1"]).unwrap();
-            Reply::anthropic_tool_use(
-                &id,
-                "observe",
-                json!({"elements": [{"ref": r, "description": "the page heading"}]}),
-                USAGE,
-            )
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
