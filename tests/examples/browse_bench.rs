@@ -34,7 +34,7 @@ use trawl_core::model::JobStatus;
 use trawl_model::testing::ScriptedModel;
 use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
-use trawl_tests::site::{PASSWORD, serve_site, shop_model};
+use trawl_tests::site::{PASSWORD, serve_site, shop_job, shop_model};
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
@@ -184,17 +184,7 @@ async fn model_calls(addr: std::net::SocketAddr) -> Value {
         .with_default_model(Some("claude-sonnet-4-5".into()));
     let dir = tempfile::tempdir().unwrap();
     let sys = system(&dir.path().join("state"), 1, Some(models)).await;
-    let yaml = format!(
-        r##"name: laptop-x
-browse:
-  urls: ["http://{addr}/shop"]
-  geos: [us]
-  steps:
-    - act: "choose the 512 GB option"
-    - extract: "the price shown after choosing it"
-      schema: {{type: object, required: [price], properties: {{price: {{type: number}}}}}}
-"##
-    );
+    let yaml = shop_job(addr);
     let mut calls = Vec::new();
     for run in 1..=2 {
         let before = server.requests().len();

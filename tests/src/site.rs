@@ -204,3 +204,19 @@ pub fn shop_model(_wire: Wire, body: &Value) -> Reply {
         }
     }
 }
+
+/// A one-slice job on the shop page with two model steps: choose the 512 GB option,
+/// then extract the price it shows.
+pub fn shop_job(addr: SocketAddr) -> String {
+    format!(
+        r##"name: laptop-x
+browse:
+  urls: ["http://{addr}/shop"]
+  geos: [us]
+  steps:
+    - act: "choose the 512 GB option"
+    - extract: "the price shown after choosing it"
+      schema: {{type: object, required: [price], properties: {{price: {{type: number}}}}}}
+"##
+    )
+}

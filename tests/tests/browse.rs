@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,7 +17,7 @@ use trawl_core::ports::Store;
 use trawl_model::testing::ScriptedModel;
 use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
-use trawl_tests::site::{PASSWORD, serve_site, shop_model};
+use trawl_tests::site::{PASSWORD, serve_site, shop_job, shop_model};
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
@@ -190,20 +189,6 @@ retries: {{max_attempts: 2}}
         assert!(png.data.starts_with(b"\x89PNG"));
     }
     sys.shutdown().await;
-}
-
-fn shop_job(addr: SocketAddr) -> String {
-    format!(
-        r##"name: laptop-x
-browse:
-  urls: ["http://{addr}/shop"]
-  geos: [us]
-  steps:
-    - act: "choose the 512 GB option"
-    - extract: "the price shown after choosing it"
-      schema: {{type: object, required: [price], properties: {{price: {{type: number}}}}}}
-"##
-    )
 }
 
 /// A model step resolved once is replayed with no model call on the next run of

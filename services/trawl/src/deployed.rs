@@ -99,15 +99,18 @@ async fn tools(
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
 ) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
-    tools_pool(s, cache, store, Pool::Standard).await
+    let (mut layers, sim) = tool_layers(s, cache, store, &[Pool::Standard]).await?;
+    Ok((layers.remove(0), sim))
 }
 
-async fn tools_pool(
+/// One tool layer per pool in `pools`, all over one Bright Data client (and the
+/// one simulator it talks to when there is no token).
+async fn tool_layers(
     s: &Settings,
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
-    pool: Pool,
-) -> anyhow::Result<(Arc<ToolLayer>, Option<SimHandle>)> {
+    pools: &[Pool],
+) -> anyhow::Result<(Vec<Arc<ToolLayer>>, Option<SimHandle>)> {
     let (provider, sim) = provider(&s.upstream, s.prices, s.call_timeout).await?;
     if let Some(sim) = &sim {
         eprintln!(
@@ -115,8 +118,20 @@ async fn tools_pool(
             sim.base_url()
         );
     }
-    let layer = tool_layer(Arc::new(provider), cache, store, s.tools.as_ref(), pool).await?;
-    Ok((Arc::new(layer), sim))
+    let provider = Arc::new(provider);
+    let mut layers = Vec::new();
+    for &pool in pools {
+        let layer = tool_layer(
+            provider.clone(),
+            cache.clone(),
+            store.clone(),
+            s.tools.as_ref(),
+            pool,
+        )
+        .await?;
+        layers.push(Arc::new(layer));
+    }
+    Ok((layers, sim))
 }
 
 /// Refreshes the tool layer every `every` until `cancel`, when it has upstream
@@ -383,7 +398,8 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
     let queue = nats_pool(s, pool).await?;
     let events = queue.events();
     let cache = redis(s).await?;
-    let (tools, sim) = tools_pool(s, cache.clone(), store.clone(), pool).await?;
+    let (mut layers, sim) = tool_layers(s, cache.clone(), store.clone(), &[pool]).await?;
+    let tools = layers.remove(0);
     let refresh = refresh_tools(&tools, s, cancel.clone());
     let queue: Arc<dyn SliceQueue> = Arc::new(queue);
     let ops = ops(
@@ -459,11 +475,16 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let queue: Arc<dyn SliceQueue> = Arc::new(queues.view(Pool::Standard));
     let (events, rx) = InProcessEvents::channel();
     let events: Arc<dyn Events> = Arc::new(events);
-    let (tools, sim) = tools(s, cache.clone(), store.clone()).await?;
     // Browse slices: a second worker on its own queue, its tool layer serving the
     // isolated pool.
-    let (isolated_tools, isolated_sim) =
-        tools_pool(s, cache.clone(), store.clone(), Pool::Isolated).await?;
+    let (layers, sim) = tool_layers(
+        s,
+        cache.clone(),
+        store.clone(),
+        &[Pool::Standard, Pool::Isolated],
+    )
+    .await?;
+    let (tools, isolated_tools) = (layers[0].clone(), layers[1].clone());
     let isolated = Arc::new(
         Worker::new(
             Arc::new(queues.view(Pool::Isolated)),
@@ -524,7 +545,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     if let Some(refresh) = refresh {
         let _ = refresh.await;
     }
-    for sim in [sim, isolated_sim].into_iter().flatten() {
+    if let Some(sim) = sim {
         let _ = sim.shutdown().await;
     }
     served.context("serving the API")

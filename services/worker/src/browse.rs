@@ -286,8 +286,8 @@ async fn run(
             .with_jitter()
             .without_max_times(),
     );
-    let mut last = None;
-    for attempt in 1..=attempts {
+    let mut attempt = 1;
+    loop {
         let mut this = SliceOutcome::default();
         match cx.session(url, geo.as_str(), attempt, &mut this).await {
             Ok(()) => {
@@ -298,12 +298,11 @@ async fn run(
             Err(e) if e.is_transient() && attempt < attempts => {
                 tracing::info!(attempt, error = %e, "browser session failed; trying again");
                 tokio::time::sleep(backoff.next().unwrap_or(job.retry.max_delay)).await;
-                last = Some(e);
+                attempt += 1;
             }
             Err(e) => return Err(e),
         }
     }
-    Err(last.unwrap_or_else(|| ToolError::permanent("internal", "no attempt ran")))
 }
 
 impl Cx<'_> {
@@ -542,7 +541,7 @@ impl Cx<'_> {
                 None => vec![extractor.extract(&html)],
             };
             for data in found {
-                self.push_item(&url, data, &self.job.validator, out);
+                self.push_item(&url, data, None, out);
             }
             let Some(next) = &x.next else { break };
             if page == x.max_pages || !session.is_visible(next).await? {
@@ -559,14 +558,19 @@ impl Cx<'_> {
         Ok(())
     }
 
-    /// One item, valid or rejected by `validator` on its own.
-    fn push_item(&self, url: &str, data: Value, validator: &ItemValidator, out: &mut SliceOutcome) {
+    /// One item, checked on its own against the step's schema (model extracts) and
+    /// the job's: valid or rejected.
+    fn push_item(
+        &self,
+        url: &str,
+        data: Value,
+        step_schema: Option<&ItemValidator>,
+        out: &mut SliceOutcome,
+    ) {
         let seq = (out.items.len() + out.rejections.len()) as u32;
         let geo = self.slice.kind.geo();
-        let mut errors = validator.check(&data);
-        if !std::ptr::eq(validator, &self.job.validator) {
-            errors.extend(self.job.validator.check(&data));
-        }
+        let mut errors = step_schema.map(|v| v.check(&data)).unwrap_or_default();
+        errors.extend(self.job.validator.check(&data));
         if errors.is_empty() {
             out.items.push(Item {
                 slice_id: self.slice.id.clone(),
@@ -805,7 +809,7 @@ impl Cx<'_> {
             }
         };
         let url = session.url().await;
-        self.push_item(&url, data, &validator, out);
+        self.push_item(&url, data, Some(&validator), out);
         Ok(())
     }
 
