@@ -327,6 +327,26 @@ impl Role {
         }
     }
 
+    /// Waits for the process to exit on its own (no signal); panics after `within`.
+    pub async fn exited(&mut self, within: Duration) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!(
+                    "{} did not exit within {within:?}:\n{}",
+                    self.name,
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGTERM, then waits for the exit.
     pub async fn stop(&mut self, within: Duration) -> ExitStatus {
         let mut c = self.child.take().expect("running");
@@ -643,11 +663,13 @@ impl Drop for AuthServer {
 
 impl AuthServer {
     /// Starts it with `config` (the script's format: `resources`, `clients`, …;
-    /// `port` and the key files are filled in). A client's secret is expected to
-    /// be `<client_id>-secret` by [`AuthServer::token`].
+    /// the key files are filled in, and `port` when not given). A client's secret
+    /// is expected to be `<client_id>-secret` by [`AuthServer::token`].
     pub fn start(mut config: Value) -> AuthServer {
         let dir = tempfile::tempdir().unwrap();
-        config["port"] = 0.into();
+        if config.get("port").is_none() {
+            config["port"] = 0.into();
+        }
         config["key_file"] = dir.path().join("signing.jwk").to_string_lossy().into();
         config["key_pem_file"] = dir.path().join("signing.pem").to_string_lossy().into();
         let path = dir.path().join("config.json");
@@ -677,6 +699,48 @@ impl AuthServer {
     /// Where its signing key was written.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The port it listens on (the issuer's).
+    pub fn port(&self) -> u16 {
+        self.issuer
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the issuer names its port")
+    }
+
+    /// The grant types of the tokens it has issued to `client`, in order.
+    pub async fn grants(&self, client: &str) -> Vec<String> {
+        self.log().await["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| g["client_id"] == client)
+            .map(|g| g["grant_type"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    /// How many requests for `path` it has had.
+    pub async fn requests_for(&self, path: &str) -> usize {
+        self.log().await["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["path"] == path)
+            .count()
+    }
+
+    /// The fixture's record of requests and grants (`GET /_test/log`).
+    async fn log(&self) -> Value {
+        self.http
+            .get(format!("{}/_test/log", self.issuer))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     /// A client-credentials access token of `client` for `resource`.

@@ -20,12 +20,15 @@ use trawl_tests::{AuthServer, Deployment, Role, free_port, node_client, wait_for
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
 
-/// The authorization server for `resources`, with a service account `gateway`
-/// (trawl's own), a `caller` and a public client `app` for `trawl login`.
-fn auth_server(resources: &[&str], advertise_s256: bool) -> AuthServer {
+/// The authorization server for `resources` (each with the lifetime of its
+/// access tokens, in seconds), with a service account `gateway` (trawl's own), a
+/// `caller` and a public client `app` for `trawl login`.
+fn auth_server(resources: &[(&str, u64)], advertise_s256: bool) -> AuthServer {
     let scopes = ["research:read", "research:write", "tools:call"];
     AuthServer::start(json!({
-        "resources": resources.iter().map(|r| json!({"uri": r, "scopes": scopes})).collect::<Vec<_>>(),
+        "resources": resources.iter()
+            .map(|(r, ttl)| json!({"uri": r, "scopes": scopes, "ttl_seconds": ttl}))
+            .collect::<Vec<_>>(),
         "clients": [
             {"client_id": "gateway", "client_secret": "gateway-secret",
              "grant_types": ["client_credentials"], "scope": "research:read tools:call"},
@@ -100,7 +103,9 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
     let (inner_port, front_port) = (free_port(), free_port());
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
     let front = format!("http://127.0.0.1:{front_port}/mcp");
-    let auth = auth_server(&[&inner, &front], true);
+    // The gateway's tokens for the upstream live 2 s, so they must be renewed
+    // while the test runs; the caller's live an hour.
+    let auth = auth_server(&[(&inner, 2), (&front, 3600)], true);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -167,6 +172,44 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
     assert_eq!(code, 0, "{err}\n{out}\n{}", front_role.log());
     assert!(out.contains("brightdata.web_search"), "{out}");
 
+    // The gateway's token is renewed before it expires (half its 2 s life
+    // early): calls go on succeeding while the authorization server issues the
+    // gateway new tokens. An expired token would be refused by the upstream.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let issued = auth.grants("gateway").await;
+        assert!(
+            issued.iter().all(|g| g == "client_credentials"),
+            "{issued:?}"
+        );
+        if issued.len() >= 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no renewal: {issued:?}\n{}",
+            front_role.log()
+        );
+        let (code, out, err) = node_client(
+            &front,
+            Some(&caller),
+            &[
+                "call",
+                "inner.tool_search",
+                r#"{"query": "fetch a page", "limit": 1}"#,
+            ],
+        );
+        assert_eq!(
+            code,
+            0,
+            "a call while renewing: {err}\n{out}\n{}",
+            front_role.log()
+        );
+    }
+    // The caller's token never reached the authorization server as a grant of
+    // the gateway's, nor the upstream: only the gateway's own tokens did.
+    assert_eq!(auth.grants("caller").await.len(), 1);
+
     // Without its credential, the gateway cannot reach the upstream at all.
     let bare = dir.path().join("bare.yaml");
     std::fs::write(&bare, format!("servers:\n  inner:\n    url: {inner}\n")).unwrap();
@@ -199,7 +242,8 @@ async fn the_gateway_calls_a_protected_upstream_with_its_own_token() {
 async fn trawl_login_gets_a_grant_with_pkce_and_seals_it() {
     let inner_port = free_port();
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
-    let auth = auth_server(&[&inner], true);
+    // Access tokens live 2 s: the stored grant must be refreshed as it is used.
+    let auth = auth_server(&[(&inner, 2)], true);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -262,20 +306,43 @@ async fn trawl_login_gets_a_grant_with_pkce_and_seals_it() {
     assert!(!sealed.windows(3).any(|w| w == b"eyJ"), "a JWT in clear");
     assert!(!sealed.windows(13).any(|w| w == b"refresh_token"));
 
-    // Now the server is reached with the stored grant.
-    let (ok, listing, stderr) = tools_list(&tools, &state);
-    assert!(ok, "{stderr}");
-    assert!(
-        names(&listing).contains(&"inner.tool_search".to_owned()),
-        "{listing}\n{stderr}"
-    );
+    // Now the server is reached with the stored grant, and keeps being reached
+    // as its access tokens near their end: each `trawl tools list` refreshes the
+    // grant when under half of the token's life is left and seals what it got.
+    // The authorization server rotates refresh tokens and revokes the grant if a
+    // used one comes back, so two refreshes in a row prove each new refresh
+    // token was stored.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seals = vec![sealed];
+    loop {
+        let (ok, listing, stderr) = tools_list(&tools, &state);
+        assert!(ok, "{stderr}");
+        assert!(
+            names(&listing).contains(&"inner.tool_search".to_owned()),
+            "{listing}\n{stderr}"
+        );
+        let now_sealed = std::fs::read(state.join("credentials/inner.sealed")).unwrap();
+        if seals.last() != Some(&now_sealed) {
+            seals.push(now_sealed);
+        }
+        let issued = auth.grants("app").await;
+        if issued.iter().filter(|g| *g == "refresh_token").count() >= 2 {
+            assert_eq!(issued[0], "authorization_code", "{issued:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no refresh: {issued:?}\n{stderr}"
+        );
+    }
+    assert!(seals.len() >= 3, "the refreshed grant was not sealed again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_authorization_server_without_s256_is_refused() {
     let inner_port = free_port();
     let inner = format!("http://127.0.0.1:{inner_port}/mcp");
-    let auth = auth_server(&[&inner], false);
+    let auth = auth_server(&[(&inner, 3600)], false);
     let (_inner_role, _inner_dep) = trawl_dev(inner_port, &auth.issuer, &[]).await;
     let dir = tempfile::tempdir().unwrap();
     let tools = dir.path().join("tools.yaml");

@@ -76,6 +76,8 @@
 // * Refresh tokens are issued to every client whose grant_types include refresh_token
 //   (no offline_access needed); rotation on by default, and replaying a rotated refresh
 //   token revokes the whole grant (invalid_grant afterwards for every token of it).
+// * GET /_test/log (the fixture's own): {"requests": [{method, path}], "grants":
+//   [{grant_type, client_id}]}, every request and every token issued, in order.
 // * State is in memory only. oidc-provider 9 warns "Unsupported runtime" on Node 20
 //   (it targets Node 22 LTS+) but works there; the warning goes to stderr.
 
@@ -242,6 +244,14 @@ const provider = new Provider(issuer, {
   },
 });
 
+// What the tests may ask of the fixture (GET /_test/log): every request's method and
+// path, and every successful token request's grant type and client, in order.
+const log = { requests: [], grants: [] };
+provider.on('grant.success', (ctx) => log.grants.push({
+  grant_type: ctx.oidc.params?.grant_type ?? null,
+  client_id: ctx.oidc.client?.clientId ?? null,
+}));
+
 provider.on('interaction.started', (ctx, prompt) => console.error('oauth-server: interaction', prompt.name, JSON.stringify(prompt.reasons), JSON.stringify(prompt.details)));
 provider.on('server_error', (ctx, err) => console.error('oauth-server: server_error', err));
 
@@ -335,6 +345,12 @@ provider.use(async (ctx, next) => {
 const handler = provider.callback();
 server.on('request', (req, res) => {
   const path = req.url.split('?')[0];
+  if (path === '/_test/log') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(log));
+    return;
+  }
+  log.requests.push({ method: req.method, path });
   const cookie = req.headers.cookie ?? '';
   let inject;
   let m = /^\/interaction\/([^/]+)$/.exec(path);

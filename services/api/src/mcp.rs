@@ -432,8 +432,7 @@ impl Gateway {
 
     /// Whether the policy lets this (standard) pool call `tool` at all.
     fn callable(&self, tool: &str) -> bool {
-        self.layer()
-            .is_some_and(|l| matches!(l.policy().access(tool).0, Access::Allow | Access::Approve))
+        self.layer().is_some_and(|l| l.offers(tool))
     }
 
     async fn research(
@@ -1007,11 +1006,10 @@ impl ServerHandler for Gateway {
             ));
         };
         let tool = self.bare_names().remove(&tool).unwrap_or(tool);
-        let known = tool == TOOL_SEARCH
-            || layer
-                .catalog()
-                .get(&tool)
-                .is_some_and(|e| !e.builtin && self.callable(&tool));
+        // An upstream tool the policy refuses, or one quarantined or blocked, is
+        // not listed; a call naming it still goes to the layer, which refuses it
+        // and audits the attempt.
+        let known = tool == TOOL_SEARCH || layer.catalog().get(&tool).is_some_and(|e| !e.builtin);
         if !known {
             return Err(ErrorData::invalid_params(
                 format!("no tool named {tool}"),

@@ -8,7 +8,7 @@
 //! - Tokens are JWT access tokens (RFC 9068) verified locally: the keys come from
 //!   the authorization server's JWKS, found through RFC 8414 (or OpenID Connect)
 //!   discovery from the configured issuer, cached, and fetched again when a token
-//!   names an unknown `kid` (at most once per [`REFETCH_MIN_INTERVAL`], so a flood
+//!   names an unknown `kid` (at most once per [`REFETCH_MIN_INTERVAL`] by default, so a flood
 //!   of made-up key ids cannot make us flood the authorization server). Nothing on
 //!   the path of a token with a known key touches the network.
 //! - Only asymmetric algorithms are accepted ([`ALLOWED_ALGORITHMS`]): never
@@ -74,6 +74,9 @@ pub struct OAuthConfig {
     pub issuer: String,
     /// Timeout of a discovery or JWKS request.
     pub timeout: Duration,
+    /// How soon after one JWKS fetch an unknown `kid` may cause another
+    /// ([`REFETCH_MIN_INTERVAL`] unless set).
+    pub refetch_min_interval: Duration,
 }
 
 impl OAuthConfig {
@@ -87,7 +90,14 @@ impl OAuthConfig {
             resource,
             issuer: issuer.trim().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(10),
+            refetch_min_interval: REFETCH_MIN_INTERVAL,
         })
+    }
+
+    /// The same, with unknown `kid`s refetching the keys at most once per `every`.
+    pub fn with_refetch_min_interval(mut self, every: Duration) -> OAuthConfig {
+        self.refetch_min_interval = every;
+        self
     }
 }
 
@@ -326,12 +336,12 @@ impl ResourceServer {
     }
 
     /// Fetches the keys again, unless another fetch happened within
-    /// [`REFETCH_MIN_INTERVAL`] (then the cached set stands) or `force`.
+    /// [`OAuthConfig::refetch_min_interval`] (then the cached set stands) or `force`.
     async fn refetch(&self, force: bool) -> Result<(), TokenError> {
         let _one = self.fetching.lock().await;
         let last = self.keys.read().unwrap_or_else(|p| p.into_inner()).fetched;
         if !force
-            && last.is_some_and(|t| t.elapsed() < REFETCH_MIN_INTERVAL)
+            && last.is_some_and(|t| t.elapsed() < self.config.refetch_min_interval)
             && last.is_some_and(|t| t.elapsed() <= KEYS_MAX_AGE)
         {
             return Ok(());

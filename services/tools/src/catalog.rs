@@ -159,6 +159,30 @@ impl Catalog {
             .collect()
     }
 
+    /// The best `limit` matches of `query` among the listed tools that `keep`
+    /// accepts, best first: tools `keep` refuses take no place in the limit.
+    pub fn search_where(
+        &self,
+        query: &str,
+        limit: usize,
+        keep: impl Fn(&Entry) -> bool,
+    ) -> Vec<(&Entry, f32)> {
+        let mut want = limit;
+        loop {
+            let hits = self.search(query, want);
+            let all = hits.len() < want;
+            let kept: Vec<(&Entry, f32)> = hits
+                .into_iter()
+                .filter(|(e, _)| keep(e))
+                .take(limit)
+                .collect();
+            if kept.len() == limit || all {
+                return kept;
+            }
+            want = want.saturating_mul(4);
+        }
+    }
+
     /// Tokens (o200k_base) of the definitions of `loaded` (models are shown these)
     /// and of every listed tool.
     pub fn context_tokens<'a>(
@@ -533,6 +557,31 @@ mod tests {
 
     fn tool(name: &str) -> Value {
         json!({"name": name, "description": "Looks things up.", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}, "input_examples": [{"q": "tea"}]})
+    }
+
+    #[test]
+    fn a_filtered_search_fills_its_limit_from_further_down() {
+        let tools: Vec<Value> = (0..40).map(|i| tool(&format!("find_{i}"))).collect();
+        let (c, _) = assemble(&[listing("up", tools, false)], None);
+        let all: Vec<&str> = c
+            .search("looks things up", 40)
+            .iter()
+            .map(|(e, _)| e.name.as_str())
+            .collect();
+        assert_eq!(all.len(), 40);
+        // Only every tenth tool is kept: the limit of 3 is still filled, in the
+        // unfiltered order.
+        let keep = |e: &Entry| all.iter().position(|n| *n == e.name.as_str()).unwrap() % 10 == 9;
+        let kept: Vec<&str> = c
+            .search_where("looks things up", 3, keep)
+            .iter()
+            .map(|(e, _)| e.name.as_str())
+            .collect();
+        assert_eq!(kept, [all[9], all[19], all[29]]);
+        // Fewer matches than the limit: all of them, and no endless widening.
+        assert_eq!(c.search_where("looks things up", 10, keep).len(), 4);
+        assert!(c.search_where("looks things up", 5, |_| false).is_empty());
+        assert!(c.search_where("looks things up", 0, |_| true).is_empty());
     }
 
     #[test]

@@ -116,6 +116,17 @@ impl ToolLayer {
         &self.config.policy
     }
 
+    /// Whether the policy lets this layer's pool call `tool` at all (with or
+    /// without an approval per call): what may be offered to a model or a
+    /// client, listed or found by `tool_search`.
+    pub fn offers(&self, tool: &str) -> bool {
+        match self.config.policy.access(tool).0 {
+            Access::Deny => false,
+            Access::Isolated => self.pool == Pool::Isolated,
+            Access::Allow | Access::Approve => true,
+        }
+    }
+
     /// The configuration the layer was built with.
     pub fn config(&self) -> &ToolsConfig {
         &self.config
@@ -455,7 +466,8 @@ impl ToolLayer {
         rec: &Recorder,
     ) -> (&'static str, String, Result<Vec<u8>, ToolError>) {
         if tool == TOOL_SEARCH {
-            return ("allow", "meta-tool".into(), tool_search(catalog, args));
+            let found = tool_search(catalog, args, |e| self.offers(e.name.as_str()));
+            return ("allow", "meta-tool".into(), found);
         }
         let Some(entry) = catalog.get(tool) else {
             let e = ToolError::permanent("unknown_tool", format!("no tool named {tool}"));
@@ -773,7 +785,12 @@ impl ToolLayer {
 }
 
 /// The `tool_search` meta-tool: the best matches' definitions.
-fn tool_search(catalog: &Catalog, args: &Value) -> Result<Vec<u8>, ToolError> {
+/// `tool_search`: the best matches among the listed tools that `offered` keeps.
+fn tool_search(
+    catalog: &Catalog,
+    args: &Value,
+    offered: impl Fn(&Entry) -> bool,
+) -> Result<Vec<u8>, ToolError> {
     static VALIDATOR: LazyLock<Result<jsonschema::Validator, String>> = LazyLock::new(|| {
         jsonschema::validator_for(&tool_search_def().input_schema).map_err(|e| e.to_string())
     });
@@ -792,7 +809,7 @@ fn tool_search(catalog: &Catalog, args: &Value) -> Result<Vec<u8>, ToolError> {
         .unwrap_or_default();
     let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(5) as usize;
     let tools: Vec<Value> = catalog
-        .search(query, limit)
+        .search_where(query, limit, offered)
         .into_iter()
         .map(|(e, score)| {
             let mut v = serde_json::to_value(&e.def).unwrap_or(Value::Null);

@@ -38,8 +38,7 @@ use trawl_model::{
     Block, Message, Provider, Request, Response, ResultPart, ServerTool, StopReason, Tool,
     ToolChoice, Usage,
 };
-use trawl_tools::config::Access;
-use trawl_tools::{CallOptions, Pool, Recorder, TOOL_SEARCH, ToolLayer};
+use trawl_tools::{CallOptions, Recorder, TOOL_SEARCH, ToolLayer};
 
 use crate::JobContext;
 use crate::models::{Models, Resolved};
@@ -387,11 +386,7 @@ impl Cx {
     }
 
     fn usable(&self, tool: &str) -> bool {
-        match self.tools.policy().access(tool).0 {
-            Access::Deny => false,
-            Access::Isolated => self.tools.pool() == Pool::Isolated,
-            Access::Allow | Access::Approve => true,
-        }
+        self.tools.offers(tool)
     }
 
     /// The tools of the next request.
