@@ -744,6 +744,115 @@ async fn bad_input_gets_the_answer_the_spec_requires() {
     );
 }
 
+/// Both protocol versions are spoken: 2025-11-25 through `initialize` and a
+/// session, 2026-07-28 through `server/discover` and stateless requests (which
+/// have no `initialize`), each request authenticated and scope-checked alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_protocol_versions_are_spoken_behind_oauth() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let auth = auth_server(&resource, "http://127.0.0.1:1/other");
+    let t = trawl_with_oauth(Some(&auth.issuer), port).await;
+    let http = reqwest::Client::new();
+    let writer = auth
+        .token("svc", &resource, "research:read research:write tools:call")
+        .await;
+    let reader = auth.token("reader", &resource, "research:read").await;
+    // The JSON-RPC message of an answer (plain JSON or one SSE event).
+    async fn message(res: reqwest::Response) -> Value {
+        let text = res.text().await.unwrap();
+        let line = text
+            .lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .find(|l| l.starts_with('{'))
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"));
+        serde_json::from_str(line).unwrap()
+    }
+    let stateless = |token: Option<&str>, id: u64, method: &str, params: Value| {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        });
+        let mut req = mcp_post(&http, &t, token)
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        // 2026-07-28 names a call's tool in a header too.
+        if let Some(name) = params["name"].as_str() {
+            req = req.header("mcp-name", name);
+        }
+        req.body(
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        )
+    };
+
+    // 2026-07-28: discovery names both versions; no token, no answer.
+    let res = stateless(None, 1, "server/discover", json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+    let res = stateless(Some(&writer), 1, "server/discover", json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let found = message(res).await;
+    let versions = found["result"]["supportedVersions"].as_array().unwrap();
+    for v in ["2025-11-25", "2026-07-28"] {
+        assert!(versions.contains(&json!(v)), "{found}");
+    }
+    let res = stateless(Some(&reader), 2, "tools/list", json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let listed = message(res).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(
+        tools.iter().any(|t| t["name"] == "research.submit_job"),
+        "{listed}"
+    );
+    // A read-only token may not submit, stateless or not: 403 naming the scope.
+    let submit = json!({"name": "research.submit_job", "arguments": {"spec": {
+        "name": "x", "pages": {"urls": ["https://shop.example/p/1"], "geos": ["us"]},
+        "extract": {"fields": {"name": {"jsonld": "name"}}}}}});
+    let res = stateless(Some(&reader), 3, "tools/call", submit.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
+    assert!(challenge(&res).contains("scope=\"research:write\""));
+    let res = stateless(Some(&writer), 3, "tools/call", submit)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let submitted = message(res).await;
+    assert_eq!(status, StatusCode::OK, "{submitted}");
+    assert!(
+        submitted["result"]["structuredContent"]["job_id"].is_string(),
+        "{submitted}"
+    );
+
+    // 2025-11-25: initialize negotiates it; an older version asked for is
+    // answered with itself, as rmcp supports it.
+    for asked in ["2025-11-25", "2025-06-18"] {
+        let mut init = initialize();
+        init["params"]["protocolVersion"] = asked.into();
+        let res = mcp_post(&http, &t, Some(&writer))
+            .body(init.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().contains_key("mcp-session-id"));
+        let answer = message(res).await;
+        assert_eq!(answer["result"]["protocolVersion"], asked, "{answer}");
+    }
+}
+
 /// `/mcp` offers and runs an upstream's tools only as the tool layer allows:
 /// denied, isolated-only and poisoned tools are neither listed nor found by
 /// `tool_search`, a denied call is refused, a tool whose definition changes
