@@ -329,28 +329,17 @@ impl Role {
 
     /// Waits for the process to exit on its own (no signal); panics after `within`.
     pub async fn exited(&mut self, within: Duration) -> ExitStatus {
-        let mut c = self.child.take().expect("running");
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = c.try_wait().unwrap() {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                panic!(
-                    "{} did not exit within {within:?}:\n{}",
-                    self.name,
-                    self.log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_exit(within, "exit").await
     }
 
     /// SIGTERM, then waits for the exit.
     pub async fn stop(&mut self, within: Duration) -> ExitStatus {
+        terminate(self.child.as_ref().expect("running"));
+        self.wait_exit(within, "stop").await
+    }
+
+    async fn wait_exit(&mut self, within: Duration, what: &str) -> ExitStatus {
         let mut c = self.child.take().expect("running");
-        terminate(&c);
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = c.try_wait().unwrap() {
@@ -359,7 +348,7 @@ impl Role {
             if Instant::now() > deadline {
                 let _ = c.kill();
                 panic!(
-                    "{} did not stop within {within:?}:\n{}",
+                    "{} did not {what} within {within:?}:\n{}",
                     self.name,
                     self.log()
                 );
