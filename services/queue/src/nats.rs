@@ -509,11 +509,18 @@ impl Nats {
         };
         for stream in [slices, events, advisories] {
             let name = stream.name.clone();
-            self.link
-                .js
-                .create_or_update_stream(stream)
-                .await
-                .map_err(|e| unavailable(&format!("stream {name}"), e))?;
+            // Roles starting together race to create a stream: the losers are
+            // told its name or subjects are taken, and by then it exists, so
+            // updating it succeeds. A stream of another name that really holds
+            // these subjects still fails after the last try.
+            let mut tries = 1;
+            loop {
+                match self.link.js.create_or_update_stream(stream.clone()).await {
+                    Ok(_) => break,
+                    Err(e) if tries < CREATE_TRIES && lost_create_race(&e) => tries += 1,
+                    Err(e) => return Err(unavailable(&format!("stream {name}"), e)),
+                }
+            }
         }
         Ok(())
     }
@@ -567,6 +574,19 @@ impl Nats {
     pub(crate) fn link(&self) -> &Link {
         &self.link
     }
+}
+
+/// How often a stream is asked for when another process creates it at once.
+const CREATE_TRIES: u32 = 3;
+
+/// Whether creating a stream failed because another process created it first.
+fn lost_create_race(e: &jetstream::context::CreateStreamError) -> bool {
+    matches!(
+        e.kind(),
+        jetstream::context::CreateStreamErrorKind::JetStream(ref js)
+            if js.error_code() == jetstream::ErrorCode::STREAM_NAME_EXIST
+                || js.error_code() == jetstream::ErrorCode::STREAM_SUBJECT_OVERLAP
+    )
 }
 
 #[cfg(test)]
