@@ -405,17 +405,7 @@ async fn bad_requests_get_problem_details_and_store_nothing() {
 
     // Only the one good job was stored.
     let store = PgStore::connect(&pg_store_url(&d), 2).await.unwrap();
-    let all = [
-        JobStatus::Pending,
-        JobStatus::Queued,
-        JobStatus::Running,
-        JobStatus::AwaitingApproval,
-        JobStatus::Succeeded,
-        JobStatus::Partial,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-    ];
-    let jobs = store.jobs_with_status(&all, 100).await.unwrap();
+    let jobs = store.jobs_with_status(&JobStatus::ALL, 100).await.unwrap();
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     assert_eq!(jobs[0].id.as_str(), first["job_id"].as_str().unwrap());
 }

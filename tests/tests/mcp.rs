@@ -719,22 +719,7 @@ async fn bad_input_gets_the_answer_the_spec_requires() {
     let store = trawl_store::SqliteStore::open(&t.dep.state.path().join("store.db"))
         .await
         .unwrap();
-    let jobs = store
-        .jobs_with_status(
-            &[
-                JobStatus::Pending,
-                JobStatus::AwaitingApproval,
-                JobStatus::Queued,
-                JobStatus::Running,
-                JobStatus::Succeeded,
-                JobStatus::Partial,
-                JobStatus::Failed,
-                JobStatus::Cancelled,
-            ],
-            100,
-        )
-        .await
-        .unwrap();
+    let jobs = store.jobs_with_status(&JobStatus::ALL, 100).await.unwrap();
     assert!(jobs.is_empty(), "{jobs:?}");
     // Open, as it says, because it listens on loopback.
     assert!(

@@ -38,17 +38,6 @@ use trawl_store::SqliteStore;
 // ---------------------------------------------------------------------------
 // Harness
 
-const ALL_STATUSES: [JobStatus; 8] = [
-    JobStatus::Pending,
-    JobStatus::AwaitingApproval,
-    JobStatus::Queued,
-    JobStatus::Running,
-    JobStatus::Succeeded,
-    JobStatus::Partial,
-    JobStatus::Failed,
-    JobStatus::Cancelled,
-];
-
 const KEY: &str = "test-key-0123456789";
 
 const SPEC_JSON: &str = r#"{"name": "prices", "pages": {"urls": ["https://shop.example/p/1", "https://shop.example/p/2"], "geos": ["us", "de"]}, "extract": {"fields": {"title": {"css": "h1"}}}}"#;
@@ -207,7 +196,7 @@ impl App {
 
     async fn all_jobs(&self) -> Vec<JobRecord> {
         self.store
-            .jobs_with_status(&ALL_STATUSES, 1000)
+            .jobs_with_status(&JobStatus::ALL, 1000)
             .await
             .unwrap()
     }
@@ -647,7 +636,7 @@ async fn a_smaller_body_limit_is_kept() {
     );
     assert!(
         store
-            .jobs_with_status(&ALL_STATUSES, 10)
+            .jobs_with_status(&JobStatus::ALL, 10)
             .await
             .unwrap()
             .is_empty()

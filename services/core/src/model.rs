@@ -341,6 +341,18 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
+    /// Every status, in the order of the lifecycle.
+    pub const ALL: [JobStatus; 8] = [
+        JobStatus::Pending,
+        JobStatus::AwaitingApproval,
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Partial,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Pending => "pending",
