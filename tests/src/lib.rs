@@ -755,6 +755,24 @@ impl AuthServer {
     }
 }
 
+/// The model the scripted-model tests name.
+pub const SCRIPTED_MODEL: &str = "claude-sonnet-4-5";
+
+/// Sub-agent models served by `server` on the Anthropic wire, as
+/// [`SCRIPTED_MODEL`], with retries a few milliseconds apart.
+pub fn scripted_anthropic(
+    server: &trawl_model::testing::ScriptedModel,
+) -> trawl_worker::models::Models {
+    let cfg = trawl_model::ClientConfig::anthropic()
+        .with_base_url(server.url())
+        .with_api_key("test-key".to_owned().into())
+        .with_retry_base_delay(Duration::from_millis(1))
+        .with_retry_max_delay(Duration::from_millis(20));
+    trawl_worker::models::Models::new(trawl_model::PriceList::claude())
+        .with_anthropic(Arc::new(trawl_model::AnthropicClient::new(cfg).unwrap()))
+        .with_default_model(Some(SCRIPTED_MODEL.into()))
+}
+
 /// Runs the TypeScript SDK client (`upstreams/mcp-client.mjs`) against `url`;
 /// returns its exit code, stdout and stderr.
 pub fn node_client(url: &str, token: Option<&str>, args: &[&str]) -> (i32, String, String) {

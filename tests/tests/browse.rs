@@ -15,14 +15,12 @@ use trawl::embedded::{Embedded, Options, Upstream};
 use trawl_core::model::JobStatus;
 use trawl_core::ports::Store;
 use trawl_model::testing::ScriptedModel;
-use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
+use trawl_tests::scripted_anthropic;
 use trawl_tests::site::{PASSWORD, serve_site, shop_job, shop_model};
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
-
-const MODEL: &str = "claude-sonnet-4-5";
 
 // ---------------------------------------------------------------------------
 // The system
@@ -38,17 +36,6 @@ async fn system(state: &Path, models: Option<Models>) -> Embedded {
         .with_models(models.map(Arc::new))
         .with_browsers(Arc::new(browsers));
     Embedded::start(opts).await.unwrap()
-}
-
-fn anthropic(server: &ScriptedModel) -> Models {
-    let cfg = ClientConfig::anthropic()
-        .with_base_url(server.url())
-        .with_api_key("test-key".to_owned().into())
-        .with_retry_base_delay(Duration::from_millis(1))
-        .with_retry_max_delay(Duration::from_millis(20));
-    Models::new(PriceList::claude())
-        .with_anthropic(Arc::new(AnthropicClient::new(cfg).unwrap()))
-        .with_default_model(Some(MODEL.into()))
 }
 
 // ---------------------------------------------------------------------------
@@ -199,7 +186,7 @@ async fn model_steps_are_resolved_once_then_replayed_until_the_page_changes() {
     let (addr, site) = serve_site().await;
     let server = ScriptedModel::start(shop_model).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), Some(anthropic(&server))).await;
+    let sys = system(&dir.path().join("state"), Some(scripted_anthropic(&server))).await;
     let yaml = shop_job(addr);
     let price = async |n: usize| {
         let out = dir.path().join(format!("out{n}"));
@@ -247,7 +234,7 @@ async fn injected_instructions_reach_the_model_sanitized_and_flagged() {
     let (addr, _) = serve_site().await;
     let server = ScriptedModel::start(shop_model).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), Some(anthropic(&server))).await;
+    let sys = system(&dir.path().join("state"), Some(scripted_anthropic(&server))).await;
     let yaml = format!(
         r##"name: deals
 browse:

@@ -24,14 +24,14 @@ use trawl_core::model::{ItemKind, JobStatus};
 use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
 use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
-use trawl_model::{AnthropicClient, ClientConfig, OpenAiClient, PriceList, Usage};
+use trawl_model::{ClientConfig, OpenAiClient, PriceList, Usage};
 use trawl_sim::SimConfig;
 use trawl_tools::config::ToolsConfig;
 use trawl_worker::WorkerConfig;
 use trawl_worker::models::Models;
 
 const UPSTREAM: &str = env!("CARGO_BIN_EXE_trawl-test-upstream");
-const MODEL: &str = "claude-sonnet-4-5";
+const MODEL: &str = trawl_tests::SCRIPTED_MODEL;
 
 /// What every scripted turn reports as used.
 const USAGE: Usage = Usage {
@@ -197,17 +197,6 @@ async fn system(state: &Path, models: Models, tools: Option<ToolsConfig>) -> Emb
     Embedded::start(opts).await.unwrap()
 }
 
-fn anthropic(server: &ScriptedModel) -> Models {
-    let cfg = ClientConfig::anthropic()
-        .with_base_url(server.url())
-        .with_api_key("test-key".to_owned().into())
-        .with_retry_base_delay(Duration::from_millis(1))
-        .with_retry_max_delay(Duration::from_millis(20));
-    Models::new(PriceList::claude())
-        .with_anthropic(Arc::new(AnthropicClient::new(cfg).unwrap()))
-        .with_default_model(Some(MODEL.into()))
-}
-
 fn openai(server: &ScriptedModel) -> Models {
     let cfg = ClientConfig::openai()
         .with_base_url(server.openai_url())
@@ -323,7 +312,12 @@ fn x1_model(wire: Wire, body: &Value) -> Reply {
 async fn a_research_job_plans_researches_and_reports_with_citations_of_fetched_pages() {
     let server = ScriptedModel::start(x1_model).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let sys = system(
+        &dir.path().join("state"),
+        trawl_tests::scripted_anthropic(&server),
+        None,
+    )
+    .await;
     let out = dir.path().join("out");
     let summary = trawl_tests::run_embedded(
         &sys,
@@ -431,7 +425,7 @@ async fn invalid_planner_output_fails_the_job_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let (sys, summary) = research_run(
         dir.path(),
-        anthropic(&server),
+        trawl_tests::scripted_anthropic(&server),
         None,
         "name: bad\nresearch: {question: \"What is the best laptop?\"}\n",
     )
@@ -471,7 +465,7 @@ async fn the_tool_call_cap_ends_a_sub_agent_that_never_stops_and_an_overload_is_
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (sys, summary) = research_run(dir.path(), anthropic(&server), None, "name: loop\nresearch: {question: \"laptops?\", max_tool_calls_per_agent: 3, report: false}\n").await;
+    let (sys, summary) = research_run(dir.path(), trawl_tests::scripted_anthropic(&server), None, "name: loop\nresearch: {question: \"laptops?\", max_tool_calls_per_agent: 3, report: false}\n").await;
     assert_eq!(summary.status, JobStatus::Partial, "{summary:?}");
     assert_eq!(summary.failed_slices.len(), 1);
     assert_eq!(summary.failed_slices[0].code, "agent_cap");
@@ -634,7 +628,7 @@ async fn tool_search_keeps_a_200_tool_catalog_out_of_the_requests() {
         .await
         .unwrap();
         let models = match wire {
-            Wire::Anthropic => anthropic(&server),
+            Wire::Anthropic => trawl_tests::scripted_anthropic(&server),
             Wire::OpenAi => openai(&server),
         };
         let sys = system(&dir.path().join("state"), models, Some(config)).await;
@@ -769,7 +763,7 @@ return urls.map((url, i) => ({url, bytes: String(pages[i]).length}));
     let dir = tempfile::tempdir().unwrap();
     let (sys, summary) = research_run(
         dir.path(),
-        anthropic(&server),
+        trawl_tests::scripted_anthropic(&server),
         None,
         "name: code\nresearch: {question: \"three prices\"}\n",
     )
@@ -971,7 +965,7 @@ async fn server_side_tool_search_sends_the_catalog_deferred_with_the_bm25_tool()
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = catalog_config(dir.path(), 30);
-    let (sys, summary) = research_run(dir.path(), anthropic(&server), Some(config), "name: bm25\nresearch: {question: \"record 42?\", tool_search: server, code_execution: off}\n").await;
+    let (sys, summary) = research_run(dir.path(), trawl_tests::scripted_anthropic(&server), Some(config), "name: bm25\nresearch: {question: \"record 42?\", tool_search: server, code_execution: off}\n").await;
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
     let reqs = server.requests();
     let first = &agent_requests(&reqs)[0].body;
@@ -1035,7 +1029,7 @@ async fn hosted_code_execution_calls_tools_through_the_layer_in_its_container() 
     let dir = tempfile::tempdir().unwrap();
     let (sys, summary) = research_run(
         dir.path(),
-        anthropic(&server),
+        trawl_tests::scripted_anthropic(&server),
         None,
         "name: hosted\nresearch: {question: \"a page?\", code_execution: anthropic}\n",
     )
@@ -1077,7 +1071,12 @@ async fn a_budget_below_a_model_turn_stops_the_job_before_the_model_is_called() 
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), anthropic(&server), None).await;
+    let sys = system(
+        &dir.path().join("state"),
+        trawl_tests::scripted_anthropic(&server),
+        None,
+    )
+    .await;
     // 4,096 output tokens at $15 per million alone are $0.061.
     let summary = trawl_tests::run_embedded(
         &sys,
