@@ -390,7 +390,10 @@ pub struct Deployment {
     pub redis_url: String,
     pub redis_prefix: String,
     pub sim: SimHandle,
+    /// A plain key (`TRAWL_API_KEYS`): it sees the jobs it submitted.
     pub api_key: String,
+    /// An admin key (`TRAWL_ADMIN_KEYS`): every job, and approvals to decide.
+    pub admin_key: String,
     /// Extra environment for every role (`TRAWL_ACK_WAIT`, ...).
     pub env: Vec<(String, String)>,
     pub state: tempfile::TempDir,
@@ -413,6 +416,7 @@ impl Deployment {
             redis_prefix: format!("{}:", unique("e2e")),
             sim: trawl_sim::spawn(sim).await.unwrap(),
             api_key: unique("key"),
+            admin_key: unique("admin"),
             env: Vec::new(),
             state: tempfile::tempdir().unwrap(),
         }
@@ -443,6 +447,7 @@ impl Deployment {
             .env("TRAWL_REDIS_PREFIX", &self.redis_prefix)
             .env("TRAWL_LISTEN", "127.0.0.1:0")
             .env("TRAWL_API_KEYS", &self.api_key)
+            .env("TRAWL_ADMIN_KEYS", &self.admin_key)
             .env("TRAWL_HOME", self.state.path())
             .env("TRAWL_RECONCILE_EVERY", "200ms")
             .env("TRAWL_CALL_TIMEOUT", "2s")
@@ -491,6 +496,14 @@ impl Deployment {
             http: reqwest::Client::new(),
             base: api.to_owned(),
             key: Some(self.api_key.clone()),
+        }
+    }
+
+    /// A client with the admin key: it decides approvals.
+    pub fn admin_client(&self, api: &str) -> Api {
+        Api {
+            key: Some(self.admin_key.clone()),
+            ..self.client(api)
         }
     }
 }

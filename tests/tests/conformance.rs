@@ -46,6 +46,7 @@ async fn mcp_conformance_suite_passes_its_baseline() {
         .await
         .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
         .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
         .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
     let mut dev = dep.spawn("dev", "dev");
     dev.api_url().await;

@@ -110,7 +110,9 @@ async fn trawl_with_oauth(issuer: Option<&str>, port: u16) -> Trawl {
             .with_env("TRAWL_RESOURCE_URI", &resource)
             .with_env("TRAWL_OAUTH_ISSUER", issuer);
     } else {
-        dep = dep.with_env("TRAWL_API_KEYS", "");
+        dep = dep
+            .with_env("TRAWL_API_KEYS", "")
+            .with_env("TRAWL_ADMIN_KEYS", "");
     }
     let mut role = dep.spawn("dev", "dev");
     role.api_url().await;
@@ -190,7 +192,13 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
         assert_eq!(m["authorization_servers"], json!([auth.issuer]), "{url}");
         assert_eq!(
             m["scopes_supported"],
-            json!(["research:read", "research:write", "tools:call"])
+            json!([
+                "research:read",
+                "research:write",
+                "tools:call",
+                "research:admin",
+                "approvals:decide"
+            ])
         );
     }
 
@@ -1020,7 +1028,8 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
 async fn an_open_api_is_refused_off_loopback() {
     let dep = Deployment::new(BIN, SimConfig::default())
         .await
-        .with_env("TRAWL_API_KEYS", "");
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "");
     let mut dev = dep.spawn_with("dev", "dev", &[("TRAWL_LISTEN", "0.0.0.0:0")]);
     let status = dev.exited(Duration::from_secs(60)).await;
     assert!(!status.success(), "{}", dev.log());
@@ -1097,4 +1106,213 @@ async fn keys_are_fetched_again_when_the_authorization_server_rotates_them() {
     // The old key is no longer published: its tokens stop verifying, even the
     // one verified (and remembered) before.
     assert_eq!(quick.verify(&old_token).await, Err(TokenError::UnknownKey));
+}
+
+/// Jobs belong to their caller: two OAuth subjects of different tenants, one of
+/// the same tenant, an admin token, two named API keys and an admin key, over
+/// REST and over `/mcp`'s research tools. Another caller gets 404 for every read
+/// and for cancel, the same answer as for an unknown job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_answer_only_their_owner_their_tenant_and_admins_over_rest_and_mcp() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let auth = auth_server(&resource, "http://127.0.0.1:1/other");
+    let base = format!("http://127.0.0.1:{port}");
+    let dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_RESOURCE_URI", &resource)
+        .with_env("TRAWL_OAUTH_ISSUER", &auth.issuer)
+        .with_env("TRAWL_TENANT_CLAIM", "org_id")
+        .with_env("TRAWL_API_KEYS", "alice:alice-secret-1,bob:bob-secret-22")
+        .with_env("TRAWL_ADMIN_KEYS", "ops:ops-secret-333");
+    let mut role = dep.spawn("dev", "dev");
+    role.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+
+    // Tokens of the authorization server's own key, with the subjects, tenants
+    // and scopes each caller has.
+    let (key, kid) = signing_key(&auth);
+    let token = |sub: &str, org: Option<&str>, admin: bool| {
+        let mut scope = "research:read research:write tools:call".to_owned();
+        if admin {
+            scope.push_str(" research:admin");
+        }
+        let mut c = json!({"iss": auth.issuer, "aud": resource, "sub": sub,
+            "client_id": "svc", "scope": scope, "iat": now(), "exp": now() + 600});
+        if let Some(org) = org {
+            c["org_id"] = org.into();
+        }
+        mint(&key, &kid, &c)
+    };
+    let ann = token("ann", Some("acme"), false);
+    let abe = token("abe", Some("acme"), false);
+    let zed = token("zed", Some("zeta"), false);
+    let lone = token("lone", None, false);
+    let root = token("root", None, true);
+    let (alice, bob, ops) = ("alice-secret-1", "bob-secret-22", "ops-secret-333");
+    let http = reqwest::Client::new();
+    let spec = json!({"name": "owned", "pages": {"urls": ["https://shop.example/p/1"], "geos": ["us"]},
+        "extract": {"fields": {"name": {"jsonld": "name"}}}});
+
+    let rest = |method: reqwest::Method, path: String, bearer: &str| {
+        http.request(method, format!("{base}{path}"))
+            .bearer_auth(bearer)
+            .header("content-type", "application/json")
+    };
+    let submit = |bearer: &str| {
+        let req = rest(reqwest::Method::POST, "/v1/jobs".to_owned(), bearer).body(spec.to_string());
+        async move {
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), StatusCode::ACCEPTED);
+            let v: Value = res.json().await.unwrap();
+            v["job_id"].as_str().unwrap().to_owned()
+        }
+    };
+    // One stateless 2026-07-28 tools/call; the tool's structured result.
+    let tool = |bearer: &str, name: &str, arguments: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": name, "arguments": arguments, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}});
+        let req = http
+            .post(format!("{base}/mcp"))
+            .bearer_auth(bearer)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", name)
+            .body(body.to_string());
+        async move {
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            let text = res.text().await.unwrap();
+            let line = text
+                .lines()
+                .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+                .find(|l| l.starts_with('{'))
+                .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"));
+            let v: Value = serde_json::from_str(line).unwrap();
+            v["result"].clone()
+        }
+    };
+    let reads = |id: &str| {
+        [
+            "",
+            "/items",
+            "/rejections",
+            "/trace",
+            "/report",
+            "/artifacts",
+        ]
+        .iter()
+        .map(|r| format!("/v1/jobs/{id}{r}"))
+        .collect::<Vec<_>>()
+    };
+
+    // Ann's job, over REST.
+    let job = submit(&ann).await;
+    for path in reads(&job) {
+        for (who, bearer) in [
+            ("ann", &ann),
+            ("abe (her tenant)", &abe),
+            ("root (admin)", &root),
+            ("ops (admin key)", &ops.to_owned()),
+        ] {
+            let res = rest(reqwest::Method::GET, path.clone(), bearer)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::OK, "{who} {path}");
+        }
+        for (who, bearer) in [("zed", &zed), ("lone", &lone), ("alice", &alice.to_owned())] {
+            let res = rest(reqwest::Method::GET, path.clone(), bearer)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::NOT_FOUND, "{who} {path}");
+            let body = res.text().await.unwrap();
+            assert!(!body.contains("owned"), "{who} {path}: {body}");
+        }
+    }
+    // Over /mcp: every research tool of another tenant's caller is 404.
+    for (name, args) in [
+        ("research.job_status", json!({"job_id": job})),
+        ("research.job_items", json!({"job_id": job})),
+        ("research.cancel_job", json!({"job_id": job})),
+    ] {
+        let r = tool(&zed, name, args.clone()).await;
+        assert_eq!(r["isError"], true, "{name}: {r}");
+        assert_eq!(r["structuredContent"]["status"], 404, "{name}: {r}");
+        if name != "research.cancel_job" {
+            let r = tool(&abe, name, args).await;
+            assert_ne!(r["isError"], true, "{name}: {r}");
+        }
+    }
+    // Cancel over REST by a stranger: 404; by the owner: allowed (200, or 409
+    // when the job already ended against the simulator).
+    let res = rest(
+        reqwest::Method::POST,
+        format!("/v1/jobs/{job}/cancel"),
+        &lone,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = rest(
+        reqwest::Method::POST,
+        format!("/v1/jobs/{job}/cancel"),
+        &ann,
+    )
+    .send()
+    .await
+    .unwrap();
+    assert!(
+        [StatusCode::OK, StatusCode::CONFLICT].contains(&res.status()),
+        "{}",
+        res.status()
+    );
+
+    // Alice's job, submitted over /mcp with her key: Bob and tokens do not see
+    // it, the admin key does.
+    let r = tool(alice, "research.submit_job", json!({"spec": spec})).await;
+    let mine = r["structuredContent"]["job_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    for (who, bearer, seen) in [
+        ("alice", alice, true),
+        ("ops", ops, true),
+        ("bob", bob, false),
+        ("ann", ann.as_str(), false),
+    ] {
+        let r = tool(bearer, "research.job_status", json!({"job_id": mine})).await;
+        if seen {
+            assert_eq!(
+                r["structuredContent"]["job_id"],
+                mine.as_str(),
+                "{who}: {r}"
+            );
+        } else {
+            assert_eq!(r["structuredContent"]["status"], 404, "{who}: {r}");
+        }
+        let res = rest(
+            reqwest::Method::GET,
+            format!("/v1/jobs/{mine}/items"),
+            bearer,
+        )
+        .send()
+        .await
+        .unwrap();
+        let want = if seen {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        assert_eq!(res.status(), want, "{who}");
+    }
+    drop(role);
 }

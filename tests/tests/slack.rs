@@ -109,6 +109,7 @@ async fn deployment(rx: &Receiver, ttl: &str) -> Deployment {
         .with_env("TRAWL_SLACK_WEBHOOK_URL", &format!("{}/slack", rx.base))
         .with_env("TRAWL_SLACK_SIGNING_SECRET", SIGNING_SECRET)
         .with_env("TRAWL_SLACK_RESPONSE_HOSTS", "127.0.0.1")
+        .with_env("TRAWL_SLACK_APPROVERS", "U0E2EALICE,U0E2EBOB")
         .with_env("TRAWL_WEBHOOK_URL", &format!("{}/hook", rx.base))
         .with_env("TRAWL_WEBHOOK_SECRET", WEBHOOK_SECRET)
         .with_env("TRAWL_PUBLIC_URL", "https://trawl.example.com")
@@ -596,7 +597,8 @@ async fn an_approval_nobody_decides_expires_and_clicks_and_the_api_are_refused()
         reply["text"].as_str().unwrap().contains("expired"),
         "{reply}"
     );
-    let res = api
+    let res = d
+        .admin_client(&api.base)
         .req(Method::POST, &format!("/v1/approvals/{id}/approve"))
         .send()
         .await

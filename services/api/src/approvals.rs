@@ -6,21 +6,29 @@
 //! `approval.decided` so the scheduler acts on it at once. A click in Slack
 //! (`crate::slack`) decides through the same [`decide`]. The first decision wins;
 //! an approval decided, or past its expiry, answers 409 and changes nothing.
+//!
+//! Who: deciding needs `approvals:decide` (or an admin key); in Slack, a
+//! configured approver. Every refusal is audited (`tool_audit`, tool
+//! `approvals.decide`, decision `deny`). The list shows an approver every
+//! approval, anyone else only the approvals of jobs they may see.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use tracing::instrument;
-use trawl_core::model::{JobStatus, now_ms};
+use trawl_core::model::{AuditRecord, JobId, JobStatus, now_ms};
 use trawl_core::ports::{ApprovalRecord, Event};
 use trawl_scheduler::{ScheduleError, Scheduler};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Problem};
 use crate::jobs::emit;
+use crate::oauth::SCOPE_DECIDE;
 use crate::state::{ApiState, Caller};
 
 pub use trawl_notify::view::{ApprovalLinks, ApprovalView};
@@ -68,6 +76,7 @@ pub struct Decision {
 )]
 pub(crate) async fn list(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
 ) -> Result<Json<ApprovalsList>, ApiError> {
     let Query(query) = query.map_err(|r| ApiError::BadRequest(r.body_text()))?;
@@ -80,7 +89,28 @@ pub(crate) async fn list(
             )));
         }
     };
-    let approvals = state.store.approvals(pending_only, LIST_LIMIT).await?;
+    let mut approvals = state.store.approvals(pending_only, LIST_LIMIT).await?;
+    if !caller.decides() {
+        // Only the approvals of jobs the caller may see; tool approvals are the
+        // approvers'.
+        let mut seen: HashMap<JobId, bool> = HashMap::new();
+        let mut kept = Vec::with_capacity(approvals.len());
+        for a in approvals {
+            let Some(job) = &a.job_id else { continue };
+            let sees = match seen.get(job) {
+                Some(s) => *s,
+                None => {
+                    let s = state.store.job(job).await?.is_some_and(|j| caller.sees(&j));
+                    seen.insert(job.clone(), s);
+                    s
+                }
+            };
+            if sees {
+                kept.push(a);
+            }
+        }
+        approvals = kept;
+    }
     Ok(Json(ApprovalsList {
         approvals: approvals.into_iter().map(ApprovalView::from).collect(),
     }))
@@ -95,6 +125,7 @@ pub(crate) async fn list(
     responses(
         (status = 200, description = "Approved; the job is queued.", body = Decision),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an approver: needs the `approvals:decide` scope or an admin key. Audited.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already decided, expired, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
     ),
@@ -117,6 +148,7 @@ pub(crate) async fn approve(
     responses(
         (status = 200, description = "Rejected; the job is cancelled.", body = Decision),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an approver: needs the `approvals:decide` scope or an admin key. Audited.", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already decided, expired, or the job no longer waits.", body = Problem, content_type = "application/problem+json"),
     ),
@@ -136,12 +168,60 @@ async fn decide_view(
     raw: &str,
     approved: bool,
 ) -> Result<Decision, ApiError> {
+    if !caller.decides() {
+        refused(
+            state,
+            &format!("api:{}", caller.label),
+            raw,
+            approved,
+            "not an approver: deciding needs the approvals:decide scope or an admin key",
+        )
+        .await;
+        return Err(ApiError::InsufficientScope(SCOPE_DECIDE));
+    }
     let (record, job_status) = decide(state, &caller.label, raw, approved).await?;
     Ok(Decision {
         approval: record.into(),
         job_status,
     })
 }
+
+/// Audits a refused decision on approval `raw` by `who` (`api:<caller>`,
+/// `slack:<user>`). A failure to write is logged: the refusal stands either way.
+pub(crate) async fn refused(state: &ApiState, who: &str, raw: &str, approved: bool, why: &str) {
+    tracing::warn!(approval = %raw, %who, %why, "a decision was refused");
+    let job_id = match raw.parse::<i64>() {
+        Ok(id) => state
+            .store
+            .approval(id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|r| r.job_id),
+        Err(_) => None,
+    };
+    let args = serde_json::json!({"approval": raw, "approve": approved});
+    let row = AuditRecord {
+        job_id,
+        slice_id: None,
+        seq: 0,
+        tool: DECIDE_TOOL.to_owned(),
+        args_digest: hex::encode(Sha256::digest(args.to_string().as_bytes())),
+        decision: "deny".to_owned(),
+        reason: why.to_owned(),
+        caller: who.to_owned(),
+        latency_us: 0,
+        result_bytes: 0,
+        error: None,
+        at_ms: now_ms(),
+    };
+    if let Err(e) = state.store.record_audit(&[row]).await {
+        tracing::warn!(error = %e, "the refused decision could not be audited");
+    }
+}
+
+/// The audit's name for deciding an approval.
+pub const DECIDE_TOOL: &str = "approvals.decide";
 
 /// Why an approval that is no longer pending (or is past its expiry) cannot be
 /// decided: 409.

@@ -9,10 +9,10 @@
 
 use std::fmt::Write as _;
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Serialize;
 use tracing::instrument;
 use trawl_core::model::{JobId, SliceId};
@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
 use crate::jobs::load_job;
-use crate::state::ApiState;
+use crate::state::{ApiState, Caller};
 
 /// What a stored media type that is not a valid header value is served as.
 const FALLBACK_TYPE: &str = "application/octet-stream";
@@ -105,9 +105,10 @@ fn encode_segment(s: &str) -> String {
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn list(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ArtifactsList>, ApiError> {
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     let artifacts = state.store.artifacts(&job.id).await?;
     Ok(Json(ArtifactsList {
         artifacts: artifacts.into_iter().map(ArtifactView::from).collect(),
@@ -133,9 +134,10 @@ pub(crate) async fn list(
 #[instrument(skip_all, fields(job_id = %id, name = %name))]
 pub(crate) async fn get(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     let artifact = state
         .store
         .artifact(&job.id, &name)

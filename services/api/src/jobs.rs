@@ -224,11 +224,22 @@ pub(crate) fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// The job a path names, or 404: a malformed id names no job.
-pub(crate) async fn load_job(state: &ApiState, raw: &str) -> Result<JobRecord, ApiError> {
+/// The job a path names, if `caller` may see it; else 404, the same answer as
+/// for no such job, so that ids of other callers' jobs tell nothing. A malformed
+/// id names no job.
+pub(crate) async fn load_job(
+    state: &ApiState,
+    caller: &Caller,
+    raw: &str,
+) -> Result<JobRecord, ApiError> {
     let not_found = || ApiError::NotFound(format!("job {raw}"));
     let id = JobId::parse(raw).map_err(|_| not_found())?;
-    state.store.job(&id).await?.ok_or_else(not_found)
+    let job = state.store.job(&id).await?.ok_or_else(not_found)?;
+    if !caller.sees(&job) {
+        tracing::info!(job_id = %id, caller = %caller.label, "a job of another caller was asked for: not found");
+        return Err(not_found());
+    }
+    Ok(job)
 }
 
 /// Emits an event; a failure is logged, not fatal: the store already holds the
@@ -418,6 +429,7 @@ pub(crate) async fn submit_job(
         }),
         // Planning and the slices continue this request's trace.
         traceparent: trawl_telemetry::propagation::current_traceparent(),
+        owner: Some(caller.owner()),
     };
     match state.store.create_job(&job, &[]).await {
         Ok(()) => {}
@@ -469,9 +481,10 @@ pub(crate) async fn submit_job(
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn get_job(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     Ok(Json(JobView::of(&state, job).await?))
 }
 
@@ -494,9 +507,10 @@ pub(crate) async fn get_job(
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn cancel_job(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     if job.status.is_terminal() {
         return Err(ApiError::Conflict(format!(
             "job {} has already ended: it is {}",
@@ -510,7 +524,7 @@ pub(crate) async fn cancel_job(
         .await?;
     if !ended {
         // It ended between the read above and the write: say how.
-        let job = load_job(&state, job.id.as_str()).await?;
+        let job = load_job(&state, &caller, job.id.as_str()).await?;
         return Err(ApiError::Conflict(format!(
             "job {} has already ended: it is {}",
             job.id,
@@ -530,7 +544,7 @@ pub(crate) async fn cancel_job(
         },
     )
     .await;
-    let job = load_job(&state, job.id.as_str()).await?;
+    let job = load_job(&state, &caller, job.id.as_str()).await?;
     Ok(Json(JobView::of(&state, job).await?))
 }
 
@@ -570,7 +584,10 @@ mod tests {
     fn idempotency_keys_are_scoped_to_the_caller_and_checked() {
         let caller = Caller {
             label: "key-0123abcd".into(),
+            client: None,
+            tenant: None,
             scopes: None,
+            admin: false,
         };
         let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
         assert_eq!(

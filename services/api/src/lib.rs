@@ -60,4 +60,4 @@ pub use ops::{OpsBackends, metrics, ops_router, with_metrics};
 pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
 pub use server::{DRAIN_DEADLINE, router, serve};
 pub use slack::SlackConfig;
-pub use state::{ApiState, Auth};
+pub use state::{ApiKey, ApiState, Auth};

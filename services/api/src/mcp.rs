@@ -471,10 +471,12 @@ impl Gateway {
                 }
                 jobs::submit_job(State(state), Extension(caller), headers, Ok(body)).await?
             }
-            JOB_STATUS => jobs::get_job(State(state), Path(job_id()?))
+            // Reads and cancel answer only the job's owner (its tenant, an
+            // admin): the REST routes' own check, with the session's caller.
+            JOB_STATUS => jobs::get_job(State(state), Extension(caller), Path(job_id()?))
                 .await?
                 .into_response(),
-            CANCEL_JOB => jobs::cancel_job(State(state), Path(job_id()?))
+            CANCEL_JOB => jobs::cancel_job(State(state), Extension(caller), Path(job_id()?))
                 .await?
                 .into_response(),
             JOB_ITEMS => {
@@ -490,6 +492,7 @@ impl Gateway {
                     .map(str::to_owned);
                 rows::items(
                     State(state),
+                    Extension(caller),
                     Path(job_id()?),
                     HeaderMap::new(),
                     Ok(Query(PageQuery { limit, cursor })),

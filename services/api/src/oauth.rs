@@ -60,8 +60,19 @@ pub const SCOPE_READ: &str = "research:read";
 pub const SCOPE_WRITE: &str = "research:write";
 /// Search and call tools through `/mcp`.
 pub const SCOPE_TOOLS: &str = "tools:call";
+/// See and cancel every caller's jobs (callers without it see only their own,
+/// and their tenant's).
+pub const SCOPE_ADMIN: &str = "research:admin";
+/// Decide approvals (over REST; Slack has its own approvers).
+pub const SCOPE_DECIDE: &str = "approvals:decide";
 /// Every scope this server knows, as its metadata lists them.
-pub const SCOPES: &[&str] = &[SCOPE_READ, SCOPE_WRITE, SCOPE_TOOLS];
+pub const SCOPES: &[&str] = &[
+    SCOPE_READ,
+    SCOPE_WRITE,
+    SCOPE_TOOLS,
+    SCOPE_ADMIN,
+    SCOPE_DECIDE,
+];
 
 /// How the resource server is configured (`TRAWL_RESOURCE_URI`,
 /// `TRAWL_OAUTH_ISSUER`).
@@ -77,6 +88,9 @@ pub struct OAuthConfig {
     /// How soon after one JWKS fetch an unknown `kid` may cause another
     /// ([`REFETCH_MIN_INTERVAL`] unless set).
     pub refetch_min_interval: Duration,
+    /// The claim naming a caller's tenant (`TRAWL_TENANT_CLAIM`, for example
+    /// `org_id`); callers of one tenant share their jobs. `None`: no tenants.
+    pub tenant_claim: Option<String>,
 }
 
 impl OAuthConfig {
@@ -91,7 +105,36 @@ impl OAuthConfig {
             issuer: issuer.trim().trim_end_matches('/').to_owned(),
             timeout: Duration::from_secs(10),
             refetch_min_interval: REFETCH_MIN_INTERVAL,
+            tenant_claim: None,
         })
+    }
+
+    /// The same, with callers' tenants read from the claim `name` (a string, or
+    /// a number; a token without it has no tenant). The registered claims that
+    /// say who a caller is or for what the token is (`sub`, `aud`, `iss`, …)
+    /// cannot be one: every caller of a client or issuer would share its jobs.
+    pub fn with_tenant_claim(mut self, name: &str) -> Result<OAuthConfig, String> {
+        const REGISTERED: &[&str] = &[
+            "sub",
+            "aud",
+            "iss",
+            "exp",
+            "nbf",
+            "iat",
+            "jti",
+            "scope",
+            "scp",
+            "client_id",
+            "azp",
+        ];
+        let name = name.trim();
+        if name.is_empty() || REGISTERED.contains(&name) {
+            return Err(format!(
+                "{name:?} cannot name a tenant: give a claim of your own, such as org_id"
+            ));
+        }
+        self.tenant_claim = Some(name.to_owned());
+        Ok(self)
     }
 
     /// The same, with unknown `kid`s refetching the keys at most once per `every`.
@@ -108,6 +151,8 @@ pub struct Principal {
     pub subject: String,
     pub client_id: Option<String>,
     pub scopes: BTreeSet<String>,
+    /// The tenant claim's value, when one is configured and the token has it.
+    pub tenant: Option<String>,
 }
 
 /// Why a token was refused. The text goes into `error_description`: it names the
@@ -184,6 +229,9 @@ struct Claims {
     client_id: Option<String>,
     scope: Option<String>,
     scp: Option<Vec<String>>,
+    /// The rest, where a configured tenant claim is found.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 impl ResourceServer {
@@ -310,11 +358,21 @@ impl ResourceServer {
             .clone()
             .or_else(|| c.client_id.clone())
             .ok_or(TokenError::MissingClaim("sub"))?;
+        let tenant = self
+            .config
+            .tenant_claim
+            .as_ref()
+            .and_then(|claim| match c.rest.get(claim) {
+                Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            });
         Ok((
             Principal {
                 subject,
                 client_id: c.client_id,
                 scopes,
+                tenant,
             },
             // Saturating: a negative or huge `exp` was refused by the check above
             // or stands for "far off".
@@ -623,7 +681,13 @@ mod tests {
         );
         assert_eq!(
             m["scopes_supported"],
-            json!(["research:read", "research:write", "tools:call"])
+            json!([
+                "research:read",
+                "research:write",
+                "tools:call",
+                "research:admin",
+                "approvals:decide"
+            ])
         );
         assert_eq!(
             rs.metadata_url(),

@@ -8,11 +8,11 @@
 //! Asked for `application/x-ndjson` (or `application/jsonl`), a page is one JSON
 //! object per line and the next cursor travels in `Link: <…>; rel="next"`.
 
-use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Problem};
 use crate::jobs::load_job;
-use crate::state::ApiState;
+use crate::state::{ApiState, Caller};
 
 /// Rows per page when the client does not say.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -228,12 +228,13 @@ impl PageRequest {
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn items(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let req = PageRequest::new(query, &headers)?;
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     let rows = state
         .store
         .items_page(&job.id, req.after.as_ref(), req.fetch_limit())
@@ -261,9 +262,10 @@ pub(crate) async fn items(
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn report(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     if job.spec.get("research").is_none() {
         return Err(ApiError::NotFound(format!(
             "report of job {}: it has no research question",
@@ -315,12 +317,13 @@ pub(crate) async fn report(
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn rejections(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let req = PageRequest::new(query, &headers)?;
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     let rows = state
         .store
         .rejections_page(&job.id, req.after.as_ref(), req.fetch_limit())
@@ -357,12 +360,13 @@ pub(crate) async fn rejections(
 #[instrument(skip_all, fields(job_id = %id))]
 pub(crate) async fn trace(
     State(state): State<ApiState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let req = PageRequest::new(query, &headers)?;
-    let job = load_job(&state, &id).await?;
+    let job = load_job(&state, &caller, &id).await?;
     let rows = state
         .store
         .trace_page(&job.id, req.after.as_ref(), req.fetch_limit())

@@ -19,9 +19,17 @@
 //!
 //! A `response_url` is only posted to at `https://hooks.slack.com` or a host in
 //! `TRAWL_SLACK_RESPONSE_HOSTS` ([`ResponseHosts`]).
+//!
+//! Only approvers decide (`TRAWL_SLACK_APPROVERS`): user ids, and user group
+//! ids whose members are read from Slack's Web API (`usergroups.users.list`,
+//! with the bot token `TRAWL_SLACK_BOT_TOKEN`, remembered for a minute). A
+//! click by anyone else, or one whose groups cannot be read, changes nothing,
+//! is audited, and the user alone is told so. Without approvers every click is
+//! refused.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -39,7 +47,7 @@ use trawl_notify::slack::{
 };
 use url::Url;
 
-use crate::approvals::decide;
+use crate::approvals::{decide, refused};
 use crate::error::{ApiError, Problem};
 use crate::state::ApiState;
 
@@ -55,13 +63,33 @@ pub struct SlackConfig {
     hosts: ResponseHosts,
     public_url: Option<Url>,
     http: reqwest::Client,
+    /// User ids (`U…`, `W…`) that may decide.
+    approvers: HashSet<String>,
+    /// User group ids (`S…`) whose members may decide.
+    groups: Vec<String>,
+    /// Slack's Web API, to read the groups' members.
+    directory: Option<Directory>,
 }
+
+/// Slack's Web API as far as approvers need it: the members of a user group.
+struct Directory {
+    token: SecretString,
+    /// `https://slack.com/api/` unless configured (a test server).
+    base: Url,
+    /// Members of each group and when they were read.
+    members: Mutex<HashMap<String, (Instant, Arc<HashSet<String>>)>>,
+}
+
+/// How long the members of a user group are remembered.
+const MEMBERS_TTL: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for SlackConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlackConfig")
             .field("hosts", &self.hosts)
             .field("public_url", &self.public_url)
+            .field("approvers", &self.approvers)
+            .field("groups", &self.groups)
             .finish_non_exhaustive()
     }
 }
@@ -87,7 +115,134 @@ impl SlackConfig {
             hosts,
             public_url,
             http,
+            approvers: HashSet::new(),
+            groups: Vec::new(),
+            directory: None,
         })
+    }
+
+    /// Reads user groups' members from Slack's Web API at `base` (normally
+    /// `https://slack.com/api/`) with the bot token `token` (it needs the
+    /// `usergroups:read` scope). Give it before [`SlackConfig::with_approvers`]
+    /// names a group.
+    pub fn with_directory(mut self, token: SecretString, base: Url) -> SlackConfig {
+        let mut base = base;
+        if !base.path().ends_with('/') {
+            base.set_path(&format!("{}/", base.path()));
+        }
+        self.directory = Some(Directory {
+            token,
+            base,
+            members: Mutex::new(HashMap::new()),
+        });
+        self
+    }
+
+    /// Who may decide: user ids (`U…`, `W…`) and user group ids (`S…`). A group
+    /// needs [`SlackConfig::with_directory`] first.
+    pub fn with_approvers(
+        mut self,
+        ids: impl IntoIterator<Item = String>,
+    ) -> Result<SlackConfig, String> {
+        for id in ids {
+            let id = id.trim().to_owned();
+            let well_formed = id.len() >= 2
+                && id.len() <= 32
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit());
+            match id.as_bytes().first() {
+                Some(b'U' | b'W') if well_formed => {
+                    self.approvers.insert(id);
+                }
+                Some(b'S') if well_formed => {
+                    if self.directory.is_none() {
+                        return Err(format!(
+                            "{id} is a user group: reading its members needs TRAWL_SLACK_BOT_TOKEN"
+                        ));
+                    }
+                    self.groups.push(id);
+                }
+                _ => {
+                    return Err(format!(
+                        "{id:?} is neither a Slack user id (U…, W…) nor a user group id (S…)"
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether `user` may decide: `Err` with why not.
+    async fn approver(&self, user: &str) -> Result<(), String> {
+        if self.approvers.contains(user) {
+            return Ok(());
+        }
+        let Some(dir) = &self.directory else {
+            return Err(format!("{user} is not one of the approvers"));
+        };
+        for group in &self.groups {
+            let members = dir.members(&self.http, group).await.map_err(|e| {
+                format!("the members of user group {group} could not be read ({e})")
+            })?;
+            if members.contains(user) {
+                return Ok(());
+            }
+        }
+        Err(format!("{user} is not one of the approvers"))
+    }
+}
+
+impl Directory {
+    /// The members of `group`, remembered for [`MEMBERS_TTL`]. Slack documents
+    /// the call at api.slack.com/methods/usergroups.users.list: a GET with the
+    /// bot token as a bearer credential, answering `{"ok": true, "users": [...]}`
+    /// or `{"ok": false, "error": "..."}` (HTTP 200 either way).
+    async fn members(
+        &self,
+        http: &reqwest::Client,
+        group: &str,
+    ) -> Result<Arc<HashSet<String>>, String> {
+        if let Some((at, m)) = self
+            .members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(group)
+            && at.elapsed() < MEMBERS_TTL
+        {
+            return Ok(m.clone());
+        }
+        let mut url = self
+            .base
+            .join("usergroups.users.list")
+            .map_err(|e| e.to_string())?;
+        url.query_pairs_mut().append_pair("usergroup", group);
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            ok: bool,
+            error: Option<String>,
+            #[serde(default)]
+            users: Vec<String>,
+        }
+        let res = http
+            .get(url)
+            .bearer_auth(self.token.expose_secret())
+            .send()
+            .await
+            .map_err(|e| e.without_url().to_string())?;
+        if !res.status().is_success() {
+            return Err(format!("HTTP {}", res.status().as_u16()));
+        }
+        let answer: Answer = res.json().await.map_err(|e| e.without_url().to_string())?;
+        if !answer.ok {
+            return Err(answer.error.unwrap_or_else(|| "not ok".to_owned()));
+        }
+        let m = Arc::new(answer.users.into_iter().collect::<HashSet<_>>());
+        self.members
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group.to_owned(), (Instant::now(), m.clone()));
+        Ok(m)
     }
 }
 
@@ -169,6 +324,19 @@ async fn answer(
     click: &Click,
 ) -> Result<Option<Value>, ApiError> {
     let by = click.user.decided_by();
+    if let Err(why) = slack.approver(&click.user.id).await {
+        refused(
+            state,
+            &by,
+            &click.approval.to_string(),
+            click.approve,
+            &format!("not an approver in Slack: {why}"),
+        )
+        .await;
+        return Ok(Some(ephemeral(
+            "Only trawl's approvers can decide approvals; nothing was changed.",
+        )));
+    }
     match decide(state, &by, &click.approval.to_string(), click.approve).await {
         Ok((record, _)) => {
             info!(approval = record.id, status = record.status(), %by, "decided in Slack");

@@ -12,18 +12,104 @@ use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use trawl_core::cost::PriceTable;
-use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
+use trawl_core::ports::{ContentCache, Events, JobOwner, JobRecord, SliceQueue, Store};
 
 use crate::error::ApiError;
-use crate::oauth::{ResourceServer, SCOPE_READ, SCOPE_WRITE};
+use crate::oauth::{ResourceServer, SCOPE_ADMIN, SCOPE_DECIDE, SCOPE_READ, SCOPE_WRITE};
 
 /// Who may call the `/v1` routes.
 pub enum Auth {
-    /// Everyone. For `trawl dev` on a loopback address only.
+    /// Everyone, as one caller (`api`) who sees every job. For `trawl dev` on a
+    /// loopback address only.
     Open,
     /// Callers that send one of these keys as `Authorization: Bearer <key>`. An
     /// empty list lets no one in.
-    Keys(Vec<SecretString>),
+    Keys(Vec<ApiKey>),
+}
+
+/// An API key: its secret, the name it is shown by, and whether it is an admin
+/// key (sees every job, decides approvals).
+#[derive(Clone)]
+pub struct ApiKey {
+    name: Option<String>,
+    secret: SecretString,
+    admin: bool,
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("admin", &self.admin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<SecretString> for ApiKey {
+    /// An unnamed, non-admin key.
+    fn from(secret: SecretString) -> ApiKey {
+        ApiKey {
+            name: None,
+            secret,
+            admin: false,
+        }
+    }
+}
+
+impl ApiKey {
+    /// A key as configured (`TRAWL_API_KEYS`, `TRAWL_ADMIN_KEYS`): `name:secret`,
+    /// where the name is 1 to 64 of `A-Z a-z 0-9 . _ -` before the first `:`, or
+    /// the bare secret (then it is shown as `key-` and 8 hex digits of its
+    /// sha256). A secret that itself holds a `:` must be given a name.
+    pub fn parse(raw: &str) -> Result<ApiKey, String> {
+        let raw = raw.trim();
+        let (name, secret) = match raw.split_once(':') {
+            Some((name, secret)) => {
+                let ok = (1..=64).contains(&name.len())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                if !ok {
+                    return Err(format!(
+                        "an API key's name (before the first ':') must be 1 to 64 of A-Z a-z 0-9 . _ -, not {name:?}"
+                    ));
+                }
+                (Some(name.to_owned()), secret)
+            }
+            None => (None, raw),
+        };
+        if secret.len() < 8 {
+            return Err(format!(
+                "the API key{} is shorter than 8 characters",
+                name.as_deref().map(|n| format!(" {n}")).unwrap_or_default()
+            ));
+        }
+        Ok(ApiKey {
+            name,
+            secret: SecretString::from(secret.to_owned()),
+            admin: false,
+        })
+    }
+
+    /// The same key as an admin key.
+    pub fn admin(mut self) -> ApiKey {
+        self.admin = true;
+        self
+    }
+
+    /// The name the key was given, if any.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// Whether no secret is given twice among `keys`.
+    pub fn distinct(keys: &[ApiKey]) -> bool {
+        let digests: std::collections::HashSet<[u8; 32]> = keys
+            .iter()
+            .map(|k| sha256(k.secret.expose_secret().as_bytes()))
+            .collect();
+        digests.len() == keys.len()
+    }
 }
 
 impl fmt::Debug for Auth {
@@ -160,6 +246,9 @@ impl ApiState {
         match rs.verify(token).await {
             Ok(p) => Ok(Caller {
                 label: format!("sub:{}", p.subject),
+                client: p.client_id,
+                tenant: p.tenant,
+                admin: p.scopes.contains(SCOPE_ADMIN),
                 scopes: Some(p.scopes),
             }),
             Err(crate::oauth::TokenError::KeysUnavailable(why)) => {
@@ -186,21 +275,79 @@ impl ApiState {
 /// Who made a request, as far as the API can tell.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Caller {
-    /// `api` under [`Auth::Open`]; `key-` and the first 8 hex digits of the sha256
-    /// of the key otherwise: stable when keys are added or reordered, and telling
-    /// nothing useful about the key itself; `sub:` and the subject for an OAuth
-    /// token. Recorded as who decided an approval, and scopes idempotency keys,
-    /// so two callers never see each other's jobs.
+    /// `api` under [`Auth::Open`]; `key:` and the name of a named key; `key-` and
+    /// the first 8 hex digits of the sha256 of an unnamed key: stable when keys
+    /// are added or reordered, and telling nothing useful about the key itself;
+    /// `sub:` and the subject for an OAuth token. A job's owner, recorded as who
+    /// decided an approval, and the scope of idempotency keys.
     pub label: String,
-    /// The scopes of an OAuth token; `None` (every scope) for an API key or an
-    /// open API.
+    /// The OAuth client of a token, when it names one.
+    pub client: Option<String>,
+    /// The caller's tenant (the configured tenant claim of its token): callers of
+    /// one tenant share their jobs.
+    pub tenant: Option<String>,
+    /// The scopes of an OAuth token; `None` for an API key or an open API: every
+    /// scope but [`SCOPE_ADMIN`] and [`SCOPE_DECIDE`], which go with `admin`.
     pub scopes: Option<BTreeSet<String>>,
+    /// Sees every job and decides approvals: an admin key, a token with
+    /// [`SCOPE_ADMIN`], or anyone on an open API.
+    pub admin: bool,
 }
 
 impl Caller {
+    /// The caller of an open API: one operator on loopback, who sees everything.
+    pub(crate) fn open() -> Caller {
+        Caller {
+            label: "api".to_owned(),
+            client: None,
+            tenant: None,
+            scopes: None,
+            admin: true,
+        }
+    }
+
     /// Whether the caller holds `scope`.
     pub fn allows(&self, scope: &str) -> bool {
-        self.scopes.as_ref().is_none_or(|s| s.contains(scope))
+        if self.admin {
+            return match &self.scopes {
+                // An admin token still needs the route's own scope.
+                Some(s) => scope == SCOPE_ADMIN || scope == SCOPE_DECIDE || s.contains(scope),
+                None => true,
+            };
+        }
+        match &self.scopes {
+            Some(s) => s.contains(scope),
+            None => scope != SCOPE_ADMIN && scope != SCOPE_DECIDE,
+        }
+    }
+
+    /// Whether the caller may decide approvals: [`SCOPE_DECIDE`] or an admin.
+    pub fn decides(&self) -> bool {
+        self.allows(SCOPE_DECIDE)
+    }
+
+    /// The owner a job this caller submits records.
+    pub fn owner(&self) -> JobOwner {
+        JobOwner {
+            caller: self.label.clone(),
+            client: self.client.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+
+    /// Whether the caller may read and cancel `job`: its owner, a caller of the
+    /// owner's tenant, or an admin. A job without an owner (`trawl run`'s, or
+    /// stored before owners were kept) is an admin's only.
+    pub fn sees(&self, job: &JobRecord) -> bool {
+        if self.admin {
+            return true;
+        }
+        job.owner.as_ref().is_some_and(|o| {
+            o.caller == self.label
+                || o.tenant
+                    .as_ref()
+                    .is_some_and(|t| self.tenant.as_ref() == Some(t))
+        })
     }
 }
 
@@ -245,8 +392,9 @@ pub(crate) fn refuse_query_token(uri: &axum::http::Uri) -> Result<(), ApiError> 
 /// The accepted keys, kept as sha256 digests: compared in constant time, and of one
 /// length whatever the key's, so a comparison tells nothing about a key's length.
 pub(crate) struct KeyRing {
-    /// `None` for [`Auth::Open`].
-    keys: Option<Vec<([u8; 32], String)>>,
+    /// `None` for [`Auth::Open`]. Each key's digest, label and whether it is an
+    /// admin key.
+    keys: Option<Vec<([u8; 32], String, bool)>>,
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -260,9 +408,12 @@ impl KeyRing {
             Auth::Keys(keys) => Some(
                 keys.iter()
                     .map(|k| {
-                        let d = sha256(k.expose_secret().as_bytes());
-                        let label = format!("key-{}", &hex::encode(d)[..8]);
-                        (d, label)
+                        let d = sha256(k.secret.expose_secret().as_bytes());
+                        let label = match &k.name {
+                            Some(name) => format!("key:{name}"),
+                            None => format!("key-{}", &hex::encode(d)[..8]),
+                        };
+                        (d, label, k.admin)
                     })
                     .collect(),
             ),
@@ -277,25 +428,25 @@ impl KeyRing {
     /// The caller a request's `Authorization` header names.
     pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         let Some(keys) = &self.keys else {
-            return Ok(Caller {
-                label: "api".to_owned(),
-                scopes: None,
-            });
+            return Ok(Caller::open());
         };
         let token = bearer(headers)?;
         let presented = sha256(token.as_bytes());
         // Every key is compared, matched or not, so the time taken does not tell
         // which one (or whether any) matched.
         let mut found = None;
-        for (digest, label) in keys {
+        for (digest, label, admin) in keys {
             if bool::from(digest.ct_eq(&presented)) {
-                found = Some(label);
+                found = Some((label, *admin));
             }
         }
         found
-            .map(|label| Caller {
+            .map(|(label, admin)| Caller {
                 label: label.clone(),
+                client: None,
+                tenant: None,
                 scopes: None,
+                admin,
             })
             .ok_or(ApiError::Unauthorized {
                 presented: true,
@@ -371,8 +522,8 @@ mod tests {
     #[test]
     fn keys_are_checked_and_labelled() {
         let ring = KeyRing::new(Auth::Keys(vec![
-            SecretString::from("alpha-key"),
-            SecretString::from("beta-key"),
+            SecretString::from("alpha-key".to_owned()).into(),
+            SecretString::from("beta-key".to_owned()).into(),
         ]));
         let a = ring.authenticate(&headers("Bearer alpha-key")).unwrap();
         let b = ring.authenticate(&headers("bearer beta-key")).unwrap();
@@ -409,9 +560,92 @@ mod tests {
         assert_eq!(open.authenticate(&HeaderMap::new()).unwrap().label, "api");
     }
 
+    fn job_of(owner: Option<(&str, Option<&str>)>) -> JobRecord {
+        JobRecord {
+            id: trawl_core::model::JobId::generate(1_700_000_000_000, 1),
+            name: "j".into(),
+            spec: serde_json::Value::Null,
+            status: trawl_core::model::JobStatus::Pending,
+            reason: None,
+            estimate: trawl_core::cost::Micros(0),
+            created_ms: 0,
+            idempotency: None,
+            traceparent: None,
+            owner: owner.map(|(caller, tenant)| JobOwner {
+                caller: caller.into(),
+                client: None,
+                tenant: tenant.map(str::to_owned),
+            }),
+        }
+    }
+
+    fn token_caller(sub: &str, tenant: Option<&str>, scopes: &[&str]) -> Caller {
+        let scopes: BTreeSet<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
+        Caller {
+            label: format!("sub:{sub}"),
+            client: Some("app".into()),
+            tenant: tenant.map(str::to_owned),
+            admin: scopes.contains(SCOPE_ADMIN),
+            scopes: Some(scopes),
+        }
+    }
+
+    #[test]
+    fn a_job_is_seen_by_its_owner_its_tenant_and_admins_only() {
+        let ann = token_caller("ann", Some("acme"), &[SCOPE_READ]);
+        let abe = token_caller("abe", Some("acme"), &[SCOPE_READ]);
+        let zed = token_caller("zed", Some("zeta"), &[SCOPE_READ]);
+        let lone = token_caller("lone", None, &[SCOPE_READ]);
+        let root = token_caller("root", None, &[SCOPE_READ, SCOPE_ADMIN]);
+        let anns = job_of(Some(("sub:ann", Some("acme"))));
+        assert!(ann.sees(&anns) && abe.sees(&anns) && root.sees(&anns));
+        assert!(!zed.sees(&anns) && !lone.sees(&anns));
+        // Without a tenant, only the owner; two callers without one share nothing.
+        let lones = job_of(Some(("sub:lone", None)));
+        assert!(lone.sees(&lones) && root.sees(&lones));
+        assert!(!ann.sees(&lones) && !token_caller("other", None, &[]).sees(&lones));
+        // No owner: admins only; the open API's caller is one.
+        let orphan = job_of(None);
+        assert!(!ann.sees(&orphan) && root.sees(&orphan) && Caller::open().sees(&orphan));
+        // A key's label is its owner.
+        let ring = KeyRing::new(Auth::Keys(vec![
+            ApiKey::parse("alice:alice-secret").unwrap(),
+            ApiKey::parse("ops:ops-secret-1").unwrap().admin(),
+        ]));
+        let alice = ring.authenticate(&headers("Bearer alice-secret")).unwrap();
+        let ops = ring.authenticate(&headers("Bearer ops-secret-1")).unwrap();
+        assert_eq!(alice.label, "key:alice");
+        let alices = job_of(Some(("key:alice", None)));
+        assert!(alice.sees(&alices) && ops.sees(&alices) && !alice.sees(&anns));
+    }
+
+    #[test]
+    fn admin_and_decide_go_with_admin_keys_and_their_scopes_only() {
+        let ring = KeyRing::new(Auth::Keys(vec![
+            ApiKey::parse("alice:alice-secret").unwrap(),
+            ApiKey::parse("ops:ops-secret-1").unwrap().admin(),
+        ]));
+        let alice = ring.authenticate(&headers("Bearer alice-secret")).unwrap();
+        let ops = ring.authenticate(&headers("Bearer ops-secret-1")).unwrap();
+        for s in [SCOPE_READ, SCOPE_WRITE, crate::oauth::SCOPE_TOOLS] {
+            assert!(alice.allows(s) && ops.allows(s), "{s}");
+        }
+        assert!(!alice.allows(SCOPE_ADMIN) && !alice.decides());
+        assert!(ops.allows(SCOPE_ADMIN) && ops.decides() && ops.admin);
+        // Tokens: what they carry, and an admin token still needs the route's scope.
+        let approver = token_caller("amy", None, &[SCOPE_READ, SCOPE_DECIDE]);
+        assert!(approver.decides() && !approver.admin && !approver.allows(SCOPE_WRITE));
+        let root = token_caller("root", None, &[SCOPE_READ, SCOPE_ADMIN]);
+        assert!(root.decides() && root.allows(SCOPE_READ) && !root.allows(SCOPE_WRITE));
+    }
+
     #[test]
     fn debug_never_shows_a_key() {
-        let auth = Auth::Keys(vec![SecretString::from("hunter2")]);
-        assert!(!format!("{auth:?}").contains("hunter2"));
+        let auth = Auth::Keys(vec![
+            SecretString::from("hunter2".to_owned()).into(),
+            ApiKey::parse("ops:hunter3-long").unwrap().admin(),
+        ]);
+        assert!(!format!("{auth:?}").contains("hunter"));
+        assert!(!format!("{:?}", ApiKey::parse("ops:hunter3-long").unwrap()).contains("hunter"));
     }
 }

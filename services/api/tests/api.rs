@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use trawl_api::{ApiState, Auth, router, serve};
+use trawl_api::{ApiKey, ApiState, Auth, router, serve};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::geo::Geo;
@@ -126,9 +126,15 @@ async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App
     }
 }
 
-/// An API that wants [`KEY`].
+/// An API that wants [`KEY`], an admin key: it sees every job (also those the
+/// tests store directly, which have no owner) and decides approvals. Ownership
+/// has its own tests, with plain keys.
 async fn spawn_app() -> App {
-    spawn_app_with(Auth::Keys(vec![SecretString::from(KEY)]), None).await
+    spawn_app_with(
+        Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
+        None,
+    )
+    .await
 }
 
 fn request(method: Method, uri: &str) -> axum::http::request::Builder {
@@ -421,8 +427,8 @@ async fn concurrent_requests_with_one_key_make_one_job() {
 async fn idempotency_keys_of_two_callers_do_not_meet() {
     let app = spawn_app_with(
         Auth::Keys(vec![
-            SecretString::from(KEY),
-            SecretString::from("other-key"),
+            SecretString::from(KEY).into(),
+            SecretString::from("other-key").into(),
         ]),
         None,
     )
@@ -677,6 +683,7 @@ async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize)
                 created_ms: 1_700_000_000_000,
                 idempotency: None,
                 traceparent: None,
+                owner: None,
             },
             &specs,
         )
@@ -1416,4 +1423,263 @@ async fn a_tool_change_is_shown_with_its_diff_and_approving_it_re_pins_the_tool(
     app.post(&format!("/v1/approvals/{id}/reject"))
         .await
         .problem(409, "conflict");
+}
+
+// ---------------------------------------------------------------------------
+// Ownership: each caller sees only its own jobs
+
+const ALICE: &str = "alice-secret-0123";
+const BOB: &str = "bob-secret-4567";
+const OPS: &str = "ops-secret-89ab";
+
+/// An API with two plain named keys and an admin key.
+async fn spawn_owned_app() -> App {
+    spawn_app_with(
+        Auth::Keys(vec![
+            ApiKey::parse(&format!("alice:{ALICE}")).unwrap(),
+            ApiKey::parse(&format!("bob:{BOB}")).unwrap(),
+            ApiKey::parse(&format!("ops:{OPS}")).unwrap().admin(),
+        ]),
+        None,
+    )
+    .await
+}
+
+impl App {
+    async fn as_(&self, key: &str, method: Method, uri: &str) -> Answer {
+        self.send(
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .header(header::AUTHORIZATION, format!("Bearer {key}"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(if uri == "/v1/jobs" {
+                    Body::from(SPEC_JSON)
+                } else {
+                    Body::empty()
+                })
+                .unwrap(),
+        )
+        .await
+    }
+}
+
+/// Every read route of a job, and an artifact of it.
+fn read_routes(id: &JobId) -> Vec<String> {
+    [
+        "",
+        "/items",
+        "/rejections",
+        "/trace",
+        "/report",
+        "/artifacts",
+        "/artifacts/shot.png",
+    ]
+    .iter()
+    .map(|r| format!("/v1/jobs/{id}{r}"))
+    .collect()
+}
+
+#[tokio::test]
+async fn a_job_answers_only_its_owner_and_admins_and_others_get_404() {
+    let app = spawn_owned_app().await;
+    let id = app.accepted(&app.as_(ALICE, Method::POST, "/v1/jobs").await);
+    app.store
+        .put_artifact(&artifact(&id, "shot.png", "image/png", b"png", 1))
+        .await
+        .unwrap();
+    let owner = app.store.job(&id).await.unwrap().unwrap().owner.unwrap();
+    assert_eq!(owner.caller, "key:alice");
+    assert_eq!((owner.client, owner.tenant), (None, None));
+    let unknown = JobId::generate(1_700_000_000_000, 7);
+
+    for uri in read_routes(&id) {
+        // The owner and the admin read it (a job without a research question
+        // has no report: they are told that, a stranger is not).
+        for key in [ALICE, OPS] {
+            let a = app.as_(key, Method::GET, &uri).await;
+            if uri.ends_with("/report") {
+                let p = a.problem(404, "not-found");
+                assert!(p["detail"].as_str().unwrap().contains("no report"), "{p}");
+            } else {
+                assert_eq!(
+                    a.status,
+                    StatusCode::OK,
+                    "{uri}: {}",
+                    String::from_utf8_lossy(&a.body)
+                );
+            }
+        }
+        // Another caller gets what an unknown id gets: 404, and nothing of the job.
+        let a = app.as_(BOB, Method::GET, &uri).await;
+        let p = a.problem(404, "not-found");
+        assert!(
+            !String::from_utf8_lossy(&a.body).contains("prices"),
+            "{uri}: {p}"
+        );
+        let ghost = uri.replace(id.as_str(), unknown.as_str());
+        let g = app
+            .as_(ALICE, Method::GET, &ghost)
+            .await
+            .problem(404, "not-found");
+        assert_eq!(
+            p["detail"].as_str().unwrap().replace(id.as_str(), "ID"),
+            g["detail"]
+                .as_str()
+                .unwrap()
+                .replace(unknown.as_str(), "ID"),
+            "{uri}"
+        );
+    }
+
+    // Bob cannot cancel it; the job stays as it was.
+    app.as_(BOB, Method::POST, &format!("/v1/jobs/{id}/cancel"))
+        .await
+        .problem(404, "not-found");
+    assert_eq!(
+        app.store.job(&id).await.unwrap().unwrap().status,
+        JobStatus::Pending
+    );
+    // Alice can.
+    let a = app
+        .as_(ALICE, Method::POST, &format!("/v1/jobs/{id}/cancel"))
+        .await;
+    assert_eq!(
+        a.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&a.body)
+    );
+    assert_eq!(a.json()["status"], "cancelled");
+
+    // The admin cancels Bob's.
+    let b = app.accepted(&app.as_(BOB, Method::POST, "/v1/jobs").await);
+    app.as_(ALICE, Method::GET, &format!("/v1/jobs/{b}"))
+        .await
+        .problem(404, "not-found");
+    let a = app
+        .as_(OPS, Method::POST, &format!("/v1/jobs/{b}/cancel"))
+        .await;
+    assert_eq!(a.status, StatusCode::OK);
+    // A job without an owner (`trawl run`'s, or stored before owners were kept)
+    // is the admins' only.
+    let spec = JobSpec::from_value(serde_json::from_str(SPEC_JSON).unwrap()).unwrap();
+    let orphan = app.scheduler().submit(&spec, None).await.unwrap().job_id;
+    for key in [ALICE, BOB] {
+        app.as_(key, Method::GET, &format!("/v1/jobs/{orphan}"))
+            .await
+            .problem(404, "not-found");
+    }
+    assert_eq!(
+        app.as_(OPS, Method::GET, &format!("/v1/jobs/{orphan}"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn approvals_are_listed_to_their_jobs_owners_and_decided_only_by_approvers() {
+    let app = spawn_owned_app().await;
+    let spec = r#"{"name": "dear", "pages": {"urls": ["https://shop.example/p/1"], "geos": ["us", "de"]}, "extract": {"fields": {"t": {"css": "h1"}}}, "budget": {"approve_above_usd": 0.001}}"#;
+    let submit = |key: &'static str| {
+        let app = &app;
+        async move {
+            app.send(
+                Request::post("/v1/jobs")
+                    .header(header::AUTHORIZATION, format!("Bearer {key}"))
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(spec))
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let id = app.accepted(&submit(ALICE).await);
+    // Planned as the scheduler plans it: over its threshold, it waits.
+    let job = app.store.job(&id).await.unwrap().unwrap();
+    let spec = JobSpec::from_value(job.spec.clone()).unwrap();
+    let p = trawl_core::plan::plan(&spec, &PriceTable::default());
+    let approval = trawl_scheduler::approval_for(&id, &spec, &p.estimate).unwrap();
+    assert!(
+        app.store
+            .plan_job(&id, &p.slices, JobStatus::AwaitingApproval)
+            .await
+            .unwrap()
+    );
+    app.store.request_approval(&approval).await.unwrap();
+    let approval_ids = |a: Answer| -> Vec<i64> {
+        a.json()["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_i64().unwrap())
+            .collect()
+    };
+    let mine = approval_ids(app.as_(ALICE, Method::GET, "/v1/approvals").await);
+    assert_eq!(mine.len(), 1);
+    let approval = mine[0];
+    assert!(approval_ids(app.as_(BOB, Method::GET, "/v1/approvals").await).is_empty());
+    assert_eq!(
+        approval_ids(app.as_(OPS, Method::GET, "/v1/approvals").await),
+        vec![approval]
+    );
+
+    // The owner may see it, not decide it; nor may anyone else but an approver.
+    for (key, who) in [(ALICE, "api:key:alice"), (BOB, "api:key:bob")] {
+        let p = app
+            .as_(
+                key,
+                Method::POST,
+                &format!("/v1/approvals/{approval}/approve"),
+            )
+            .await
+            .problem(403, "insufficient-scope");
+        assert!(
+            p["detail"].as_str().unwrap().contains("approvals:decide"),
+            "{p}"
+        );
+        let audited = app.store.audit_page(None, 100).await.unwrap();
+        assert!(
+            audited.iter().any(|(_, r)| r.caller == who
+                && r.decision == "deny"
+                && r.tool == "approvals.decide"
+                && r.job_id.as_ref() == Some(&id)),
+            "{audited:?}"
+        );
+    }
+    assert_eq!(
+        app.store.job(&id).await.unwrap().unwrap().status,
+        JobStatus::AwaitingApproval
+    );
+    let d = app
+        .as_(
+            OPS,
+            Method::POST,
+            &format!("/v1/approvals/{approval}/approve"),
+        )
+        .await;
+    assert_eq!(
+        d.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&d.body)
+    );
+    assert_eq!(d.json()["approval"]["decided_by"], "key:ops");
+    assert_eq!(d.json()["job_status"], "queued");
+}
+
+#[test]
+fn api_keys_parse_with_names_and_refuse_bad_ones() {
+    let k = ApiKey::parse("ci-bot:s3cret-value").unwrap();
+    assert_eq!(k.name(), Some("ci-bot"));
+    assert_eq!(ApiKey::parse("plain-secret-value").unwrap().name(), None);
+    for bad in ["bad name:secret-value", ":secret-value", "short", "n:short"] {
+        assert!(ApiKey::parse(bad).is_err(), "{bad}");
+    }
+    let twice = [
+        ApiKey::parse("a:same-secret").unwrap(),
+        ApiKey::parse("b:same-secret").unwrap(),
+    ];
+    assert!(!ApiKey::distinct(&twice));
 }

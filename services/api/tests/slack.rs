@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tower::ServiceExt;
-use trawl_api::{ApiState, Auth, SlackConfig, router};
+use trawl_api::{ApiKey, ApiState, Auth, SlackConfig, router};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, now_ms};
@@ -30,6 +30,8 @@ use trawl_store::SqliteStore;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const KEY: &str = "test-key-0123456789";
+/// The Slack users who may decide in these tests.
+const APPROVERS: &[&str] = &["U0123ABC", "U0456DEF", "W0123", "U1"];
 const ROUTE: &str = "/v1/integrations/slack/interactions";
 
 struct App {
@@ -65,6 +67,20 @@ async fn reply_receiver() -> (String, UnboundedReceiver<Value>) {
 }
 
 async fn spawn_app(slack: bool) -> App {
+    let config = slack.then(|| {
+        SlackConfig::new(
+            SecretString::from(SECRET),
+            ResponseHosts::new(["127.0.0.1".to_owned()]),
+            None,
+        )
+        .unwrap()
+        .with_approvers(APPROVERS.iter().map(|a| (*a).to_owned()))
+        .unwrap()
+    });
+    spawn_app_with(config).await
+}
+
+async fn spawn_app_with(slack: Option<SlackConfig>) -> App {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::memory().await.unwrap());
     let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
@@ -81,17 +97,11 @@ async fn spawn_app(slack: bool) -> App {
         queue.clone(),
         cache,
         PriceTable::default(),
-        Auth::Keys(vec![SecretString::from(KEY)]),
+        // An admin key: it decides approvals over REST.
+        Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
     );
-    if slack {
-        state = state.with_slack(
-            SlackConfig::new(
-                SecretString::from(SECRET),
-                ResponseHosts::new(["127.0.0.1".to_owned()]),
-                None,
-            )
-            .unwrap(),
-        );
+    if let Some(slack) = slack {
+        state = state.with_slack(slack);
     }
     let (response_url, replies) = reply_receiver().await;
     App {
@@ -579,4 +589,167 @@ async fn the_openapi_document_lists_the_route_without_a_bearer() {
         "signed by Slack, not a bearer: {op}"
     );
     assert!(op["responses"]["401"].is_object());
+}
+
+// ---------------------------------------------------------------------------
+// Approvers
+
+/// Slack's Web API as far as approvers need it: `usergroups.users.list`
+/// (api.slack.com/methods/usergroups.users.list): a GET with the bot token as a
+/// bearer credential and `usergroup` in the query, answering HTTP 200 with
+/// `{"ok": true, "users": [...]}` or `{"ok": false, "error": "..."}`. Group
+/// `S0TEAM` has one member, `U0777GRP`; any other group is unknown. Returns the
+/// API's base URL and the number of requests it took.
+async fn slack_web_api() -> (url::Url, Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::extract::Query;
+    use axum::http::HeaderMap;
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let app = Router::new().route(
+        "/api/usergroups.users.list",
+        axum::routing::get(
+            move |headers: HeaderMap, Query(q): Query<HashMap<String, String>>| {
+                let counted = counted.clone();
+                async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let bearer = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let body = if bearer != "Bearer xoxb-test-token" {
+                        json!({"ok": false, "error": "invalid_auth"})
+                    } else if q.get("usergroup").map(String::as_str) == Some("S0TEAM") {
+                        json!({"ok": true, "users": ["U0777GRP"]})
+                    } else {
+                        json!({"ok": false, "error": "no_such_subteam"})
+                    };
+                    axum::Json(body)
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/api/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url::Url::parse(&base).unwrap(), calls)
+}
+
+/// The audit rows of refused decisions.
+async fn refusals(app: &App) -> Vec<trawl_core::model::AuditRecord> {
+    app.store
+        .audit_page(None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.tool == "approvals.decide")
+        .collect()
+}
+
+#[tokio::test]
+async fn only_approvers_decide_in_slack_users_or_group_members_and_refusals_are_audited() {
+    let (api, calls) = slack_web_api().await;
+    let config = SlackConfig::new(
+        SecretString::from(SECRET),
+        ResponseHosts::new(["127.0.0.1".to_owned()]),
+        None,
+    )
+    .unwrap()
+    .with_directory(SecretString::from("xoxb-test-token"), api)
+    .with_approvers([
+        "U0123ABC".to_owned(),
+        "S0TEAM".to_owned(),
+        "S0GONE".to_owned(),
+    ])
+    .unwrap();
+    let mut app = spawn_app_with(Some(config)).await;
+    let (_, a) = app.parked_job("guarded").await;
+    let before = app.state_of(&a).await;
+
+    // Neither an approver nor in a group: told so, nothing changes, audited.
+    let click = app.click(&format!("trawl_approve:{}", a.id), ("U0999NOPE", "mallory"));
+    assert_eq!(app.signed(&click).await.status, StatusCode::OK);
+    let reply = app.reply().await;
+    assert_eq!(reply["response_type"], "ephemeral", "{reply}");
+    assert!(
+        reply["text"]
+            .as_str()
+            .unwrap()
+            .contains("Only trawl's approvers"),
+        "{reply}"
+    );
+    assert_eq!(app.state_of(&a).await, before);
+    assert!(app.events.try_recv().is_err());
+    let rows = refusals(&app).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].decision, "deny");
+    assert_eq!(rows[0].caller, "slack:U0999NOPE (mallory)");
+    assert_eq!(rows[0].job_id, a.job_id);
+    assert!(
+        rows[0].reason.contains("not an approver"),
+        "{}",
+        rows[0].reason
+    );
+    // Both groups were asked: one has other members, the other is unknown to
+    // Slack, which refuses (fails closed) rather than letting anyone in.
+    assert!(rows[0].reason.contains("S0GONE"), "{}", rows[0].reason);
+
+    // A member of a configured group decides; the group's members are
+    // remembered, not asked for again.
+    let asked = calls.load(std::sync::atomic::Ordering::SeqCst);
+    let click = app.click(&format!("trawl_approve:{}", a.id), ("U0777GRP", "gina"));
+    assert_eq!(app.signed(&click).await.status, StatusCode::OK);
+    let reply = app.reply().await;
+    assert_eq!(
+        reply["text"],
+        format!("Approval {} approved by @gina", a.id)
+    );
+    let (r, status) = app.state_of(&a).await;
+    assert_eq!((r.approved, status), (Some(true), Some(JobStatus::Queued)));
+    assert_eq!(r.decided_by.as_deref(), Some("slack:U0777GRP (gina)"));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), asked);
+    assert_eq!(refusals(&app).await.len(), 1);
+}
+
+#[test]
+fn approvers_are_user_or_group_ids_and_groups_need_the_bot_token() {
+    let config = || {
+        SlackConfig::new(
+            SecretString::from(SECRET),
+            ResponseHosts::new(Vec::<String>::new()),
+            None,
+        )
+        .unwrap()
+    };
+    assert!(
+        config()
+            .with_approvers(["U0123ABC".to_owned(), "W0123".to_owned()])
+            .is_ok()
+    );
+    let e = config().with_approvers(["S0TEAM".to_owned()]).unwrap_err();
+    assert!(e.contains("TRAWL_SLACK_BOT_TOKEN"), "{e}");
+    for bad in ["alice", "u0123", "U", "#general", "T0123ABC"] {
+        assert!(config().with_approvers([bad.to_owned()]).is_err(), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn without_approvers_every_click_is_refused() {
+    let config = SlackConfig::new(
+        SecretString::from(SECRET),
+        ResponseHosts::new(["127.0.0.1".to_owned()]),
+        None,
+    )
+    .unwrap();
+    let mut app = spawn_app_with(Some(config)).await;
+    let (_, a) = app.parked_job("nobody").await;
+    let before = app.state_of(&a).await;
+    let click = app.click(&format!("trawl_approve:{}", a.id), ("U0123ABC", "alice"));
+    assert_eq!(app.signed(&click).await.status, StatusCode::OK);
+    assert_eq!(app.reply().await["response_type"], "ephemeral");
+    assert_eq!(app.state_of(&a).await, before);
+    assert_eq!(refusals(&app).await.len(), 1);
 }

@@ -381,6 +381,23 @@ pub struct JobRecord {
     /// The W3C `traceparent` of the span that submitted the job, when traces
     /// are exported: planning and every slice continue that trace.
     pub traceparent: Option<String>,
+    /// Who submitted the job, when it came over the API; `None` for a job of
+    /// `trawl run` (the operator's own) or one stored before owners were kept.
+    pub owner: Option<JobOwner>,
+}
+
+/// Who a job belongs to: only its owner, the owner's tenant and admins may read
+/// or cancel it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobOwner {
+    /// The caller as the API names it: `key:<name>` (or `key-<digest>` for an
+    /// unnamed key), `sub:<subject>` for an OAuth token, `api` on an open API.
+    pub caller: String,
+    /// The OAuth client the token was issued to, when it says.
+    pub client: Option<String>,
+    /// The caller's tenant (the configured tenant claim of its token): callers
+    /// of one tenant share their jobs.
+    pub tenant: Option<String>,
 }
 
 /// An `Idempotency-Key` and what it was first used for.

@@ -109,6 +109,7 @@ async fn waiting_job(store: &SqliteStore, n: u64) -> JobId {
         created_ms: 1_700_000_000_000,
         idempotency: None,
         traceparent: None,
+        owner: None,
     };
     store.create_job(&job, &[]).await.unwrap();
     store

@@ -100,6 +100,7 @@ impl Scheduler<'_> {
                     created_ms,
                     idempotency: None,
                     traceparent: None,
+                    owner: None,
                 },
                 &p.slices,
             )

@@ -74,6 +74,7 @@ fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
         created_ms,
         idempotency: None,
         traceparent: None,
+        owner: None,
     }
 }
 

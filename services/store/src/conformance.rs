@@ -18,8 +18,8 @@ use trawl_core::model::{
     SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, Idempotency, JobRecord,
-    MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, Idempotency, JobOwner,
+    JobRecord, MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -77,6 +77,7 @@ macro_rules! suite {
             storing_an_artifact_name_again_replaces_it,
             an_artifact_over_the_limit_is_refused_and_nothing_is_stored,
             replays_are_stored_replaced_and_dropped,
+            a_job_keeps_its_owner,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -132,6 +133,7 @@ pub(crate) fn job_record(n: u64) -> JobRecord {
         created_ms: 1_700_000_000_000,
         idempotency: None,
         traceparent: None,
+        owner: None,
     }
 }
 
@@ -765,6 +767,37 @@ pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fix
         (newest.job_id.as_ref().unwrap(), newest.id, newest.amount),
         (&a, ra.id, Micros(1_500))
     );
+}
+
+pub(crate) async fn a_job_keeps_its_owner(f: &dyn Fixture) {
+    let store = f.store();
+    let owner = JobOwner {
+        caller: "sub:alice".into(),
+        client: Some("reporting-app".into()),
+        tenant: Some("org-1".into()),
+    };
+    let owned = JobRecord {
+        owner: Some(owner.clone()),
+        ..job_record(1)
+    };
+    store.create_job(&owned, &[]).await.unwrap();
+    let back = store.job(&owned.id).await.unwrap().unwrap();
+    assert_eq!(back.owner, Some(owner));
+    let bare = JobRecord {
+        owner: Some(JobOwner {
+            caller: "key:ci".into(),
+            client: None,
+            tenant: None,
+        }),
+        ..job_record(2)
+    };
+    store.create_job(&bare, &[]).await.unwrap();
+    let back = store.job(&bare.id).await.unwrap().unwrap();
+    assert_eq!(back.owner, bare.owner);
+    // A job of `trawl run` has none.
+    let none = job_record(3);
+    store.create_job(&none, &[]).await.unwrap();
+    assert_eq!(store.job(&none.id).await.unwrap().unwrap().owner, None);
 }
 
 // ---------------------------------------------------------------------------

@@ -113,6 +113,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "artifacts",
         include_str!("../../../migrations/0006_artifacts.sql"),
     ),
+    (
+        7,
+        "job_owners",
+        include_str!("../../../migrations/0007_job_owners.sql"),
+    ),
 ];
 
 /// How long opening a connection may take before the database counts as down.
@@ -123,7 +128,7 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec::text AS spec, status, reason, estimate, created_ms, \
-             idempotency_key, request_digest, traceparent FROM jobs ",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant FROM jobs ",
             $tail
         )
     };
@@ -313,8 +318,8 @@ impl Store for PgStore {
         let mut tx = self.pool.begin().await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest, traceparent) \
-             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11)",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(job.id.as_str())
         .bind(text(&job.name))
@@ -327,6 +332,19 @@ impl Store for PgStore {
         .bind(job.idempotency.as_ref().map(|i| text(&i.key)))
         .bind(job.idempotency.as_ref().map(|i| text(&i.request_digest)))
         .bind(job.traceparent.as_deref().map(text))
+        .bind(job.owner.as_ref().map(|o| text(&o.caller)))
+        .bind(
+            job.owner
+                .as_ref()
+                .and_then(|o| o.client.as_deref())
+                .map(text),
+        )
+        .bind(
+            job.owner
+                .as_ref()
+                .and_then(|o| o.tenant.as_deref())
+                .map(text),
+        )
         .execute(&mut *tx)
         .await
         .port()?;

@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v5.sql"),
     include_str!("sqlite_v6.sql"),
     include_str!("sqlite_v7.sql"),
+    include_str!("sqlite_v8.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -59,7 +60,7 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec, status, reason, estimate, created_ms, idempotency_key, \
-             request_digest, traceparent FROM jobs ",
+             request_digest, traceparent, owner, owner_client, tenant FROM jobs ",
             $tail
         )
     };
@@ -220,8 +221,8 @@ impl Store for SqliteStore {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest, traceparent) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.as_str())
         .bind(job.name.as_str())
@@ -234,6 +235,9 @@ impl Store for SqliteStore {
         .bind(job.idempotency.as_ref().map(|i| i.key.as_str()))
         .bind(job.idempotency.as_ref().map(|i| i.request_digest.as_str()))
         .bind(job.traceparent.as_deref())
+        .bind(job.owner.as_ref().map(|o| o.caller.as_str()))
+        .bind(job.owner.as_ref().and_then(|o| o.client.as_deref()))
+        .bind(job.owner.as_ref().and_then(|o| o.tenant.as_deref()))
         .execute(&mut *tx)
         .await
         .port()?;

@@ -565,6 +565,7 @@ mod tests {
             created_ms: now_ms(),
             idempotency: None,
             traceparent: None,
+            owner: None,
         };
         store.create_job(&job, &[]).await.unwrap();
         (Arc::new(store), id)

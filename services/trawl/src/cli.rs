@@ -227,7 +227,9 @@ struct DeployArgs {
     /// (the API then serves `/metrics` on its own port).
     #[arg(long, env = "TRAWL_OPS_LISTEN")]
     ops_listen: Option<SocketAddr>,
-    /// Bearer keys the API accepts, comma-separated.
+    /// Bearer keys the API accepts, comma-separated, each `name:secret` (shown
+    /// as `key:name` in audits and as jobs' owner) or a bare secret. A key sees
+    /// only the jobs it submitted.
     #[arg(
         long,
         env = "TRAWL_API_KEYS",
@@ -235,6 +237,20 @@ struct DeployArgs {
         hide_env_values = true
     )]
     api_keys: Vec<String>,
+    /// Admin keys, comma-separated, as TRAWL_API_KEYS: they see every job and
+    /// decide approvals.
+    #[arg(
+        long,
+        env = "TRAWL_ADMIN_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    admin_keys: Vec<String>,
+    /// The access-token claim naming a caller's tenant (for example `org_id`):
+    /// callers of one tenant share their jobs. Unset: every caller sees only
+    /// its own.
+    #[arg(long, env = "TRAWL_TENANT_CLAIM")]
+    tenant_claim: Option<String>,
     /// This server's canonical URI (RFC 8707): OAuth access tokens must name it in
     /// `aud`. With --oauth-issuer, `/mcp` and the REST API require a valid token
     /// or API key.
@@ -282,6 +298,22 @@ struct DeployArgs {
     /// comma-separated (a proxy; tests).
     #[arg(long, env = "TRAWL_SLACK_RESPONSE_HOSTS", value_delimiter = ',')]
     slack_response_hosts: Vec<String>,
+    /// Who may decide approvals in Slack, comma-separated: user ids (`U…`,
+    /// `W…`) and user group ids (`S…`). Clicks of anyone else are refused and
+    /// audited; without approvers every click is.
+    #[arg(long, env = "TRAWL_SLACK_APPROVERS", value_delimiter = ',')]
+    slack_approvers: Vec<String>,
+    /// A Slack bot token with `usergroups:read`: reads the members of the user
+    /// groups among TRAWL_SLACK_APPROVERS.
+    #[arg(long, env = "TRAWL_SLACK_BOT_TOKEN", hide_env_values = true)]
+    slack_bot_token: Option<String>,
+    /// Slack's Web API (a proxy; tests).
+    #[arg(
+        long,
+        env = "TRAWL_SLACK_API_URL",
+        default_value = "https://slack.com/api/"
+    )]
+    slack_api_url: String,
     /// A generic outgoing webhook: every approval is POSTed there as signed JSON.
     #[arg(long, env = "TRAWL_WEBHOOK_URL", hide_env_values = true)]
     webhook_url: Option<String>,
@@ -341,12 +373,7 @@ impl DeployArgs {
             redis,
             listen: self.listen,
             ops_listen: self.ops_listen,
-            api_keys: self
-                .api_keys
-                .iter()
-                .filter(|k| !k.is_empty())
-                .map(|k| SecretString::from(k.clone()))
-                .collect(),
+            api_keys: self.keys()?,
             upstream,
             prices,
             call_timeout: self.call_timeout,
@@ -438,10 +465,24 @@ impl DeployArgs {
             }
             hosts.push(h.to_owned());
         }
+        let directory = match given(&self.slack_bot_token) {
+            Some(token) => Some((
+                SecretString::from(token.to_owned()),
+                outbound_url("TRAWL_SLACK_API_URL", &self.slack_api_url)?,
+            )),
+            None => None,
+        };
         let slack =
             given(&self.slack_signing_secret).map(|secret| crate::deployed::SlackInteractions {
                 signing_secret: SecretString::from(secret.to_owned()),
                 response_hosts: hosts,
+                directory: directory.clone(),
+                approvers: self
+                    .slack_approvers
+                    .iter()
+                    .map(|a| a.trim().to_owned())
+                    .filter(|a| !a.is_empty())
+                    .collect(),
                 public_url: public_url.clone(),
             });
         let ttl = (!self.approval_ttl.is_zero()).then_some(self.approval_ttl);
@@ -457,13 +498,50 @@ impl DeployArgs {
     /// The resource server's configuration, when both settings are given.
     fn oauth(&self) -> anyhow::Result<Option<trawl_api::OAuthConfig>> {
         let (Some(resource), Some(issuer)) = (&self.resource_uri, &self.oauth_issuer) else {
+            if self.tenant_claim.is_some() {
+                anyhow::bail!(
+                    "TRAWL_TENANT_CLAIM is set without OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): tenants come from tokens"
+                );
+            }
             return Ok(None);
         };
         let resource = trawl_core::resource::ResourceUri::parse(resource)
             .map_err(|e| anyhow::anyhow!("TRAWL_RESOURCE_URI: {e}"))?;
-        let config = trawl_api::OAuthConfig::new(resource, issuer)
+        let mut config = trawl_api::OAuthConfig::new(resource, issuer)
             .map_err(|e| anyhow::anyhow!("TRAWL_OAUTH_ISSUER: {e}"))?;
+        if let Some(claim) = self.tenant_claim.as_deref().map(str::trim) {
+            config = config
+                .with_tenant_claim(claim)
+                .map_err(|e| anyhow::anyhow!("TRAWL_TENANT_CLAIM: {e}"))?;
+        }
         Ok(Some(config))
+    }
+
+    /// The API keys (`TRAWL_API_KEYS`) and admin keys (`TRAWL_ADMIN_KEYS`); two
+    /// keys of one name, or one secret twice, are refused.
+    fn keys(&self) -> anyhow::Result<Vec<trawl_api::ApiKey>> {
+        let given = |list: &[String], setting: &str, admin: bool| {
+            list.iter()
+                .filter(|k| !k.trim().is_empty())
+                .map(|k| {
+                    let key = trawl_api::ApiKey::parse(k)
+                        .map_err(|e| anyhow::anyhow!("{setting}: {e}"))?;
+                    Ok(if admin { key.admin() } else { key })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        };
+        let mut keys = given(&self.api_keys, "TRAWL_API_KEYS", false)?;
+        keys.extend(given(&self.admin_keys, "TRAWL_ADMIN_KEYS", true)?);
+        let mut names = std::collections::HashSet::new();
+        for name in keys.iter().filter_map(trawl_api::ApiKey::name) {
+            if !names.insert(name) {
+                anyhow::bail!("TRAWL_API_KEYS / TRAWL_ADMIN_KEYS: two keys are named {name:?}");
+            }
+        }
+        if !trawl_api::ApiKey::distinct(&keys) {
+            anyhow::bail!("TRAWL_API_KEYS / TRAWL_ADMIN_KEYS: one secret is given twice");
+        }
+        Ok(keys)
     }
 }
 

@@ -51,8 +51,9 @@ pub struct Settings {
     /// API (`TRAWL_OPS_LISTEN`): by the scheduler and the workers, and by the
     /// API, which then keeps `/metrics` off its own port.
     pub ops_listen: Option<SocketAddr>,
-    /// Bearer keys the API accepts; empty means no authentication.
-    pub api_keys: Vec<SecretString>,
+    /// Bearer keys the API accepts (`TRAWL_API_KEYS`, `TRAWL_ADMIN_KEYS`);
+    /// without keys and OAuth the API is open.
+    pub api_keys: Vec<trawl_api::ApiKey>,
     pub upstream: Upstream,
     pub prices: PriceTable,
     /// Timeout of one upstream attempt.
@@ -90,6 +91,12 @@ pub struct SlackInteractions {
     pub response_hosts: Vec<String>,
     /// The API's public base URL, for links in updated messages.
     pub public_url: Option<url::Url>,
+    /// Who may decide in Slack: user ids (`U…`, `W…`) and user group ids (`S…`)
+    /// (`TRAWL_SLACK_APPROVERS`). Clicks of anyone else are refused.
+    pub approvers: Vec<String>,
+    /// The bot token and Web API that read user groups' members
+    /// (`TRAWL_SLACK_BOT_TOKEN`, `TRAWL_SLACK_API_URL`).
+    pub directory: Option<(SecretString, url::Url)>,
 }
 
 /// The tool layer over Bright Data (or the simulator) and `cache`, and the
@@ -238,10 +245,24 @@ async fn api_state(
             slack.public_url.clone(),
         )
         .context("building the Slack interactions client")?;
+        let config = match &slack.directory {
+            Some((token, base)) => config.with_directory(token.clone(), base.clone()),
+            None => config,
+        };
+        let config = config
+            .with_approvers(slack.approvers.iter().cloned())
+            .map_err(|e| anyhow::anyhow!("TRAWL_SLACK_APPROVERS: {e}"))?;
         state = state.with_slack(config);
-        eprintln!(
-            "Slack: clicks on approval buttons are taken at /v1/integrations/slack/interactions"
-        );
+        if slack.approvers.is_empty() {
+            eprintln!(
+                "Slack: no TRAWL_SLACK_APPROVERS, so every click on an approval button is refused"
+            );
+        } else {
+            eprintln!(
+                "Slack: clicks on approval buttons by {} are taken at /v1/integrations/slack/interactions",
+                slack.approvers.join(", ")
+            );
+        }
     }
     Ok(state.with_mcp(trawl_api::McpConfig::new(
         hosts,

@@ -222,6 +222,7 @@ impl Rig {
             created_ms,
             idempotency: None,
             traceparent: None,
+            owner: None,
         };
         self.store.create_job(&job, &p.slices).await.unwrap();
         (job.id, p.slices)

@@ -14,7 +14,7 @@ use trawl_core::model::{
     SliceId, SliceSpec, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    ApprovalRecord, FailedSlice, Idempotency, JobRecord, PinStatus, PortError, ToolPin,
+    ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -387,6 +387,14 @@ pub(super) fn job_record(row: &SqliteRow) -> Result<JobRecord, PortError> {
             None => None,
         },
         traceparent: get(row, "traceparent")?,
+        owner: match get::<Option<String>>(row, "owner")? {
+            Some(caller) => Some(JobOwner {
+                caller,
+                client: get(row, "owner_client")?,
+                tenant: get(row, "tenant")?,
+            }),
+            None => None,
+        },
     })
 }
 
