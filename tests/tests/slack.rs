@@ -361,7 +361,7 @@ async fn an_approval_is_posted_to_slack_and_decided_by_one_signed_click() {
         ),
         (
             "body altered after signing",
-            altered,
+            altered.clone(),
             Some(now.to_string()),
             Some(good.clone()),
         ),
@@ -392,6 +392,24 @@ async fn an_approval_is_posted_to_slack_and_decided_by_one_signed_click() {
         rx.respond.try_recv().is_err(),
         "no reply to a refused click"
     );
+
+    // A well-signed click by someone who is not an approver: told so, privately,
+    // and nothing changes.
+    let stranger = sign_slack(SIGNING_SECRET.as_bytes(), now, altered.as_bytes());
+    let (status, _) = post_click(&api, &altered, Some(now.to_string()), Some(stranger)).await;
+    assert_eq!(status, 200);
+    let reply = next(
+        &mut rx.respond,
+        Duration::from_secs(10),
+        "reply to a non-approver",
+        &roles,
+    )
+    .await
+    .json();
+    assert_eq!(reply["response_type"], "ephemeral", "{reply}");
+    let v = approval(&api, id).await;
+    assert_eq!(v["status"], "pending");
+    assert_eq!(api.job(&job).await["status"], "awaiting_approval");
 
     // The signed click approves: as the Slack user, the job goes on, and the
     // message is replaced through the response_url.

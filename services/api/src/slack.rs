@@ -77,8 +77,11 @@ struct Directory {
     /// `https://slack.com/api/` unless configured (a test server).
     base: Url,
     /// Members of each group and when they were read.
-    members: Mutex<HashMap<String, (Instant, Arc<HashSet<String>>)>>,
+    members: Mutex<HashMap<String, (Instant, Members)>>,
 }
+
+/// The user ids of one user group.
+type Members = Arc<HashSet<String>>;
 
 /// How long the members of a user group are remembered.
 const MEMBERS_TTL: Duration = Duration::from_secs(60);
@@ -198,11 +201,7 @@ impl Directory {
     /// the call at api.slack.com/methods/usergroups.users.list: a GET with the
     /// bot token as a bearer credential, answering `{"ok": true, "users": [...]}`
     /// or `{"ok": false, "error": "..."}` (HTTP 200 either way).
-    async fn members(
-        &self,
-        http: &reqwest::Client,
-        group: &str,
-    ) -> Result<Arc<HashSet<String>>, String> {
+    async fn members(&self, http: &reqwest::Client, group: &str) -> Result<Members, String> {
         if let Some((at, m)) = self
             .members
             .lock()

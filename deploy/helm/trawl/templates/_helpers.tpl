@@ -83,6 +83,8 @@ pods reference the keys that role reads (trawl.secretEnv).
 {{- define "trawl.secretKeys" -}}
 databaseUrl: TRAWL_DATABASE_URL
 apiKeys: TRAWL_API_KEYS
+adminKeys: TRAWL_ADMIN_KEYS
+slackBotToken: TRAWL_SLACK_BOT_TOKEN
 brightdataApiToken: BRIGHTDATA_API_TOKEN
 slackSigningSecret: TRAWL_SLACK_SIGNING_SECRET
 slackWebhookUrl: TRAWL_SLACK_WEBHOOK_URL
