@@ -49,6 +49,7 @@ struct Served {
 }
 
 impl Served {
+    #[allow(clippy::useless_conversion)] // See `Auth::Keys` below.
     async fn start(mcp: McpConfig, rates: RateLimits, http: HttpLimits) -> Served {
         trawl_brightdata::ensure_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
@@ -67,7 +68,11 @@ impl Served {
             queue,
             cache,
             PriceTable::default(),
-            Auth::Keys(vec![SecretString::from(KEY_A), SecretString::from(KEY_B)]),
+            // `.into()`: the key type of `Auth::Keys` may grow (names, admin).
+            Auth::Keys(vec![
+                SecretString::from(KEY_A).into(),
+                SecretString::from(KEY_B).into(),
+            ]),
         )
         .with_mcp(mcp)
         .with_rate_limits(rates)
@@ -179,6 +184,20 @@ where
     }
 }
 
+/// This process's resident memory in MB (Linux), for the report.
+fn rss_mb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
 /// Reads `conn` until the server closes it; what it sent, or `None` if it was
 /// still open after `within`.
 async fn read_until_closed(conn: &mut TcpStream, within: Duration) -> Option<String> {
@@ -210,6 +229,7 @@ async fn ten_thousand_initializes_keep_the_sessions_of_one_caller_under_the_cap(
     .await;
     let http = reqwest::Client::new();
     let first = served.session(&http, KEY_A).await;
+    let rss_before = rss_mb();
     let started = Instant::now();
     let mut most = 0;
     let mut opened = 1;
@@ -243,9 +263,11 @@ async fn ten_thousand_initializes_keep_the_sessions_of_one_caller_under_the_cap(
         );
     }
     assert_eq!(opened, CALLS);
+    // Reported, not asserted: the process holds the test's client too.
     eprintln!(
-        "{CALLS} initializes in {:?}; at most {most} live sessions (cap {CAP})",
-        started.elapsed()
+        "{CALLS} initializes in {:?}; at most {most} live sessions (cap {CAP}); RSS {rss_before:?} MB -> {:?} MB",
+        started.elapsed(),
+        rss_mb()
     );
     // The oldest was closed in rmcp too: its id is unknown now.
     let (status, _) = served.ping(&http, KEY_A, &first, 2).await;
