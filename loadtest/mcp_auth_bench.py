@@ -153,7 +153,10 @@ def wait_ready(url: str, p: subprocess.Popen, log: str, what: str, timeout: floa
 def start_trawl(binary: str, work: str, name: str, port: int, extra_env: dict) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("TRAWL_") and k not in ("BRIGHTDATA_API_TOKEN", "RUST_LOG")}
-    env.update({"TRAWL_LISTEN": f"127.0.0.1:{port}", "TRAWL_API_KEYS": ""})
+    # The bench measures authentication, not the per-caller rate of /mcp (one
+    # caller sends everything here): that limit is lifted.
+    env.update({"TRAWL_LISTEN": f"127.0.0.1:{port}", "TRAWL_API_KEYS": "",
+                "TRAWL_RATE_MCP": "1000000", "TRAWL_RATE_MCP_BURST": "1000000"})
     env.update(extra_env)
     log = os.path.join(work, f"trawl-{name}.log")
     p = subprocess.Popen([binary, "dev", "--state", os.path.join(work, f"state-{name}")],

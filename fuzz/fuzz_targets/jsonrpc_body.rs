@@ -41,7 +41,7 @@ fuzz_target!(|body: &[u8]| {
     // with `serde_json::from_slice::<ClientJsonRpcMessage>`). trawl may refuse
     // more than rmcp (a duplicated member name is `Invalid` here, where rmcp
     // keeps the last one), which is safe: a refused body never reaches rmcp.
-    if let Rpc::Message { method, tool } = &rpc
+    if let Rpc::Message { method, tool, .. } = &rpc
         && let Ok(ClientJsonRpcMessage::Request(request)) = serde_json::from_slice(body)
     {
         let request = &request.request;

@@ -72,6 +72,15 @@ pub enum ApiError {
     /// approval).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The caller sent more than its rate allows (job submissions, `/mcp`), or
+    /// holds as many of something as it may: it may try again after
+    /// `retry_after` seconds (`Retry-After`).
+    #[error("too many requests; retry after {retry_after} s")]
+    TooManyRequests { retry_after: u64 },
+    /// The request's body did not arrive within the server's body read timeout:
+    /// answered 408 and the connection closed.
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     /// A backend is down or busy: the client may try again.
     #[error("backend unavailable")]
     Unavailable(#[source] PortError),
@@ -155,6 +164,8 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) | ApiError::NotReady(..) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -190,6 +201,8 @@ impl ApiError {
                 "conflict",
                 "The request conflicts with the resource's state",
             ),
+            ApiError::TooManyRequests { .. } => ("too-many-requests", "Too many requests"),
+            ApiError::RequestTimeout => ("request-timeout", "The request was not sent in time"),
             ApiError::Unavailable(_) => ("unavailable", "A backend is unavailable"),
             ApiError::NotReady(..) => ("not-ready", "The service is not ready"),
             ApiError::Internal(_) => ("internal", "Internal server error"),
@@ -229,6 +242,12 @@ impl ApiError {
                  the URL; this request was not processed"
                 .to_owned(),
             ApiError::MethodNotAllowed => "this route does not take that method".to_owned(),
+            ApiError::TooManyRequests { retry_after } => format!(
+                "this caller is over its limit; nothing was done; try again in {retry_after} s"
+            ),
+            ApiError::RequestTimeout => "the body did not arrive in time; nothing was done; \
+                 the connection is closed"
+                .to_owned(),
             ApiError::Unavailable(_) => {
                 "a backend did not answer; try again in a few seconds".to_owned()
             }
@@ -325,8 +344,11 @@ impl IntoResponse for ApiError {
             // The rest of the body is never read, so the connection cannot
             // carry another request: say so, or a client may reuse it and
             // see it drop (RFC 9110 §15.5.14, RFC 9112 §9.6).
-            ApiError::PayloadTooLarge(_) => {
+            ApiError::PayloadTooLarge(_) | ApiError::RequestTimeout => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            ApiError::TooManyRequests { retry_after } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
             }
             _ => {}
         }
@@ -373,6 +395,17 @@ mod tests {
         assert_eq!(p.kind, "https://trawl.dev/problems/invalid-spec");
         assert_eq!(p.errors.len(), 2);
         assert_eq!(p.errors[1].path, "pages.geos[0]");
+    }
+
+    #[test]
+    fn limits_say_when_to_come_back_and_a_late_body_closes_the_connection() {
+        let res = ApiError::TooManyRequests { retry_after: 3 }.into_response();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "3");
+        assert_eq!(res.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let res = ApiError::RequestTimeout.into_response();
+        assert_eq!(res.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(res.headers()[header::CONNECTION], "close");
     }
 
     #[test]

@@ -25,6 +25,10 @@
 //! - [`mcp`]: `/mcp`, trawl as an MCP server (rmcp, Streamable HTTP): the
 //!   research tools, `tool_search` and the federated upstream tools.
 //! - [`server`]: [`router`] and [`serve`] (graceful shutdown with a deadline).
+//! - [`limits`]: what keeps one client from exhausting the server: header and
+//!   body read timeouts and connections per address ([`HttpLimits`], enforced by
+//!   [`serve_with`]), request rates per caller ([`RateLimits`]); `/mcp`'s
+//!   session limits are [`mcp::SessionLimits`].
 //!
 //! The API only stores and reads: a submitted job is stored `pending` and the
 //! scheduler plans it; every change is followed by an event, and a lost event only
@@ -35,6 +39,7 @@ mod artifacts;
 pub mod error;
 mod health;
 mod jobs;
+pub mod limits;
 pub mod mcp;
 pub mod oauth;
 pub mod openapi;
@@ -53,11 +58,12 @@ pub use jobs::{
     CANCEL_REASON, CountsView, EstimateView, ItemCounts, JobAccepted, JobLinks, JobView,
     SliceCounts,
 };
-pub use mcp::McpConfig;
+pub use limits::{HttpLimits, RateLimit, RateLimits};
+pub use mcp::{McpConfig, McpSessions, SessionLimits};
 pub use oauth::{OAuthConfig, ResourceServer};
 pub use openapi::ApiDoc;
 pub use ops::{OpsBackends, metrics, ops_router, with_metrics};
 pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
-pub use server::{DRAIN_DEADLINE, router, serve};
+pub use server::{DRAIN_DEADLINE, router, serve, serve_with};
 pub use slack::SlackConfig;
 pub use state::{ApiKey, ApiState, Auth};

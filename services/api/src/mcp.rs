@@ -21,7 +21,7 @@
 //! caller that opened it. rmcp checks `Host` and `Origin` (DNS rebinding: 403),
 //! `MCP-Protocol-Version` (400 for an unknown one), `Accept` and `Content-Type`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,8 @@ use rmcp::model::{
     ToolAnnotations,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::SessionManager as _;
+use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
@@ -58,7 +59,8 @@ pub const JOB_STATUS: &str = "research.job_status";
 pub const JOB_ITEMS: &str = "research.job_items";
 pub const CANCEL_JOB: &str = "research.cancel_job";
 
-/// Where `/mcp` may be reached from (DNS-rebinding protection).
+/// Where `/mcp` may be reached from (DNS-rebinding protection), and how many
+/// sessions it keeps.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct McpConfig {
@@ -70,6 +72,8 @@ pub struct McpConfig {
     /// without `Origin` (not a browser) passes. Loopback origins on any port are
     /// always accepted.
     pub allowed_origins: Vec<String>,
+    /// Sessions per caller and in all, and how long an idle one is kept.
+    pub session_limits: SessionLimits,
 }
 
 impl McpConfig {
@@ -77,9 +81,73 @@ impl McpConfig {
         McpConfig {
             allowed_hosts,
             allowed_origins,
+            session_limits: SessionLimits::default(),
+        }
+    }
+
+    /// At most `per_caller` sessions for one caller and `total` in all; a
+    /// session without a request for `idle` is closed. See [`SessionLimits`].
+    pub fn with_session_limits(
+        mut self,
+        per_caller: usize,
+        total: usize,
+        idle: Duration,
+    ) -> McpConfig {
+        self.session_limits = SessionLimits::new(per_caller, total, idle);
+        self
+    }
+}
+
+/// How many MCP sessions `/mcp` keeps, and for how long.
+///
+/// - A caller (an API key, an OAuth subject) holds at most `per_caller`
+///   sessions. An `initialize` beyond that closes the caller's least recently
+///   used session that has no request in flight (it answers 404 from then on,
+///   and a client starts a new one, as the spec says); when every one of them
+///   is busy, the `initialize` is refused: 429, `Retry-After`, a JSON-RPC error.
+/// - At most `total` sessions in all: an `initialize` beyond that is refused
+///   the same way (one caller's sessions never close another's).
+/// - A session without a request for `idle` is closed (rmcp's keep-alive), and
+///   its memory given back.
+///
+/// Defaults: 64 per caller, 10,000 in all, 30 minutes idle. Each session also
+/// has at most [`MAX_IN_FLIGHT`] requests in flight, and no two with one
+/// JSON-RPC id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionLimits {
+    pub per_caller: usize,
+    pub total: usize,
+    pub idle: Duration,
+}
+
+impl SessionLimits {
+    pub const DEFAULT_PER_CALLER: usize = 64;
+    pub const DEFAULT_TOTAL: usize = 10_000;
+    pub const DEFAULT_IDLE: Duration = Duration::from_secs(30 * 60);
+
+    /// Counts of at least 1, `idle` of at least 1 ms.
+    pub fn new(per_caller: usize, total: usize, idle: Duration) -> SessionLimits {
+        SessionLimits {
+            per_caller: per_caller.max(1),
+            total: total.max(1),
+            idle: idle.max(Duration::from_millis(1)),
         }
     }
 }
+
+impl Default for SessionLimits {
+    fn default() -> SessionLimits {
+        SessionLimits {
+            per_caller: Self::DEFAULT_PER_CALLER,
+            total: Self::DEFAULT_TOTAL,
+            idle: Self::DEFAULT_IDLE,
+        }
+    }
+}
+
+/// Requests in flight at once in one session; one more is refused (429).
+pub const MAX_IN_FLIGHT: usize = 64;
 
 const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1", "[::1]"];
 const LOOPBACK_ORIGINS: &[&str] = &["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
@@ -108,7 +176,7 @@ pub fn service(
     };
     StreamableHttpService::new(
         move || Ok(gateway.clone()),
-        Arc::new(LocalSessionManager::default()),
+        state.sessions.manager.clone(),
         cfg,
     )
 }
@@ -1031,21 +1099,84 @@ impl ServerHandler for Gateway {
 
 /// Sessions and the caller that opened each: a session id is not a credential,
 /// and a request that names another caller's session is answered as if the
-/// session did not exist.
-#[derive(Default)]
+/// session did not exist. Also the one place that enforces [`SessionLimits`]
+/// (with rmcp's session manager, which it holds, so a session it closes is
+/// closed there too) and knows the JSON-RPC ids in flight in each session.
 pub(crate) struct SessionOwners {
-    owners: Mutex<HashMap<String, (String, Instant)>>,
+    /// rmcp's sessions: the transport and handler of each.
+    pub(crate) manager: Arc<LocalSessionManager>,
+    limits: SessionLimits,
+    inner: Mutex<Sessions>,
 }
 
-/// Sessions idle longer than this are forgotten (rmcp ends them sooner).
-const SESSION_OWNER_TTL: Duration = Duration::from_secs(24 * 3600);
+#[derive(Default)]
+struct Sessions {
+    by_id: HashMap<String, Session>,
+    /// Sessions of each caller, counting those being opened.
+    per_caller: HashMap<String, usize>,
+    /// Sessions being opened (an `initialize` admitted, not answered yet).
+    opening: usize,
+    /// When the whole table was last checked against rmcp's.
+    swept: Option<Instant>,
+}
+
+struct Session {
+    owner: String,
+    seen: Instant,
+    /// The JSON-RPC ids (as JSON text) of the requests in flight.
+    in_flight: HashSet<String>,
+}
+
+/// Why an `initialize` is refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// `total` sessions are open: come back when one may have expired.
+    Full { retry_after: u64 },
+    /// The caller holds `per_caller` sessions and every one has a request in
+    /// flight.
+    CallerBusy { retry_after: u64 },
+}
+
+/// Why a request may not start in a session.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NotStarted {
+    /// A request with this id is in flight in the session.
+    Duplicate(String),
+    /// [`MAX_IN_FLIGHT`] requests are.
+    TooMany,
+}
+
+/// The whole table is checked against rmcp's at most this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+impl Default for SessionOwners {
+    fn default() -> SessionOwners {
+        SessionOwners::new(SessionLimits::default())
+    }
+}
 
 impl SessionOwners {
+    pub(crate) fn new(limits: SessionLimits) -> SessionOwners {
+        let mut config = SessionConfig::default();
+        config.keep_alive = Some(limits.idle);
+        let mut manager = LocalSessionManager::default();
+        manager.session_config = config;
+        SessionOwners {
+            manager: Arc::new(manager),
+            limits,
+            inner: Mutex::new(Sessions::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Sessions> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn owner_matches(&self, session: &str, label: &str) -> bool {
-        let mut g = self.owners.lock().unwrap_or_else(|p| p.into_inner());
-        match g.get_mut(session) {
-            Some((owner, seen)) if owner == label => {
-                *seen = Instant::now();
+        let mut g = self.lock();
+        match g.by_id.get_mut(session) {
+            Some(s) if s.owner == label => {
+                s.seen = Instant::now();
                 true
             }
             Some(_) => false,
@@ -1054,23 +1185,280 @@ impl SessionOwners {
         }
     }
 
-    fn record(&self, session: &str, label: &str) {
-        let mut g = self.owners.lock().unwrap_or_else(|p| p.into_inner());
-        if g.len() > 10_000 {
-            g.retain(|_, (_, seen)| seen.elapsed() < SESSION_OWNER_TTL);
+    /// Room for one more session of `label`: given at once when there is
+    /// some; otherwise after forgetting the sessions rmcp no longer has, and
+    /// closing the caller's least recently used idle one (see [`SessionLimits`]).
+    pub(crate) async fn admit(self: &Arc<Self>, label: &str) -> Result<Opening, Refusal> {
+        if let Some(o) = self.try_reserve(label) {
+            return Ok(o);
         }
-        g.insert(session.to_owned(), (label.to_owned(), Instant::now()));
+        let sweep_all = {
+            let mut g = self.lock();
+            let due = g.swept.is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
+            if due && g.by_id.len() + g.opening >= self.limits.total {
+                g.swept = Some(Instant::now());
+                true
+            } else {
+                false
+            }
+        };
+        self.forget_closed(if sweep_all { None } else { Some(label) })
+            .await;
+        if let Some(o) = self.try_reserve(label) {
+            return Ok(o);
+        }
+        let victim = {
+            let mut g = self.lock();
+            if g.by_id.len() + g.opening >= self.limits.total {
+                let oldest = g.by_id.values().map(|s| s.seen).min();
+                let wait = oldest.map_or(self.limits.idle, |t| {
+                    self.limits.idle.saturating_sub(t.elapsed())
+                });
+                return Err(Refusal::Full {
+                    retry_after: crate::limits::retry_after(wait.min(Duration::from_secs(60))),
+                });
+            }
+            let victim = g
+                .by_id
+                .iter()
+                .filter(|(_, s)| s.owner == label && s.in_flight.is_empty())
+                .min_by_key(|(_, s)| s.seen)
+                .map(|(id, _)| id.clone());
+            let Some(victim) = victim else {
+                return Err(Refusal::CallerBusy { retry_after: 1 });
+            };
+            g.by_id.remove(&victim);
+            // The caller's count stays: the victim's place goes to the new one.
+            g.opening += 1;
+            victim
+        };
+        tracing::info!(caller = label, session = %victim, "MCP session limit of the caller reached; its least recently used session is closed");
+        if let Err(e) = self.manager.close_session(&victim.clone().into()).await {
+            tracing::warn!(error = %e, session = %victim, "closing an evicted MCP session");
+        }
+        Ok(Opening {
+            owners: self.clone(),
+            label: label.to_owned(),
+            done: false,
+        })
+    }
+
+    fn try_reserve(self: &Arc<Self>, label: &str) -> Option<Opening> {
+        let mut g = self.lock();
+        let mine = g.per_caller.get(label).copied().unwrap_or(0);
+        if mine >= self.limits.per_caller || g.by_id.len() + g.opening >= self.limits.total {
+            return None;
+        }
+        *g.per_caller.entry(label.to_owned()).or_insert(0) += 1;
+        g.opening += 1;
+        Some(Opening {
+            owners: self.clone(),
+            label: label.to_owned(),
+            done: false,
+        })
+    }
+
+    /// Forgets the sessions (of `label`, or all) that rmcp has closed (idle,
+    /// deleted, failed), and closes in rmcp those idle past the limit here.
+    async fn forget_closed(&self, label: Option<&str>) {
+        let mine: Vec<String> = {
+            let g = self.lock();
+            g.by_id
+                .iter()
+                .filter(|(_, s)| label.is_none_or(|l| s.owner == l))
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        let (closed, expired): (Vec<String>, Vec<String>) = {
+            let live = self.manager.sessions.read().await;
+            let g = self.lock();
+            let closed = mine
+                .iter()
+                .filter(|id| !live.contains_key(id.as_str()))
+                .cloned()
+                .collect();
+            let expired = mine
+                .iter()
+                .filter(|id| {
+                    g.by_id.get(id.as_str()).is_some_and(|s| {
+                        s.in_flight.is_empty() && s.seen.elapsed() >= self.limits.idle
+                    })
+                })
+                .cloned()
+                .collect();
+            (closed, expired)
+        };
+        for id in closed.iter().chain(&expired) {
+            self.forget(id);
+        }
+        for id in expired {
+            let _ = self.manager.close_session(&id.into()).await;
+        }
+    }
+
+    /// Forgets `session` (deleted, closed, expired).
+    pub(crate) fn forget(&self, session: &str) {
+        let mut g = self.lock();
+        if let Some(s) = g.by_id.remove(session) {
+            release(&mut g.per_caller, &s.owner);
+        }
+    }
+
+    /// Marks the request `id` in flight in `session` until the returned guard
+    /// is dropped. `None` for a session not known here (rmcp answers 404).
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        session: &str,
+        id: &str,
+    ) -> Result<Option<InFlight>, NotStarted> {
+        let mut g = self.lock();
+        let Some(s) = g.by_id.get_mut(session) else {
+            return Ok(None);
+        };
+        if s.in_flight.contains(id) {
+            return Err(NotStarted::Duplicate(id.to_owned()));
+        }
+        if s.in_flight.len() >= MAX_IN_FLIGHT {
+            return Err(NotStarted::TooMany);
+        }
+        s.in_flight.insert(id.to_owned());
+        Ok(Some(InFlight {
+            owners: self.clone(),
+            session: session.to_owned(),
+            id: id.to_owned(),
+        }))
+    }
+
+    /// Sessions known here (open, and being opened).
+    pub(crate) fn owned(&self) -> usize {
+        let g = self.lock();
+        g.by_id.len() + g.opening
+    }
+}
+
+fn release(per_caller: &mut HashMap<String, usize>, label: &str) {
+    if let Some(n) = per_caller.get_mut(label) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            per_caller.remove(label);
+        }
+    }
+}
+
+/// A session being opened: counted against the limits until it is recorded
+/// with [`Opening::opened`] or dropped (the `initialize` failed).
+pub(crate) struct Opening {
+    owners: Arc<SessionOwners>,
+    label: String,
+    done: bool,
+}
+
+impl Opening {
+    /// rmcp answered the `initialize` with `session`.
+    pub(crate) fn opened(mut self, session: &str) {
+        let mut g = self.owners.lock();
+        g.opening = g.opening.saturating_sub(1);
+        let old = g.by_id.insert(
+            session.to_owned(),
+            Session {
+                owner: self.label.clone(),
+                seen: Instant::now(),
+                in_flight: HashSet::new(),
+            },
+        );
+        if let Some(old) = old {
+            // A session id rmcp gave twice: never, but the count stays right.
+            release(&mut g.per_caller, &old.owner);
+        }
+        self.done = true;
+    }
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut g = self.owners.lock();
+            g.opening = g.opening.saturating_sub(1);
+            release(&mut g.per_caller, &self.label);
+        }
+    }
+}
+
+/// A request in flight in a session; dropped when its answer has been sent
+/// (or given up).
+pub(crate) struct InFlight {
+    owners: Arc<SessionOwners>,
+    session: String,
+    id: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut g = self.owners.lock();
+        if let Some(s) = g.by_id.get_mut(&self.session) {
+            s.in_flight.remove(&self.id);
+            s.seen = Instant::now();
+        }
+    }
+}
+
+/// How many MCP sessions there are, for operators and tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct McpSessions {
+    /// Sessions rmcp holds (each with its handler and buffers).
+    pub live: usize,
+    /// Sessions the guard knows an owner of, and those being opened.
+    pub owned: usize,
+}
+
+impl ApiState {
+    /// How many MCP sessions there are now.
+    pub async fn mcp_sessions(&self) -> McpSessions {
+        McpSessions {
+            live: self.sessions.manager.sessions.read().await.len(),
+            owned: self.sessions.owned(),
+        }
+    }
+}
+
+/// A response body that keeps its request marked in flight until it has been
+/// sent to the end or dropped.
+struct Tracked {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
 /// What a POST body to `/mcp` is, as far as the guard needs to know.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Rpc {
-    /// A JSON-RPC message (request, notification or response), with its method
-    /// and, for `tools/call`, its tool.
+    /// A JSON-RPC message (request, notification or response), with its method,
+    /// for `tools/call` its tool, and its id as JSON text (`5`, `"a"`; `None`
+    /// when absent or null).
     Message {
         method: Option<String>,
         tool: Option<String>,
+        id: Option<String>,
     },
     /// A JSON array: batching was removed from MCP in 2025-06-18.
     Batch,
@@ -1091,6 +1479,7 @@ pub fn read_rpc(body: &[u8]) -> Rpc {
         jsonrpc: Option<Value>,
         method: Option<Value>,
         params: Option<Params>,
+        id: Option<Value>,
     }
     if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
         return if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
@@ -1110,7 +1499,8 @@ pub fn read_rpc(body: &[u8]) -> Rpc {
                 .params
                 .and_then(|p| p.name)
                 .and_then(|n| n.as_str().map(str::to_owned));
-            Rpc::Message { method, tool }
+            let id = m.id.filter(|v| !v.is_null()).map(|v| v.to_string());
+            Rpc::Message { method, tool, id }
         }
         Ok(_) => Rpc::Invalid,
         Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => Rpc::Invalid,
@@ -1133,8 +1523,37 @@ fn rpc_error(code: i64, message: &str) -> Response {
         .into_response()
 }
 
-/// The middleware in front of `/mcp`: authentication, scope step-up and session
-/// ownership (see the module documentation).
+/// A JSON-RPC error the guard answers with itself, with an HTTP error status
+/// (the spec's answer to input a server cannot accept), and `Retry-After` when
+/// the client may try again.
+fn rpc_refusal(
+    status: axum::http::StatusCode,
+    code: i64,
+    message: &str,
+    data: Value,
+    retry_after: Option<u64>,
+) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": code, "message": message, "data": data}});
+    let mut res = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response();
+    if let Some(secs) = retry_after {
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    res
+}
+
+/// The middleware in front of `/mcp`: authentication, rate, scope step-up,
+/// session ownership and limits, and duplicate request ids (see the module
+/// documentation and [`SessionLimits`]).
 pub(crate) async fn guard(State(state): State<ApiState>, req: Request, next: Next) -> Response {
     match guarded(&state, req, next).await {
         Ok(res) => res,
@@ -1147,6 +1566,7 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
     // The body is not `Sync`: the headers are looked at from a copy.
     let headers = req.headers().clone();
     let caller = state.authenticate(&headers).await?;
+    state.limiters.mcp(&caller.label)?;
     let session = req
         .headers()
         .get("mcp-session-id")
@@ -1159,6 +1579,7 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
     }
     let (mut parts, body) = req.into_parts();
     let mut initialize = false;
+    let mut request_id = None;
     let body = if parts.method == Method::POST {
         let bytes = axum::body::to_bytes(body, state.body_limit)
             .await
@@ -1175,8 +1596,16 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
         // Other media types are refused by rmcp (415).
         if json {
             match read_rpc(&bytes) {
-                Rpc::Message { method, tool } => {
+                Rpc::Message { method, tool, id } => {
                     initialize = method.as_deref() == Some("initialize");
+                    if method.is_some() {
+                        request_id = id;
+                    }
+                    if method.as_deref() == Some("tools/call")
+                        && tool.as_deref() == Some(SUBMIT_JOB)
+                    {
+                        state.limiters.job(&caller.label)?;
+                    }
                     let need = match (method.as_deref(), tool) {
                         (Some("tools/call"), Some(tool)) => Some(scope_of(&tool)),
                         (Some(m), _)
@@ -1211,17 +1640,115 @@ async fn guarded(state: &ApiState, req: Request, next: Next) -> Result<Response,
     } else {
         body
     };
+    let delete = parts.method == Method::DELETE;
     parts.extensions.insert(caller.clone());
-    let res = next.run(Request::from_parts(parts, body)).await;
-    if initialize
-        && let Some(id) = res
+    let req = Request::from_parts(parts, body);
+    match (&session, initialize) {
+        (None, true) => return open_session(state, &caller, req, next).await,
+        (Some(s), _) if delete => {
+            let res = next.run(req).await;
+            if res.status().is_success() {
+                state.sessions.forget(s);
+            }
+            return Ok(res);
+        }
+        _ => {}
+    }
+    // A request in a session: one id in flight once (rmcp routes answers by
+    // id, so a second one would never be answered).
+    let in_flight = match (&session, &request_id) {
+        (Some(s), Some(id)) => match state.sessions.start(s, id) {
+            Ok(guard) => guard,
+            Err(NotStarted::Duplicate(id)) => {
+                return Ok(rpc_refusal(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    -32600,
+                    &format!(
+                        "Invalid Request: a request with id {id} is already in flight in this session"
+                    ),
+                    json!({"duplicate_id": serde_json::from_str::<Value>(&id).unwrap_or(Value::Null)}),
+                    None,
+                ));
+            }
+            Err(NotStarted::TooMany) => {
+                return Ok(rpc_refusal(
+                    axum::http::StatusCode::TOO_MANY_REQUESTS,
+                    -32000,
+                    &format!(
+                        "Too many requests in flight in this session (at most {MAX_IN_FLIGHT})"
+                    ),
+                    json!({"max_in_flight": MAX_IN_FLIGHT}),
+                    Some(1),
+                ));
+            }
+        },
+        _ => None,
+    };
+    let res = next.run(req).await;
+    Ok(match in_flight {
+        Some(guard) => res.map(|inner| {
+            Body::new(Tracked {
+                inner,
+                _in_flight: guard,
+            })
+        }),
+        None => res,
+    })
+}
+
+/// An `initialize` without a session: admitted within the caller's and the
+/// server's session limits (see [`SessionLimits`]), or refused with 429. The
+/// request runs in its own task so the session rmcp opens for it is recorded
+/// even if the client goes away before the answer.
+async fn open_session(
+    state: &ApiState,
+    caller: &Caller,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let opening = match state.sessions.admit(&caller.label).await {
+        Ok(o) => o,
+        Err(refusal) => {
+            let (why, retry_after) = match refusal {
+                Refusal::Full { retry_after } => (
+                    format!(
+                        "Too many MCP sessions are open on this server (at most {}); try again later",
+                        state.mcp.session_limits.total
+                    ),
+                    retry_after,
+                ),
+                Refusal::CallerBusy { retry_after } => (
+                    format!(
+                        "This caller holds {} MCP sessions, each with a request in flight; end one (DELETE) or try again later",
+                        state.mcp.session_limits.per_caller
+                    ),
+                    retry_after,
+                ),
+            };
+            return Ok(rpc_refusal(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                -32000,
+                &why,
+                json!({"per_caller": state.mcp.session_limits.per_caller,
+                       "total": state.mcp.session_limits.total}),
+                Some(retry_after),
+            ));
+        }
+    };
+    let task = tokio::spawn(async move {
+        let res = next.run(req).await;
+        match res
             .headers()
             .get("mcp-session-id")
             .and_then(|v| v.to_str().ok())
-    {
-        state.sessions.record(id, &caller.label);
-    }
-    Ok(res)
+        {
+            Some(id) => opening.opened(id),
+            None => drop(opening),
+        }
+        res
+    });
+    task.await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("opening an MCP session: {e}")))
 }
 
 /// Passes a forwarded progress (with the client's own token, when it gave one)
@@ -1288,21 +1815,24 @@ mod tests {
             read_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}"#),
             Rpc::Message {
                 method: Some("tools/call".to_owned()),
-                tool: Some("x".to_owned())
+                tool: Some("x".to_owned()),
+                id: Some("1".to_owned()),
             }
         );
         assert_eq!(
-            read_rpc(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            read_rpc(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
             Rpc::Message {
                 method: None,
-                tool: None
+                tool: None,
+                id: Some(r#""a""#.to_owned()),
             }
         );
         assert_eq!(
-            read_rpc(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"name":7}}"#),
+            read_rpc(br#"{"jsonrpc":"2.0","id":null,"method":"x","params":{"name":7}}"#),
             Rpc::Message {
                 method: Some("x".to_owned()),
-                tool: None
+                tool: None,
+                id: None,
             }
         );
         assert_eq!(read_rpc(b" [1,2]"), Rpc::Batch);
@@ -1337,12 +1867,78 @@ mod tests {
         assert!(!template_matches("test://static", "test://static2"));
     }
 
-    #[test]
-    fn sessions_belong_to_who_opened_them() {
-        let s = SessionOwners::default();
-        s.record("abc", "sub:alice");
-        assert!(s.owner_matches("abc", "sub:alice"));
-        assert!(!s.owner_matches("abc", "sub:mallory"));
+    /// A session of `label` opened in rmcp's manager as an `initialize` would.
+    async fn open(owners: &Arc<SessionOwners>, label: &str) -> Result<String, Refusal> {
+        let opening = owners.admit(label).await?;
+        let (id, _transport) = owners.manager.create_session().await.unwrap();
+        opening.opened(&id);
+        Ok(id.to_string())
+    }
+
+    async fn live(owners: &SessionOwners, id: &str) -> bool {
+        owners.manager.sessions.read().await.contains_key(id)
+    }
+
+    #[tokio::test]
+    async fn sessions_belong_to_who_opened_them() {
+        let s = Arc::new(SessionOwners::default());
+        let id = open(&s, "sub:alice").await.unwrap();
+        assert!(s.owner_matches(&id, "sub:alice"));
+        assert!(!s.owner_matches(&id, "sub:mallory"));
         assert!(s.owner_matches("unknown", "sub:mallory"));
+    }
+
+    #[tokio::test]
+    async fn a_caller_over_its_cap_loses_its_least_recently_used_idle_session() {
+        let s = Arc::new(SessionOwners::new(
+            McpConfig::default()
+                .with_session_limits(2, 3, Duration::from_secs(3600))
+                .session_limits,
+        ));
+        let a1 = open(&s, "key-a").await.unwrap();
+        let a2 = open(&s, "key-a").await.unwrap();
+        let busy = s.start(&a1, "7").unwrap().unwrap();
+        // a1 is the older, but busy: a2 goes.
+        let a3 = open(&s, "key-a").await.unwrap();
+        assert!(live(&s, &a1).await && !live(&s, &a2).await && live(&s, &a3).await);
+        assert_eq!(s.owned(), 2);
+        let busy3 = s.start(&a3, "1").unwrap().unwrap();
+        assert_eq!(
+            open(&s, "key-a").await,
+            Err(Refusal::CallerBusy { retry_after: 1 })
+        );
+        // Another caller is not affected, up to the total.
+        let _b1 = open(&s, "key-b").await.unwrap();
+        assert!(matches!(open(&s, "key-b").await, Err(Refusal::Full { .. })));
+        assert!(matches!(open(&s, "key-a").await, Err(Refusal::Full { .. })));
+        assert_eq!(s.owned(), 3, "refusals give their place back");
+        drop((busy, busy3));
+        // A session rmcp closed (idle, deleted) is forgotten when room is needed.
+        s.manager.close_session(&a1.clone().into()).await.unwrap();
+        let _a4 = open(&s, "key-a").await.unwrap();
+        assert!(live(&s, &a3).await, "the closed one made room, not a3");
+        assert_eq!(s.manager.sessions.read().await.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn one_id_is_in_flight_once_per_session() {
+        let s = Arc::new(SessionOwners::default());
+        let a = open(&s, "key-a").await.unwrap();
+        let b = open(&s, "key-a").await.unwrap();
+        let first = s.start(&a, "5").unwrap().unwrap();
+        assert_eq!(
+            s.start(&a, "5").err(),
+            Some(NotStarted::Duplicate("5".to_owned()))
+        );
+        let _other_id = s.start(&a, r#""5""#).unwrap().unwrap();
+        let _other_session = s.start(&b, "5").unwrap().unwrap();
+        assert!(s.start("unknown", "5").unwrap().is_none());
+        drop(first);
+        let _again = s.start(&a, "5").unwrap().unwrap();
+        let held: Vec<_> = (0..MAX_IN_FLIGHT - 2)
+            .map(|i| s.start(&a, &format!("{}", 100 + i)).unwrap().unwrap())
+            .collect();
+        assert_eq!(s.start(&a, "99").err(), Some(NotStarted::TooMany));
+        drop(held);
     }
 }

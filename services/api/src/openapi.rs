@@ -36,7 +36,7 @@ use crate::{approvals, artifacts, health, jobs, rows};
         openapi_json,
     ),
     components(schemas(crate::error::FieldError)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &RateLimited),
     tags(
         (name = "jobs", description = "Submit, read and cancel jobs."),
         (name = "rows", description = "What a job found, rejected and did, a page at a time, \
@@ -66,6 +66,45 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Adds the `429` of the per-caller rate of job submissions to `POST /v1/jobs`
+/// (the limit is a layer on the route, not part of the handler).
+struct RateLimited;
+
+impl Modify for RateLimited {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder, schema};
+        let Some(op) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/jobs")
+            .and_then(|p| p.post.as_mut())
+        else {
+            return;
+        };
+        let res = ResponseBuilder::new()
+            .description(
+                "Over the caller's rate of job submissions (`TRAWL_RATE_JOBS`, \
+                 `TRAWL_RATE_JOBS_BURST`); nothing was stored.",
+            )
+            .header(
+                "Retry-After",
+                HeaderBuilder::new()
+                    .schema(Some(schema::Object::with_type(schema::Type::Integer)))
+                    .description(Some("Seconds to wait before trying again."))
+                    .build(),
+            )
+            .content(
+                crate::error::PROBLEM_JSON,
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build();
+        op.responses.responses.insert("429".to_owned(), res.into());
+    }
+}
+
 /// This description.
 #[utoipa::path(
     get,
@@ -75,4 +114,22 @@ impl Modify for BearerAuth {
 )]
 pub(crate) async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_submission_documents_its_rate_limit() {
+        let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
+        let res = &doc["paths"]["/v1/jobs"]["post"]["responses"]["429"];
+        assert!(res["headers"]["Retry-After"].is_object(), "{res}");
+        assert_eq!(
+            res["content"][crate::error::PROBLEM_JSON]["schema"]["$ref"],
+            "#/components/schemas/Problem"
+        );
+        assert!(doc["components"]["schemas"]["Problem"].is_object());
+    }
 }

@@ -1,20 +1,26 @@
 //! The router and the server loop.
 
-use std::future::IntoFuture;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt as _;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 use tracing::Instrument;
 
 use crate::error::ApiError;
-use crate::state::{ApiState, require_key};
+use crate::limits::{ConnectionsPerIp, HttpLimits, TimedBody};
+use crate::state::{ApiState, Caller, require_key};
 use crate::{approvals, artifacts, health, jobs, openapi, rows};
 
 /// How long [`serve`] lets requests in flight finish after shutdown is asked for.
@@ -28,7 +34,11 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// methods answer problem+json like every other error.
 pub fn router(state: ApiState) -> Router {
     let v1 = Router::new()
-        .route("/v1/jobs", post(jobs::submit_job))
+        .route(
+            "/v1/jobs",
+            post(jobs::submit_job)
+                .route_layer(middleware::from_fn_with_state(state.clone(), limit_jobs)),
+        )
         .route("/v1/jobs/{id}", get(jobs::get_job))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel_job))
         .route("/v1/jobs/{id}/items", get(rows::items))
@@ -92,6 +102,19 @@ async fn resource_metadata(State(state): State<ApiState>) -> Result<Response, Ap
     Ok(res)
 }
 
+/// Job submissions past the caller's rate are refused (429, `Retry-After`)
+/// before their body is read. Runs after the key check, which put the caller there.
+async fn limit_jobs(State(state): State<ApiState>, req: Request, next: Next) -> Response {
+    let Some(caller) = req.extensions().get::<Caller>() else {
+        return ApiError::Internal(anyhow::anyhow!("no caller behind the key check"))
+            .into_response();
+    };
+    match state.limiters.job(&caller.label) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
 async fn not_found() -> ApiError {
     ApiError::NotFound("such route".to_owned())
 }
@@ -130,39 +153,116 @@ async fn log_request(req: Request, next: Next) -> Response {
     .await
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled.
-///
-/// Shutdown, step by step: the listener stops accepting; idle connections are
-/// closed; requests in flight are given [`DRAIN_DEADLINE`] to finish; whatever is
-/// still running then is dropped, and `serve` returns.
+/// Serves `router` on `listener` until `shutdown` is cancelled, with the
+/// default [`HttpLimits`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    serve_with(listener, router, shutdown, HttpLimits::default()).await
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled, HTTP/1.1 only,
+/// with these `limits`: a connection from an address that has
+/// `max_connections_per_ip` open is closed at once; one whose request line and
+/// headers take longer than `header_read_timeout` is closed (hyper's header
+/// timeout); a request whose body takes longer than `body_read_timeout` is
+/// answered 408 and its connection closed.
+///
+/// Shutdown, step by step: the listener stops accepting; idle connections are
+/// closed; requests in flight are given [`DRAIN_DEADLINE`] to finish; whatever is
+/// still running then is dropped, and `serve` returns.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    limits: HttpLimits,
+) -> std::io::Result<()> {
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "API listening");
+        tracing::info!(%addr, ?limits, "API listening");
     }
-    // Answers are often written in pieces (an SSE event after its headers);
-    // without TCP_NODELAY each piece after the first waits for the client's
-    // delayed ACK, about 40 ms on Linux.
-    let listener = listener.tap_io(|tcp| {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let per_ip = ConnectionsPerIp::new(limits.max_connections_per_ip);
+    let graceful = GracefulShutdown::new();
+    // Every connection's task, so the ones left at the drain deadline are
+    // dropped with the set.
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait for some to be
+                    // given back instead of spinning.
+                    tracing::error!(error = %e, "accepting a connection failed");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            },
+        };
+        let Some(slot) = per_ip.admit(peer.ip()) else {
+            tracing::debug!(ip = %peer.ip(), max = limits.max_connections_per_ip, "too many connections from one address; closed");
+            continue;
+        };
+        // Answers are often written in pieces (an SSE event after its headers);
+        // without TCP_NODELAY each piece after the first waits for the client's
+        // delayed ACK, about 40 ms on Linux.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
-    });
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .into_future();
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(DRAIN_DEADLINE).await;
-    };
-    tokio::select! {
-        res = server => res,
-        () = deadline => {
-            tracing::warn!(deadline = ?DRAIN_DEADLINE, "requests still in flight at the drain deadline; dropped");
-            Ok(())
-        }
+        let svc = hyper::service::service_fn({
+            let router = router.clone();
+            let within = limits.body_read_timeout;
+            move |req: hyper::Request<hyper::body::Incoming>| {
+                let router = router.clone();
+                async move {
+                    let timed_out = Arc::new(AtomicBool::new(false));
+                    let req = req.map(|b| Body::new(TimedBody::new(b, within, timed_out.clone())));
+                    let res = match router.oneshot(req).await {
+                        Ok(res) => res,
+                        Err(never) => match never {},
+                    };
+                    if timed_out.load(Ordering::Relaxed) {
+                        tracing::debug!(?within, "a request body did not arrive in time");
+                        return Ok::<_, Infallible>(ApiError::RequestTimeout.into_response());
+                    }
+                    Ok(res)
+                }
+            }
+        });
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(tcp), svc));
+        conns.spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(slot);
+        });
     }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_DEADLINE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(deadline = ?DRAIN_DEADLINE, "requests still in flight at the drain deadline; dropped");
+    }
+    conns.shutdown().await;
+    Ok(())
+}
+
+/// Errors of one connection being accepted, not of the listener.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }

@@ -143,6 +143,8 @@ pub struct ApiState {
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
     /// Slack interactions (`TRAWL_SLACK_SIGNING_SECRET`), when configured.
     pub(crate) slack: Option<Arc<crate::slack::SlackConfig>>,
+    /// Request rates per caller (job submissions, `/mcp`).
+    pub(crate) limiters: Arc<crate::limits::Limiters>,
 }
 
 impl fmt::Debug for ApiState {
@@ -187,6 +189,7 @@ impl ApiState {
             sessions: Arc::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             slack: None,
+            limiters: Arc::default(),
         }
     }
 
@@ -197,9 +200,18 @@ impl ApiState {
         self
     }
 
-    /// Where `/mcp` may be reached from (hosts and browser origins).
+    /// Where `/mcp` may be reached from (hosts and browser origins), and its
+    /// session limits. Call it before [`crate::router`]: the sessions start over.
     pub fn with_mcp(mut self, config: crate::mcp::McpConfig) -> ApiState {
+        self.sessions = Arc::new(crate::mcp::SessionOwners::new(config.session_limits));
         self.mcp = Arc::new(config);
+        self
+    }
+
+    /// The request rates allowed to each caller ([`crate::RateLimits::default`]
+    /// unless this says otherwise).
+    pub fn with_rate_limits(mut self, limits: crate::limits::RateLimits) -> ApiState {
+        self.limiters = Arc::new(crate::limits::Limiters::new(limits));
         self
     }
 

@@ -268,6 +268,36 @@ struct DeployArgs {
     /// (`https://app.example.com:443`, `http://localhost:*`).
     #[arg(long, env = "TRAWL_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
     mcp_allowed_origins: Vec<String>,
+    /// The API closes a connection whose request line and headers take longer.
+    #[arg(long, env = "TRAWL_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    http_header_timeout: Duration,
+    /// The API answers 408 and closes a connection whose request body takes longer.
+    #[arg(long, env = "TRAWL_HTTP_BODY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    http_body_timeout: Duration,
+    /// Connections the API keeps open at once from one client address.
+    #[arg(long, env = "TRAWL_HTTP_MAX_CONNECTIONS_PER_IP", default_value_t = 256)]
+    http_max_connections_per_ip: usize,
+    /// Job submissions a second per caller (`POST /v1/jobs`, `research.submit_job`).
+    #[arg(long, env = "TRAWL_RATE_JOBS", default_value_t = 10)]
+    rate_jobs: u32,
+    /// Job submissions per caller at once after a quiet spell.
+    #[arg(long, env = "TRAWL_RATE_JOBS_BURST", default_value_t = 50)]
+    rate_jobs_burst: u32,
+    /// `/mcp` requests a second per caller.
+    #[arg(long, env = "TRAWL_RATE_MCP", default_value_t = 50)]
+    rate_mcp: u32,
+    /// `/mcp` requests per caller at once after a quiet spell.
+    #[arg(long, env = "TRAWL_RATE_MCP_BURST", default_value_t = 200)]
+    rate_mcp_burst: u32,
+    /// MCP sessions one caller holds; a new one closes its least recently used idle one.
+    #[arg(long, env = "TRAWL_MCP_SESSIONS_PER_CALLER", default_value_t = 64)]
+    mcp_sessions_per_caller: usize,
+    /// MCP sessions in all; a new one beyond is refused (429).
+    #[arg(long, env = "TRAWL_MCP_SESSIONS_TOTAL", default_value_t = 10_000)]
+    mcp_sessions_total: usize,
+    /// An MCP session without a request for this long is closed.
+    #[arg(long, env = "TRAWL_MCP_SESSION_IDLE", default_value = "30m", value_parser = humantime::parse_duration)]
+    mcp_session_idle: Duration,
     /// Slices a worker runs at the same time.
     #[arg(long, env = "TRAWL_WORKER_CONCURRENCY", default_value_t = 32)]
     concurrency: usize,
@@ -408,6 +438,24 @@ impl DeployArgs {
                 .collect(),
             notify,
             slack,
+            http_limits: trawl_api::HttpLimits::default()
+                .with_header_read_timeout(self.http_header_timeout)
+                .with_body_read_timeout(self.http_body_timeout)
+                .with_max_connections_per_ip(self.http_max_connections_per_ip),
+            rate_limits: trawl_api::RateLimits::default()
+                .with_jobs(trawl_api::RateLimit::per_second(
+                    self.rate_jobs,
+                    self.rate_jobs_burst,
+                ))
+                .with_mcp(trawl_api::RateLimit::per_second(
+                    self.rate_mcp,
+                    self.rate_mcp_burst,
+                )),
+            mcp_sessions: trawl_api::SessionLimits::new(
+                self.mcp_sessions_per_caller,
+                self.mcp_sessions_total,
+                self.mcp_session_idle,
+            ),
         })
     }
 

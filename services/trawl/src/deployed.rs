@@ -80,6 +80,14 @@ pub struct Settings {
     pub notify: trawl_notify::NotifyConfig,
     /// Clicks from Slack, when a signing secret is set (`trawl api`, `trawl dev`).
     pub slack: Option<SlackInteractions>,
+    /// Header and body read timeouts and connections per address of the API
+    /// (`TRAWL_HTTP_*`).
+    pub http_limits: trawl_api::HttpLimits,
+    /// Job submissions and `/mcp` requests per caller (`TRAWL_RATE_*`).
+    pub rate_limits: trawl_api::RateLimits,
+    /// MCP sessions per caller and in all, and their idle expiry
+    /// (`TRAWL_MCP_SESSIONS_*`, `TRAWL_MCP_SESSION_IDLE`).
+    pub mcp_sessions: trawl_api::SessionLimits,
 }
 
 /// What the API needs to take clicks from Slack.
@@ -264,10 +272,14 @@ async fn api_state(
             );
         }
     }
-    Ok(state.with_mcp(trawl_api::McpConfig::new(
-        hosts,
-        s.mcp_allowed_origins.clone(),
-    )))
+    let sessions = s.mcp_sessions;
+    Ok(state.with_rate_limits(s.rate_limits).with_mcp(
+        trawl_api::McpConfig::new(hosts, s.mcp_allowed_origins.clone()).with_session_limits(
+            sessions.per_caller,
+            sessions.total,
+            sessions.idle,
+        ),
+    ))
 }
 
 /// The approvals notifier of the scheduler role and `trawl dev`: expires
@@ -332,7 +344,7 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let ops = ops(s, backends, &cancel).await?;
     let router = with_metrics(trawl_api::router(state), ops.is_none());
     let listener = bind(s.listen).await?;
-    let served = trawl_api::serve(listener, router, cancel.clone()).await;
+    let served = trawl_api::serve_with(listener, router, cancel.clone(), s.http_limits).await;
     cancel.cancel();
     if let Some(refresh) = refresh {
         let _ = refresh.await;
@@ -559,7 +571,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     tasks.spawn(isolated.run(cancel.clone()));
     // One process on loopback: `/metrics` is on the API's port.
     let router = with_metrics(trawl_api::router(state), true);
-    let served = trawl_api::serve(listener, router, cancel.clone()).await;
+    let served = trawl_api::serve_with(listener, router, cancel.clone(), s.http_limits).await;
     cancel.cancel();
     tasks.close();
     tasks.wait().await;
