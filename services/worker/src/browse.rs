@@ -15,13 +15,22 @@
 //!   the next run while the selectors still match; when one no longer matches,
 //!   the model is asked again.
 //! - The traffic the browser received is billed per GB from the price table.
+//! - A local Chromium reaches the network only through its session's egress
+//!   proxy ([`trawl_browser::egress`]), with the policy of `TRAWL_BROWSE_ALLOW`
+//!   ([`Browsers::egress_from_lookup`], the one place it is read). A navigation the
+//!   proxy refuses (the start URL, a redirect, a `goto`, a click or a model
+//!   step's) fails the slice permanently with `egress_refused`, is audited, and
+//!   leaves no screenshot and no items; a refused subresource or `fetch()` is a
+//!   trace step `browser:egress_refused` and does not fail the slice by itself.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
+use trawl_browser::egress::{Dial, Egress, EgressRefusal, Resolve};
 use trawl_browser::{BrowserError, Endpoint, ErrorKind, Session};
 use trawl_core::cost::{Micros, PriceTable};
+use trawl_core::egress::{EgressPolicy, UrlRefusal};
 use trawl_core::extract::Extractor;
 use trawl_core::model::{Item, ItemKind, Rejection, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::plan::BROWSE_ESTIMATE_BYTES;
@@ -34,6 +43,12 @@ use trawl_tools::{Recorder, ToolLayer};
 use crate::JobContext;
 use crate::models::{Models, Resolved};
 use crate::research::model_turn;
+
+/// The setting that opens destinations to local browser sessions.
+pub const BROWSE_ALLOW: &str = "TRAWL_BROWSE_ALLOW";
+
+/// The code of a slice error for a refused navigation.
+pub const EGRESS_REFUSED: &str = "egress_refused";
 
 /// Bytes of a page snapshot a model step is shown.
 pub const SNAPSHOT_BYTES: usize = 16_000;
@@ -49,6 +64,10 @@ pub struct Browsers {
     pub prices: PriceTable,
     /// Values `fill` steps name, by secret name.
     secrets: HashMap<String, String>,
+    /// Where a local browser may connect.
+    egress: Egress,
+    /// Whether the policy came from `TRAWL_BROWSE_ALLOW` (else it is a default).
+    egress_set: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -76,6 +95,59 @@ impl Browsers {
             launch_timeout: Duration::from_secs(30),
             prices: PriceTable::default(),
             secrets: HashMap::new(),
+            egress: Egress::default(),
+            egress_set: false,
+        }
+    }
+
+    /// The destinations local sessions may reach besides public ones (default:
+    /// none).
+    pub fn with_egress(mut self, policy: EgressPolicy) -> Self {
+        self.egress = self.egress.with_policy(policy);
+        self.egress_set = true;
+        self
+    }
+
+    /// How the egress proxy resolves names (tests: a fixed table).
+    pub fn with_egress_resolver(mut self, resolver: std::sync::Arc<dyn Resolve>) -> Self {
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// How the egress proxy connects to a checked address (tests: a recording
+    /// dialer that reaches a loopback fixture).
+    pub fn with_egress_dialer(mut self, dialer: std::sync::Arc<dyn Dial>) -> Self {
+        self.egress = self.egress.with_dialer(dialer);
+        self
+    }
+
+    /// The egress policy sessions run with.
+    pub fn egress_policy(&self) -> &EgressPolicy {
+        &self.egress.policy
+    }
+
+    /// For `trawl run`, on the operator's own machine: private and loopback
+    /// destinations open unless `TRAWL_BROWSE_ALLOW` set the policy. Whether
+    /// it opened them.
+    pub fn open_private_unless_set(mut self) -> (Self, bool) {
+        if self.egress_set {
+            return (self, false);
+        }
+        self.egress = self.egress.with_policy(EgressPolicy::private_networks());
+        (self, true)
+    }
+
+    /// The egress policy of `TRAWL_BROWSE_ALLOW` in `lookup`; `None` when it is
+    /// not set. The one place the setting is read (the worker's sessions and the
+    /// API's submission check both come from here).
+    pub fn egress_from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<EgressPolicy>, String> {
+        match lookup(BROWSE_ALLOW) {
+            None => Ok(None),
+            Some(v) => EgressPolicy::parse(&v)
+                .map(Some)
+                .map_err(|e| format!("{BROWSE_ALLOW}: {e}")),
         }
     }
 
@@ -105,12 +177,15 @@ impl Browsers {
     /// - else `TRAWL_BROWSER_WS`: a DevTools WebSocket URL;
     /// - else a local Chromium (`TRAWL_CHROMIUM`, or found on `PATH`).
     ///
-    /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`.
+    /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`;
+    /// `TRAWL_BROWSE_ALLOW` opens destinations to local sessions
+    /// ([`Browsers::egress_from_lookup`]; default: public ones only).
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
         vars: impl Iterator<Item = (String, String)>,
         prices: PriceTable,
     ) -> Result<Browsers, String> {
+        let egress = Browsers::egress_from_lookup(&lookup)?;
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let bd = (
             get("BRIGHTDATA_CUSTOMER_ID"),
@@ -143,6 +218,8 @@ impl Browsers {
             launch_timeout: Duration::from_secs(30),
             prices,
             secrets,
+            egress_set: egress.is_some(),
+            egress: Egress::new(egress.unwrap_or_default()),
         })
     }
 
@@ -150,6 +227,7 @@ impl Browsers {
         match &self.target {
             Target::Local { executable } => Endpoint::Local {
                 executable: executable.clone(),
+                egress: self.egress.clone(),
             },
             Target::BrightData {
                 endpoint,
@@ -167,6 +245,11 @@ impl Browsers {
             },
             Target::Remote { url } => Endpoint::Remote { url: url.clone() },
         }
+    }
+
+    /// Whether sessions run in a local browser behind the egress proxy.
+    fn is_local(&self) -> bool {
+        matches!(self.target, Target::Local { .. })
     }
 
     /// The secret `name`, or why the step cannot run.
@@ -372,15 +455,19 @@ impl Cx<'_> {
             .steps
             .first()
             .map_or(trawl_core::spec::DEFAULT_STEP_TIMEOUT, |s| s.timeout);
-        self.traced(session, "goto", 0, attempt, || {
-            session_goto(session, url, timeout)
+        self.traced(session, "goto", 0, attempt, Some(url), || {
+            self.goto(session, url, timeout)
         })
         .await?;
         for (i, step) in self.browse.steps.iter().enumerate() {
             let n = i + 1;
             let action = step.action.name();
+            let navigates = match &step.action {
+                Action::Goto { url } => Some(url.as_str()),
+                _ => None,
+            };
             let result = self
-                .traced(session, action, n, attempt, || {
+                .traced(session, action, n, attempt, navigates, || {
                     self.step(session, n, step, out)
                 })
                 .await;
@@ -390,13 +477,16 @@ impl Cx<'_> {
     }
 
     /// Runs one step as a trace step; a failure leaves a screenshot artifact and
-    /// names the step, the error and the URL.
+    /// names the step, the error and the URL. A navigation the egress proxy
+    /// refused during the step fails it as [`EGRESS_REFUSED`], without a
+    /// screenshot. `navigates`: the URL the step loads, if it is a `goto`.
     async fn traced<'s, F, Fut>(
         &'s self,
         session: &'s Session,
         action: &str,
         n: usize,
         attempt: u32,
+        navigates: Option<&str>,
         f: F,
     ) -> Result<(), ToolError>
     where
@@ -404,9 +494,18 @@ impl Cx<'_> {
         Fut: std::future::Future<Output = Result<(), ToolError>>,
     {
         let started = Instant::now();
-        let result = f().await;
+        let seen = session.egress_log().map_or(0, |l| l.len());
+        let mut result = f().await;
+        if let Some(refused) = self.egress_refused(session, seen, navigates).await {
+            result = Err(refused);
+        }
         let digest = trawl_core::digest(&[action, &n.to_string()]);
         match result {
+            Err(e) if e.code == EGRESS_REFUSED => {
+                self.rec
+                    .browser_step(action, &digest, Err(&e), started.elapsed(), Micros::ZERO);
+                Err(e)
+            }
             Ok(()) => {
                 self.rec
                     .browser_step(action, &digest, Ok(()), started.elapsed(), Micros::ZERO);
@@ -457,7 +556,7 @@ impl Cx<'_> {
         let t = step.timeout;
         let at = |e: BrowserError| browser_error(&e);
         match &step.action {
-            Action::Goto { url } => session_goto(session, url, t).await,
+            Action::Goto { url } => self.goto(session, url, t).await,
             Action::Fill { selector, value } => {
                 let text = match value {
                     FillValue::Text(s) => s.as_str(),
@@ -514,6 +613,73 @@ impl Cx<'_> {
             }
             Action::Observe { instruction } => self.observe(session, n, instruction).await,
         }
+    }
+
+    /// Loads `url` after checking its host as written against the egress policy
+    /// (the proxy checks again, after resolution).
+    async fn goto(&self, session: &Session, url: &str, timeout: Duration) -> Result<(), ToolError> {
+        if self.browsers.is_local()
+            && let Err(UrlRefusal::Refused(r)) = self.browsers.egress_policy().check_url(url)
+        {
+            return Err(self.refused_navigation(url, r.reason.code(), &r.to_string()));
+        }
+        session_goto(session, url, timeout).await
+    }
+
+    /// A refused navigation: audited, and the slice's permanent error.
+    fn refused_navigation(&self, target: &str, reason: &str, message: &str) -> ToolError {
+        let e = ToolError::permanent(
+            EGRESS_REFUSED,
+            format!("navigation to {target} refused by the egress policy: {message}"),
+        );
+        self.rec.browser_egress_refused(target, reason, &e);
+        e
+    }
+
+    /// The requests the session's egress proxy refused since the `seen`-th:
+    /// each a trace step `browser:egress_refused`; the error of the first that
+    /// was the page's own navigation (the page now shows it, Chromium's error
+    /// page stands for it, or it is the URL the step loads).
+    async fn egress_refused(
+        &self,
+        session: &Session,
+        seen: usize,
+        navigates: Option<&str>,
+    ) -> Option<ToolError> {
+        let log = session.egress_log()?;
+        let new = log.since(seen);
+        if new.is_empty() {
+            return None;
+        }
+        let page = session.url().await;
+        let page_url = url::Url::parse(&page).ok();
+        let step_url = navigates.and_then(|u| url::Url::parse(u).ok());
+        let same = |u: &Option<url::Url>, r: &EgressRefusal| {
+            u.as_ref().is_some_and(|u| {
+                u.host()
+                    .is_some_and(|h| h.to_string().trim_matches(['[', ']']) == r.host)
+                    && u.port_or_known_default() == Some(r.port)
+            })
+        };
+        let mut navigation = None;
+        for r in &new {
+            let e = ToolError::permanent(
+                EGRESS_REFUSED,
+                format!("{} {} refused: {}", r.method, r.target, r.message),
+            );
+            self.rec.browser_step(
+                EGRESS_REFUSED,
+                &trawl_core::digest(&[&r.target]),
+                Err(&e),
+                Duration::ZERO,
+                Micros::ZERO,
+            );
+            let error_page = page.starts_with("chrome-error:") && r.method == "CONNECT";
+            if navigation.is_none() && (same(&page_url, r) || same(&step_url, r) || error_page) {
+                navigation = Some(r);
+            }
+        }
+        navigation.map(|r| self.refused_navigation(&r.target, r.reason, &r.message))
     }
 
     /// Items from the live page, page after page through `next`.
