@@ -57,6 +57,9 @@ pub struct ApiState {
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
     /// Slack interactions (`TRAWL_SLACK_SIGNING_SECRET`), when configured.
     pub(crate) slack: Option<Arc<crate::slack::SlackConfig>>,
+    /// Where browse jobs' browsers may go: browse URLs written as addresses or
+    /// names it refuses are refused at submission (422).
+    pub(crate) browse_egress: Arc<trawl_core::egress::EgressPolicy>,
 }
 
 impl fmt::Debug for ApiState {
@@ -101,7 +104,15 @@ impl ApiState {
             sessions: Arc::default(),
             shutdown: tokio_util::sync::CancellationToken::new(),
             slack: None,
+            browse_egress: Arc::default(),
         }
+    }
+
+    /// The workers' browse egress policy (`TRAWL_BROWSE_ALLOW`), for early
+    /// feedback on browse URLs; default: closed (public destinations only).
+    pub fn with_browse_egress(mut self, policy: trawl_core::egress::EgressPolicy) -> ApiState {
+        self.browse_egress = Arc::new(policy);
+        self
     }
 
     /// Takes clicks on approval buttons from Slack at

@@ -399,6 +399,43 @@ impl EgressPolicy {
     }
 }
 
+impl EgressPolicy {
+    /// The browse URLs of `spec` (start URLs and `goto` steps) whose host as
+    /// written this policy refuses, each named by its field path; for early
+    /// feedback at submission (the egress proxy is what protects).
+    pub fn check_browse(&self, spec: &crate::spec::JobSpec) -> Result<(), crate::spec::SpecErrors> {
+        let Some(browse) = &spec.browse else {
+            return Ok(());
+        };
+        let mut errors = Vec::new();
+        let mut check = |path: String, url: &str| {
+            if let Err(UrlRefusal::Refused(r)) = self.check_url(url) {
+                errors.push(crate::spec::SpecError {
+                    path,
+                    reason: format!("browser sessions may not reach {url}: {r}"),
+                });
+            }
+        };
+        // Start URLs by their index as written (the parsed list drops repeats).
+        let written = spec.document["browse"]["urls"].as_array();
+        for (i, u) in written.into_iter().flatten().enumerate() {
+            if let Some(u) = u.as_str() {
+                check(format!("browse.urls[{i}]"), u);
+            }
+        }
+        for (i, step) in browse.steps.iter().enumerate() {
+            if let crate::spec::Action::Goto { url } = &step.action {
+                check(format!("browse.steps[{i}].goto"), url);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(crate::spec::SpecErrors(errors))
+        }
+    }
+}
+
 fn normalize_name(host: &str) -> String {
     host.trim_end_matches('.').to_ascii_lowercase()
 }
@@ -710,6 +747,35 @@ mod tests {
             closed.check_url("not a url"),
             Err(UrlRefusal::NotAUrl(_))
         ));
+    }
+
+    #[test]
+    fn browse_specs_are_checked_url_by_url() {
+        let spec = crate::spec::JobSpec::parse(
+            "name: b\nbrowse:\n  urls: [\"https://shop.example/\", \"http://0x7f000001/\", \"http://metadata.google.internal/\"]\n  geos: [us]\n  steps:\n    - goto: \"http://[::1]:4222/\"\n    - wait_for: {text: x}\n",
+        )
+        .unwrap();
+        let errs = EgressPolicy::closed().check_browse(&spec).unwrap_err();
+        assert_eq!(
+            errs.paths(),
+            vec!["browse.urls[1]", "browse.urls[2]", "browse.steps[0].goto"]
+        );
+        assert!(
+            errs.0[0].reason.contains("loopback"),
+            "{}",
+            errs.0[0].reason
+        );
+        assert!(
+            errs.0[1].reason.contains("metadata"),
+            "{}",
+            errs.0[1].reason
+        );
+        assert_eq!(
+            EgressPolicy::parse("loopback,metadata.google.internal")
+                .unwrap()
+                .check_browse(&spec),
+            Ok(())
+        );
     }
 
     #[test]
