@@ -138,6 +138,42 @@ async fn injected() -> Html<&'static str> {
     )
 }
 
+/// Text only [`secret`] serves: a browse job the egress policy refuses must never
+/// show it in an item, a rejection or an artifact.
+pub const SECRET: &str = "internal-only-canary-7f3a";
+
+/// A page standing for an internal service (a metadata endpoint, an admin UI).
+async fn secret() -> Html<String> {
+    Html(format!(
+        r#"<!doctype html><title>Internal</title><h1 id="secret">{SECRET}</h1>"#
+    ))
+}
+
+#[derive(serde::Deserialize)]
+struct To {
+    to: String,
+}
+
+/// Redirects to `?to=`.
+async fn redirect(Query(q): Query<To>) -> Redirect {
+    Redirect::to(&q.to)
+}
+
+/// A page that loads an image and fetches from `?to=` (a destination the egress
+/// policy refuses), then says it is done with what the fetch got.
+async fn subresources(Query(q): Query<To>) -> Html<String> {
+    let to = serde_json::to_string(&q.to).unwrap_or_default();
+    Html(format!(
+        r#"<!doctype html><title>Gallery</title><h1 id="title">Gallery</h1>
+<img id="pic" src={to}>
+<p id="fetched"></p>
+<script>
+fetch({to} + "fetched").then(r => r.text()).then(t => t, e => "failed: " + e)
+  .then(t => {{ document.getElementById('fetched').textContent = "done: " + t; }});
+</script>"#
+    ))
+}
+
 /// Serves the site on a loopback port.
 pub async fn serve_site() -> (SocketAddr, Arc<Site>) {
     let site = Arc::new(Site::default());
@@ -146,6 +182,9 @@ pub async fn serve_site() -> (SocketAddr, Arc<Site>) {
         .route("/dashboard", get(dashboard))
         .route("/shop", get(shop))
         .route("/inject", get(injected))
+        .route("/secret", get(secret))
+        .route("/redirect", get(redirect))
+        .route("/gallery", get(subresources))
         .with_state(site.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -361,6 +361,8 @@ async fn run(
         rec,
         replay_scope: format!("{spec_digest}:{site}"),
     };
+    // A start URL whose host as written is refused needs no browser.
+    cx.check_written(url)?;
     let attempts = job.retry.max_attempts.max(1);
     let mut backoff = backon::BackoffBuilder::build(
         backon::ExponentialBuilder::default()
@@ -618,12 +620,19 @@ impl Cx<'_> {
     /// Loads `url` after checking its host as written against the egress policy
     /// (the proxy checks again, after resolution).
     async fn goto(&self, session: &Session, url: &str, timeout: Duration) -> Result<(), ToolError> {
+        self.check_written(url)?;
+        session_goto(session, url, timeout).await
+    }
+
+    /// Refuses a URL whose host as written (an address, a metadata name) the
+    /// egress policy refuses, for a local browser.
+    fn check_written(&self, url: &str) -> Result<(), ToolError> {
         if self.browsers.is_local()
             && let Err(UrlRefusal::Refused(r)) = self.browsers.egress_policy().check_url(url)
         {
             return Err(self.refused_navigation(url, r.reason.code(), &r.to_string()));
         }
-        session_goto(session, url, timeout).await
+        Ok(())
     }
 
     /// A refused navigation: audited, and the slice's permanent error.
@@ -638,8 +647,9 @@ impl Cx<'_> {
 
     /// The requests the session's egress proxy refused since the `seen`-th:
     /// each a trace step `browser:egress_refused`; the error of the first that
-    /// was the page's own navigation (the page now shows it, Chromium's error
-    /// page stands for it, or it is the URL the step loads).
+    /// was the page's own navigation (the page now shows its URL, Chromium's
+    /// error page stands for a refused tunnel, or it is the URL the step loads).
+    /// A same-site subresource (a favicon) is not the page.
     async fn egress_refused(
         &self,
         session: &Session,
@@ -654,11 +664,19 @@ impl Cx<'_> {
         let page = session.url().await;
         let page_url = url::Url::parse(&page).ok();
         let step_url = navigates.and_then(|u| url::Url::parse(u).ok());
+        // A plain request is the page's when it is the page's URL; a tunnel
+        // (https) shows only host and port.
         let same = |u: &Option<url::Url>, r: &EgressRefusal| {
             u.as_ref().is_some_and(|u| {
-                u.host()
-                    .is_some_and(|h| h.to_string().trim_matches(['[', ']']) == r.host)
-                    && u.port_or_known_default() == Some(r.port)
+                if r.method == "CONNECT" {
+                    u.host()
+                        .is_some_and(|h| h.to_string().trim_matches(['[', ']']) == r.host)
+                        && u.port_or_known_default() == Some(r.port)
+                } else {
+                    let mut page = u.clone();
+                    page.set_fragment(None);
+                    url::Url::parse(&r.target).is_ok_and(|t| t == page)
+                }
             })
         };
         let mut navigation = None;
