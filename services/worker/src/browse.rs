@@ -1205,6 +1205,49 @@ mod tests {
     }
 
     #[test]
+    fn the_egress_policy_comes_from_trawl_browse_allow() {
+        let lookup = |v: &'static str| move |k: &str| (k == BROWSE_ALLOW).then(|| v.to_owned());
+        // Unset: closed, and `trawl run` opens private networks.
+        let b = Browsers::from_lookup(|_| None, std::iter::empty(), PriceTable::default()).unwrap();
+        assert!(b.egress_policy().is_closed());
+        let (b, opened) = b.open_private_unless_set();
+        assert!(opened);
+        assert_eq!(b.egress_policy(), &EgressPolicy::private_networks());
+        // Set: as written, also under `trawl run`.
+        let b = Browsers::from_lookup(
+            lookup("shop.test, 10.0.0.0/8"),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap();
+        assert_eq!(b.egress_policy().describe(), "shop.test,10.0.0.0/8");
+        let (b, opened) = b.open_private_unless_set();
+        assert!(!opened);
+        assert_eq!(b.egress_policy().describe(), "shop.test,10.0.0.0/8");
+        // Set to nothing: closed, and `trawl run` keeps it closed.
+        let b =
+            Browsers::from_lookup(lookup(""), std::iter::empty(), PriceTable::default()).unwrap();
+        let (b, opened) = b.open_private_unless_set();
+        assert!(!opened);
+        assert!(b.egress_policy().is_closed());
+        // A bad entry is named with the setting.
+        let e = Browsers::from_lookup(
+            lookup("loopback,10.0.0.0/40"),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("TRAWL_BROWSE_ALLOW: entry \"10.0.0.0/40\""),
+            "{e}"
+        );
+        assert_eq!(
+            Browsers::egress_from_lookup(lookup("private")).unwrap(),
+            Some(EgressPolicy::private_networks())
+        );
+    }
+
+    #[test]
     fn secrets_come_from_trawl_secret_variables() {
         let vars = vec![
             (
