@@ -224,6 +224,23 @@ async fn a_name_resolving_to_loopback_is_refused() {
     sys.shutdown().await;
 }
 
+/// An https start URL whose name resolves to loopback: the tunnel (`CONNECT`) is
+/// refused, and the slice fails for egress, not as a page error to retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_tunnel_fails_the_slice() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = Arc::new(Names::default().with("vault.test", &["127.0.0.1"]));
+    let sys = system(
+        &dir.path().join("state"),
+        Browsers::local().with_egress_resolver(names),
+    )
+    .await;
+    let e = refused(&sys, &job("https://vault.test/"), dir.path()).await;
+    assert!(e.message.contains("vault.test:443"), "{e:?}");
+    assert!(e.message.contains("loopback"), "{e:?}");
+    sys.shutdown().await;
+}
+
 /// An image and a `fetch()` to refused destinations are trace steps; the page
 /// itself, on an allowed host, is browsed and its item kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
