@@ -241,6 +241,66 @@ async fn a_refused_tunnel_fails_the_slice() {
     sys.shutdown().await;
 }
 
+/// A model step that follows a planted link to an internal page: the navigation
+/// is refused and fails the slice; the model is never shown the internal page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_step_led_to_an_internal_page_fails_the_slice() {
+    let (addr, _) = serve_site().await;
+    let port = addr.port();
+    let server = trawl_model::testing::ScriptedModel::start(|_, body| {
+        let text = body["messages"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        let id = format!("tu_{}", body["messages"].as_array().map_or(0, Vec::len));
+        let r = trawl_tests::site::find_ref(text, &["Open the admin console"]).expect(text);
+        trawl_model::testing::Reply::anthropic_tool_use(
+            &id,
+            "act",
+            serde_json::json!({"ref": r, "action": "click"}),
+            trawl_tests::site::SHOP_USAGE,
+        )
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let names = Arc::new(Names::default().with("shop.test", &["127.0.0.1"]));
+    let browsers = Browsers::local()
+        .with_egress(EgressPolicy::parse("shop.test").unwrap())
+        .with_egress_resolver(names);
+    let opts = Options::new(
+        dir.path().join("state"),
+        Upstream::Simulator(SimConfig::default()),
+    )
+    .with_models(Some(Arc::new(trawl_tests::scripted_anthropic(&server))))
+    .with_browsers(Arc::new(browsers));
+    let sys = Embedded::start(opts).await.unwrap();
+    let target = format!("http://127.0.0.1:{port}/secret");
+    let yaml = format!(
+        r##"name: planted
+browse:
+  urls: ["http://shop.test:{port}/planted?to={target}"]
+  geos: [us]
+  steps:
+    - act: "find the deal's price"
+    # Waits for the next page (here the proxy's refusal), so the check after
+    # the step sees the navigation whatever the timing.
+    - wait_for: {{text: "refused"}}
+    - extract: {{fields: {{title: {{css: h1}}}}}}
+    - screenshot: after
+retries: {{max_attempts: 3}}
+"##
+    );
+    let e = refused(&sys, &yaml, dir.path()).await;
+    assert!(e.message.contains(&target), "{e:?}");
+    for req in server.requests() {
+        assert!(
+            !req.body.to_string().contains(SECRET),
+            "the model saw the internal page"
+        );
+    }
+    sys.shutdown().await;
+}
+
 /// An image and a `fetch()` to refused destinations are trace steps; the page
 /// itself, on an allowed host, is browsed and its item kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -281,6 +281,8 @@ struct Cx<'a> {
     rec: &'a Recorder,
     /// The replay keys' common part: the browse spec and the site.
     replay_scope: String,
+    /// Refusals of the current session's egress log already looked at.
+    egress_seen: std::sync::atomic::AtomicUsize,
 }
 
 /// Runs a browse slice. Never fails: an error becomes the slice's; the second
@@ -360,6 +362,7 @@ async fn run(
         slice,
         rec,
         replay_scope: format!("{spec_digest}:{site}"),
+        egress_seen: Default::default(),
     };
     // A start URL whose host as written is refused needs no browser.
     cx.check_written(url)?;
@@ -429,6 +432,8 @@ impl Cx<'_> {
         };
         self.rec
             .browser_step("open", "", Ok(()), started.elapsed(), Micros::ZERO);
+        self.egress_seen
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         let result = self.steps(&session, url, attempt, out).await;
         let bytes = session.bytes();
         let cost = self.browsers.prices.browser_bytes(bytes);
@@ -475,7 +480,12 @@ impl Cx<'_> {
                 .await;
             result?;
         }
-        Ok(())
+        // What the last step set off (a click's navigation) may have been
+        // refused after that step's check.
+        match self.egress_refused(session, None).await {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Runs one step as a trace step; a failure leaves a screenshot artifact and
@@ -496,9 +506,8 @@ impl Cx<'_> {
         Fut: std::future::Future<Output = Result<(), ToolError>>,
     {
         let started = Instant::now();
-        let seen = session.egress_log().map_or(0, |l| l.len());
         let mut result = f().await;
-        if let Some(refused) = self.egress_refused(session, seen, navigates).await {
+        if let Some(refused) = self.egress_refused(session, navigates).await {
             result = Err(refused);
         }
         let digest = trawl_core::digest(&[action, &n.to_string()]);
@@ -645,7 +654,7 @@ impl Cx<'_> {
         e
     }
 
-    /// The requests the session's egress proxy refused since the `seen`-th:
+    /// The requests the session's egress proxy refused since the last look:
     /// each a trace step `browser:egress_refused`; the error of the first that
     /// was the page's own navigation (the page now shows its URL, Chromium's
     /// error page stands for a refused tunnel, or it is the URL the step loads).
@@ -653,11 +662,13 @@ impl Cx<'_> {
     async fn egress_refused(
         &self,
         session: &Session,
-        seen: usize,
         navigates: Option<&str>,
     ) -> Option<ToolError> {
         let log = session.egress_log()?;
+        let seen = self.egress_seen.load(std::sync::atomic::Ordering::Relaxed);
         let new = log.since(seen);
+        self.egress_seen
+            .store(seen + new.len(), std::sync::atomic::Ordering::Relaxed);
         if new.is_empty() {
             return None;
         }
