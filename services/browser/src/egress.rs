@@ -701,6 +701,25 @@ mod tests {
             "{}",
             log[9].message
         );
+        // The same forms as plain absolute-form requests, on one keep-alive
+        // connection.
+        let mut c = client(&proxy).await;
+        for (target, reason) in cases {
+            let host = target.trim_end_matches(":443").trim_end_matches(":4222");
+            send(
+                &mut c,
+                &format!("GET http://{target}/latest/meta-data/ HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            )
+            .await;
+            let (status, headers, body) = read_response(&mut c).await;
+            assert_eq!(status, 403, "{target}: {body}");
+            assert_eq!(
+                headers.get(REFUSED_HEADER).map(String::as_str),
+                Some(reason),
+                "{target}"
+            );
+        }
+        assert_eq!(proxy.log().len(), 2 * cases.len());
         assert!(
             dialer.asked.lock().unwrap().is_empty(),
             "nothing refused was dialed"
