@@ -40,7 +40,10 @@ use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 
 async fn system(state: &Path, concurrency: usize, models: Option<Models>) -> Embedded {
-    let browsers = Browsers::local().with_secret("portal_password", PASSWORD);
+    // The site is on loopback, which sessions reach only when opened.
+    let browsers = Browsers::local()
+        .with_secret("portal_password", PASSWORD)
+        .with_egress(trawl_core::egress::EgressPolicy::private_networks());
     let opts = Options::new(state, Upstream::Simulator(SimConfig::default()))
         .with_worker(WorkerConfig::default().with_concurrency(concurrency))
         .with_models(models.map(Arc::new))

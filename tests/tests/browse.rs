@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use trawl::embedded::{Embedded, Options, Upstream};
+use trawl_core::egress::EgressPolicy;
 use trawl_core::model::JobStatus;
 use trawl_core::ports::Store;
 use trawl_model::testing::ScriptedModel;
@@ -26,7 +27,11 @@ use trawl_worker::models::Models;
 // The system
 
 async fn system(state: &Path, models: Option<Models>) -> Embedded {
-    let browsers = Browsers::local().with_secret("portal_password", PASSWORD);
+    // The site is on loopback, which sessions reach only when the operator
+    // opens it.
+    let browsers = Browsers::local()
+        .with_secret("portal_password", PASSWORD)
+        .with_egress(EgressPolicy::parse("loopback").unwrap());
     let opts = Options::new(state, Upstream::Simulator(SimConfig::default()))
         .with_worker(
             WorkerConfig::default()
@@ -324,7 +329,10 @@ async fn a_browse_slice_waits_for_an_isolated_worker() {
     use trawl_tests::{Deployment, NatsServer, is_terminal, shared_redis_url};
     let (addr, _) = serve_site().await;
     let nats = NatsServer::start().await;
-    let d = Deployment::on(BIN, SimConfig::default(), nats.url(), shared_redis_url()).await;
+    // The site is on loopback: the API and the workers are told it may be reached.
+    let d = Deployment::on(BIN, SimConfig::default(), nats.url(), shared_redis_url())
+        .await
+        .with_env("TRAWL_BROWSE_ALLOW", "loopback");
     let mut api = d.spawn("api", "api");
     let scheduler = d.spawn("scheduler", "scheduler");
     let standard = d.spawn("worker", "worker");

@@ -1308,5 +1308,21 @@ async fn jobs_answer_only_their_owner_their_tenant_and_admins_over_rest_and_mcp(
         };
         assert_eq!(res.status(), want, "{who}");
     }
+
+    // `trawl dev` keeps browsers off internal addresses by default: a browse job
+    // at one is refused at submission, over REST and over /mcp, naming the URL.
+    let internal = json!({"name": "peek", "browse": {"urls": ["http://169.254.169.254/latest/meta-data/"],
+        "geos": ["us"], "steps": [{"wait_for": {"text": "x"}}]}});
+    let res = rest(reqwest::Method::POST, "/v1/jobs".to_owned(), alice)
+        .body(internal.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let p: Value = res.json().await.unwrap();
+    assert!(p.to_string().contains("169.254.169.254"), "{p}");
+    let r = tool(alice, "research.submit_job", json!({"spec": internal})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["status"], 422, "{r}");
     drop(role);
 }

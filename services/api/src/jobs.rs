@@ -406,8 +406,10 @@ pub(crate) async fn submit_job(
 
     // Parsing and planning a large spec is CPU work: keep it off the async threads.
     let prices = state.prices;
+    let egress = state.browse_egress.clone();
     let (spec, estimate) = tokio::task::spawn_blocking(move || {
         let spec = format.read(&body)?;
+        egress.check_browse(&spec).map_err(ApiError::InvalidSpec)?;
         let estimate = plan(&spec, &prices).estimate;
         Ok::<_, ApiError>((spec, estimate))
     })

@@ -78,10 +78,10 @@ impl ApiKey {
             }
             None => (None, raw),
         };
-        if secret.len() < 8 {
+        if secret.is_empty() {
             return Err(format!(
-                "the API key{} is shorter than 8 characters",
-                name.as_deref().map(|n| format!(" {n}")).unwrap_or_default()
+                "the API key {} has no secret after the ':'",
+                name.as_deref().unwrap_or_default()
             ));
         }
         Ok(ApiKey {
@@ -145,6 +145,9 @@ pub struct ApiState {
     pub(crate) slack: Option<Arc<crate::slack::SlackConfig>>,
     /// Request rates per caller (job submissions, `/mcp`).
     pub(crate) limiters: Arc<crate::limits::Limiters>,
+    /// Where browse jobs' browsers may go: browse URLs written as addresses or
+    /// names it refuses are refused at submission (422).
+    pub(crate) browse_egress: Arc<trawl_core::egress::EgressPolicy>,
 }
 
 impl fmt::Debug for ApiState {
@@ -190,7 +193,15 @@ impl ApiState {
             shutdown: tokio_util::sync::CancellationToken::new(),
             slack: None,
             limiters: Arc::default(),
+            browse_egress: Arc::default(),
         }
+    }
+
+    /// The workers' browse egress policy (`TRAWL_BROWSE_ALLOW`), for early
+    /// feedback on browse URLs; default: closed (public destinations only).
+    pub fn with_browse_egress(mut self, policy: trawl_core::egress::EgressPolicy) -> ApiState {
+        self.browse_egress = Arc::new(policy);
+        self
     }
 
     /// Takes clicks on approval buttons from Slack at

@@ -1674,7 +1674,7 @@ fn api_keys_parse_with_names_and_refuse_bad_ones() {
     let k = ApiKey::parse("ci-bot:s3cret-value").unwrap();
     assert_eq!(k.name(), Some("ci-bot"));
     assert_eq!(ApiKey::parse("plain-secret-value").unwrap().name(), None);
-    for bad in ["bad name:secret-value", ":secret-value", "short", "n:short"] {
+    for bad in ["bad name:secret-value", ":secret-value", "name:"] {
         assert!(ApiKey::parse(bad).is_err(), "{bad}");
     }
     let twice = [

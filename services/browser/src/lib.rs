@@ -14,7 +14,13 @@
 //! (`[e12] button "Add to cart"`), no scripts or styles, size-capped. A reference is
 //! turned back into a concrete, stable CSS selector ([`Session::selector_for`]) so
 //! what a model chose can be replayed without it.
+//!
+//! A local Chromium reaches the network only through its session's [`egress`]
+//! proxy, which refuses loopback, private, link-local and metadata destinations
+//! unless the session's policy opens them, and connects to the very address it
+//! checked. Its refusals are in [`Session::egress_log`].
 
+pub mod egress;
 pub mod relay;
 mod script;
 
@@ -44,6 +50,9 @@ pub enum Endpoint {
     Local {
         /// The executable; `None`: found on `PATH` (`chromium`, `google-chrome`, …).
         executable: Option<PathBuf>,
+        /// Where it may connect: every request goes through an egress proxy
+        /// started for the session with this policy.
+        egress: egress::Egress,
     },
     /// A running browser's DevTools WebSocket URL (`ws://…` or `wss://…`). User
     /// credentials in the URL are sent as HTTP basic authorization.
@@ -124,6 +133,7 @@ pub struct Session {
     bytes: Arc<AtomicU64>,
     _profile: Option<tempfile::TempDir>,
     _relay: Option<relay::Relay>,
+    proxy: Option<egress::EgressProxy>,
 }
 
 impl Session {
@@ -134,17 +144,38 @@ impl Session {
     ) -> Result<Session, BrowserError> {
         let launch = async {
             match endpoint {
-                Endpoint::Local { executable } => {
+                Endpoint::Local { executable, egress } => {
+                    let proxy = egress::EgressProxy::start(egress.clone())
+                        .await
+                        .map_err(|e| {
+                            BrowserError::new(ErrorKind::Launch, format!("egress proxy: {e}"))
+                        })?;
                     let profile = tempfile::Builder::new()
                         .prefix("trawl-browser-")
                         .tempdir()
                         .map_err(|e| {
                             BrowserError::new(ErrorKind::Launch, format!("profile folder: {e}"))
                         })?;
+                    // chromiumoxide adds the leading `--` to every argument.
                     let mut config = BrowserConfig::builder()
                         .no_sandbox()
-                        .arg("--disable-gpu")
-                        .arg("--disable-background-networking")
+                        .arg("disable-gpu")
+                        .arg("disable-background-networking")
+                        // Every request through the egress proxy, loopback too
+                        // (Chromium bypasses proxies for loopback unless told).
+                        .arg(("proxy-server", proxy.proxy_server().as_str()))
+                        .arg(("proxy-bypass-list", "<-loopback>"))
+                        // No traffic around it: no QUIC, no UDP WebRTC outside
+                        // the proxy, no DNS prefetching or background requests.
+                        .arg("disable-quic")
+                        .arg(("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"))
+                        .arg(("webrtc-ip-handling-policy", "disable_non_proxied_udp"))
+                        .arg("dns-prefetch-disable")
+                        .arg(("disable-features", "NetworkPrediction,DnsOverHttps"))
+                        .arg("disable-component-update")
+                        .arg("disable-domain-reliability")
+                        .arg("disable-sync")
+                        .arg("no-pings")
                         .user_data_dir(profile.path())
                         .launch_timeout(launch_timeout);
                     if let Some(exe) = executable.clone().or_else(find_chromium) {
@@ -156,7 +187,7 @@ impl Session {
                     let (browser, handler) = Browser::launch(config).await.map_err(|e| {
                         BrowserError::new(ErrorKind::Launch, format!("starting Chromium: {e}"))
                     })?;
-                    Ok((browser, handler, Some(profile), None))
+                    Ok((browser, handler, Some(profile), None, Some(proxy)))
                 }
                 Endpoint::Remote { url } => {
                     let (url, relay) = relay::Relay::for_url(url)
@@ -168,18 +199,19 @@ impl Session {
                             format!("connecting to the browser: {e}"),
                         )
                     })?;
-                    Ok((browser, handler, None, relay))
+                    Ok((browser, handler, None, relay, None))
                 }
             }
         };
-        let (browser, mut handler, profile, relay) = tokio::time::timeout(launch_timeout, launch)
-            .await
-            .map_err(|_| {
-                BrowserError::new(
-                    ErrorKind::Launch,
-                    format!("no browser within {launch_timeout:?}"),
-                )
-            })??;
+        let (browser, mut handler, profile, relay, proxy) =
+            tokio::time::timeout(launch_timeout, launch)
+                .await
+                .map_err(|_| {
+                    BrowserError::new(
+                        ErrorKind::Launch,
+                        format!("no browser within {launch_timeout:?}"),
+                    )
+                })??;
         let handler = tokio::spawn(async move {
             while let Some(event) = handler.next().await {
                 if let Err(e) = event {
@@ -217,7 +249,14 @@ impl Session {
             bytes,
             _profile: profile,
             _relay: relay,
+            proxy,
         })
+    }
+
+    /// The refusals of a local session's egress proxy (`None`: a remote browser,
+    /// whose egress is its provider's).
+    pub fn egress_log(&self) -> Option<&Arc<egress::EgressLog>> {
+        self.proxy.as_ref().map(egress::EgressProxy::log)
     }
 
     /// Bytes received over the network so far (encoded, as transferred).

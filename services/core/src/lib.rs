@@ -16,8 +16,11 @@
 //! - [`ports`]: the traits the adapters implement (queue, cache, store, tools, events).
 //! - [`geo`]: ISO 3166-1 alpha-2 country codes.
 //! - [`resource`]: canonical resource URIs (RFC 8707), the audience of tokens.
+//! - [`egress`]: where a browser session may connect (public destinations unless
+//!   an allow list opens more), checked by the egress proxy and at submission.
 
 pub mod cost;
+pub mod egress;
 pub mod extract;
 pub mod geo;
 pub mod model;

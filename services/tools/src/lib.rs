@@ -355,6 +355,21 @@ impl Recorder {
         );
     }
 
+    /// A browser navigation the session's egress policy refused: an audit row
+    /// under [`BROWSER_TOOL`] with the decision `egress_refused`, the refused
+    /// URL's digest and the reason, as the layer audits its other refusals.
+    pub fn browser_egress_refused(&self, target: &str, reason: &str, error: &ToolError) {
+        self.audit(
+            BROWSER_TOOL,
+            &trawl_core::digest(&[target]),
+            "egress_refused",
+            reason,
+            Duration::ZERO,
+            0,
+            Some(error),
+        );
+    }
+
     /// Everything recorded so far, taken out (for a recorder shared with tasks
     /// that may still hold it).
     pub fn take(&self) -> Records {

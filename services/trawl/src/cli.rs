@@ -628,11 +628,22 @@ impl RunArgs {
             .with_queue(QueueConfig::default())
             .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?)
             .with_models(Some(crate::deployed::models()?))
-            .with_browsers(Arc::new(
-                Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), prices)
-                    .map_err(anyhow::Error::msg)?,
-            )))
+            .with_browsers(Arc::new(run_browsers(prices)?)))
     }
+}
+
+/// `trawl run`'s browsers: the operator's own machine, so private and loopback
+/// destinations are open unless `TRAWL_BROWSE_ALLOW` says otherwise.
+fn run_browsers(prices: trawl_core::cost::PriceTable) -> anyhow::Result<Browsers> {
+    let (b, opened) = Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), prices)
+        .map_err(anyhow::Error::msg)?
+        .open_private_unless_set();
+    if opened {
+        eprintln!(
+            "TRAWL_BROWSE_ALLOW is not set: trawl run lets browser sessions reach private and loopback addresses (not cloud metadata)"
+        );
+    }
+    Ok(b)
 }
 
 /// The tools file at `path`, with the credential vault attached when a server

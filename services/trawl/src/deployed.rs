@@ -225,7 +225,10 @@ async fn api_state(
     cancel: &CancellationToken,
 ) -> anyhow::Result<ApiState> {
     let mut hosts = s.mcp_allowed_hosts.clone();
-    let mut state = state.with_tools(tools).with_shutdown(cancel.clone());
+    let mut state = state
+        .with_tools(tools)
+        .with_shutdown(cancel.clone())
+        .with_browse_egress(browse_egress()?);
     if let Some(config) = &s.oauth {
         if let Some(host) = url::Url::parse(config.resource.as_str())
             .ok()
@@ -477,6 +480,15 @@ pub(crate) fn browsers(s: &Settings) -> anyhow::Result<Arc<Browsers>> {
     let b = Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), s.prices)
         .map_err(anyhow::Error::msg)?;
     Ok(Arc::new(b))
+}
+
+/// The browse egress policy of `TRAWL_BROWSE_ALLOW` (closed when unset), read
+/// where the workers read it; the API refuses browse URLs it refuses.
+pub(crate) fn browse_egress() -> anyhow::Result<trawl_core::egress::EgressPolicy> {
+    let policy = Browsers::egress_from_lookup(|k| std::env::var(k).ok())
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or_default();
+    Ok(policy)
 }
 
 /// The models research slices run on, from the environment

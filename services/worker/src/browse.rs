@@ -15,13 +15,22 @@
 //!   the next run while the selectors still match; when one no longer matches,
 //!   the model is asked again.
 //! - The traffic the browser received is billed per GB from the price table.
+//! - A local Chromium reaches the network only through its session's egress
+//!   proxy ([`trawl_browser::egress`]), with the policy of `TRAWL_BROWSE_ALLOW`
+//!   ([`Browsers::egress_from_lookup`], the one place it is read). A navigation the
+//!   proxy refuses (the start URL, a redirect, a `goto`, a click or a model
+//!   step's) fails the slice permanently with `egress_refused`, is audited, and
+//!   leaves no screenshot and no items; a refused subresource or `fetch()` is a
+//!   trace step `browser:egress_refused` and does not fail the slice by itself.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
+use trawl_browser::egress::{Dial, Egress, EgressRefusal, Resolve};
 use trawl_browser::{BrowserError, Endpoint, ErrorKind, Session};
 use trawl_core::cost::{Micros, PriceTable};
+use trawl_core::egress::{EgressPolicy, UrlRefusal};
 use trawl_core::extract::Extractor;
 use trawl_core::model::{Item, ItemKind, Rejection, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::plan::BROWSE_ESTIMATE_BYTES;
@@ -34,6 +43,12 @@ use trawl_tools::{Recorder, ToolLayer};
 use crate::JobContext;
 use crate::models::{Models, Resolved};
 use crate::research::model_turn;
+
+/// The setting that opens destinations to local browser sessions.
+pub const BROWSE_ALLOW: &str = "TRAWL_BROWSE_ALLOW";
+
+/// The code of a slice error for a refused navigation.
+pub const EGRESS_REFUSED: &str = "egress_refused";
 
 /// Bytes of a page snapshot a model step is shown.
 pub const SNAPSHOT_BYTES: usize = 16_000;
@@ -49,6 +64,10 @@ pub struct Browsers {
     pub prices: PriceTable,
     /// Values `fill` steps name, by secret name.
     secrets: HashMap<String, String>,
+    /// Where a local browser may connect.
+    egress: Egress,
+    /// Whether the policy came from `TRAWL_BROWSE_ALLOW` (else it is a default).
+    egress_set: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -76,6 +95,59 @@ impl Browsers {
             launch_timeout: Duration::from_secs(30),
             prices: PriceTable::default(),
             secrets: HashMap::new(),
+            egress: Egress::default(),
+            egress_set: false,
+        }
+    }
+
+    /// The destinations local sessions may reach besides public ones (default:
+    /// none).
+    pub fn with_egress(mut self, policy: EgressPolicy) -> Self {
+        self.egress = self.egress.with_policy(policy);
+        self.egress_set = true;
+        self
+    }
+
+    /// How the egress proxy resolves names (tests: a fixed table).
+    pub fn with_egress_resolver(mut self, resolver: std::sync::Arc<dyn Resolve>) -> Self {
+        self.egress = self.egress.with_resolver(resolver);
+        self
+    }
+
+    /// How the egress proxy connects to a checked address (tests: a recording
+    /// dialer that reaches a loopback fixture).
+    pub fn with_egress_dialer(mut self, dialer: std::sync::Arc<dyn Dial>) -> Self {
+        self.egress = self.egress.with_dialer(dialer);
+        self
+    }
+
+    /// The egress policy sessions run with.
+    pub fn egress_policy(&self) -> &EgressPolicy {
+        &self.egress.policy
+    }
+
+    /// For `trawl run`, on the operator's own machine: private and loopback
+    /// destinations open unless `TRAWL_BROWSE_ALLOW` set the policy. Whether
+    /// it opened them.
+    pub fn open_private_unless_set(mut self) -> (Self, bool) {
+        if self.egress_set {
+            return (self, false);
+        }
+        self.egress = self.egress.with_policy(EgressPolicy::private_networks());
+        (self, true)
+    }
+
+    /// The egress policy of `TRAWL_BROWSE_ALLOW` in `lookup`; `None` when it is
+    /// not set. The one place the setting is read (the worker's sessions and the
+    /// API's submission check both come from here).
+    pub fn egress_from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<EgressPolicy>, String> {
+        match lookup(BROWSE_ALLOW) {
+            None => Ok(None),
+            Some(v) => EgressPolicy::parse(&v)
+                .map(Some)
+                .map_err(|e| format!("{BROWSE_ALLOW}: {e}")),
         }
     }
 
@@ -105,12 +177,15 @@ impl Browsers {
     /// - else `TRAWL_BROWSER_WS`: a DevTools WebSocket URL;
     /// - else a local Chromium (`TRAWL_CHROMIUM`, or found on `PATH`).
     ///
-    /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`.
+    /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`;
+    /// `TRAWL_BROWSE_ALLOW` opens destinations to local sessions
+    /// ([`Browsers::egress_from_lookup`]; default: public ones only).
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
         vars: impl Iterator<Item = (String, String)>,
         prices: PriceTable,
     ) -> Result<Browsers, String> {
+        let egress = Browsers::egress_from_lookup(&lookup)?;
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
         let bd = (
             get("BRIGHTDATA_CUSTOMER_ID"),
@@ -143,6 +218,8 @@ impl Browsers {
             launch_timeout: Duration::from_secs(30),
             prices,
             secrets,
+            egress_set: egress.is_some(),
+            egress: Egress::new(egress.unwrap_or_default()),
         })
     }
 
@@ -150,6 +227,7 @@ impl Browsers {
         match &self.target {
             Target::Local { executable } => Endpoint::Local {
                 executable: executable.clone(),
+                egress: self.egress.clone(),
             },
             Target::BrightData {
                 endpoint,
@@ -167,6 +245,11 @@ impl Browsers {
             },
             Target::Remote { url } => Endpoint::Remote { url: url.clone() },
         }
+    }
+
+    /// Whether sessions run in a local browser behind the egress proxy.
+    fn is_local(&self) -> bool {
+        matches!(self.target, Target::Local { .. })
     }
 
     /// The secret `name`, or why the step cannot run.
@@ -198,6 +281,8 @@ struct Cx<'a> {
     rec: &'a Recorder,
     /// The replay keys' common part: the browse spec and the site.
     replay_scope: String,
+    /// Refusals of the current session's egress log already looked at.
+    egress_seen: std::sync::atomic::AtomicUsize,
 }
 
 /// Runs a browse slice. Never fails: an error becomes the slice's; the second
@@ -277,7 +362,10 @@ async fn run(
         slice,
         rec,
         replay_scope: format!("{spec_digest}:{site}"),
+        egress_seen: Default::default(),
     };
+    // A start URL whose host as written is refused needs no browser.
+    cx.check_written(url)?;
     let attempts = job.retry.max_attempts.max(1);
     let mut backoff = backon::BackoffBuilder::build(
         backon::ExponentialBuilder::default()
@@ -344,6 +432,8 @@ impl Cx<'_> {
         };
         self.rec
             .browser_step("open", "", Ok(()), started.elapsed(), Micros::ZERO);
+        self.egress_seen
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         let result = self.steps(&session, url, attempt, out).await;
         let bytes = session.bytes();
         let cost = self.browsers.prices.browser_bytes(bytes);
@@ -372,31 +462,43 @@ impl Cx<'_> {
             .steps
             .first()
             .map_or(trawl_core::spec::DEFAULT_STEP_TIMEOUT, |s| s.timeout);
-        self.traced(session, "goto", 0, attempt, || {
-            session_goto(session, url, timeout)
+        self.traced(session, "goto", 0, attempt, Some(url), || {
+            self.goto(session, url, timeout)
         })
         .await?;
         for (i, step) in self.browse.steps.iter().enumerate() {
             let n = i + 1;
             let action = step.action.name();
+            let navigates = match &step.action {
+                Action::Goto { url } => Some(url.as_str()),
+                _ => None,
+            };
             let result = self
-                .traced(session, action, n, attempt, || {
+                .traced(session, action, n, attempt, navigates, || {
                     self.step(session, n, step, out)
                 })
                 .await;
             result?;
         }
-        Ok(())
+        // What the last step set off (a click's navigation) may have been
+        // refused after that step's check.
+        match self.egress_refused(session, None).await {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Runs one step as a trace step; a failure leaves a screenshot artifact and
-    /// names the step, the error and the URL.
+    /// names the step, the error and the URL. A navigation the egress proxy
+    /// refused during the step fails it as [`EGRESS_REFUSED`], without a
+    /// screenshot. `navigates`: the URL the step loads, if it is a `goto`.
     async fn traced<'s, F, Fut>(
         &'s self,
         session: &'s Session,
         action: &str,
         n: usize,
         attempt: u32,
+        navigates: Option<&str>,
         f: F,
     ) -> Result<(), ToolError>
     where
@@ -404,9 +506,17 @@ impl Cx<'_> {
         Fut: std::future::Future<Output = Result<(), ToolError>>,
     {
         let started = Instant::now();
-        let result = f().await;
+        let mut result = f().await;
+        if let Some(refused) = self.egress_refused(session, navigates).await {
+            result = Err(refused);
+        }
         let digest = trawl_core::digest(&[action, &n.to_string()]);
         match result {
+            Err(e) if e.code == EGRESS_REFUSED => {
+                self.rec
+                    .browser_step(action, &digest, Err(&e), started.elapsed(), Micros::ZERO);
+                Err(e)
+            }
             Ok(()) => {
                 self.rec
                     .browser_step(action, &digest, Ok(()), started.elapsed(), Micros::ZERO);
@@ -457,7 +567,7 @@ impl Cx<'_> {
         let t = step.timeout;
         let at = |e: BrowserError| browser_error(&e);
         match &step.action {
-            Action::Goto { url } => session_goto(session, url, t).await,
+            Action::Goto { url } => self.goto(session, url, t).await,
             Action::Fill { selector, value } => {
                 let text = match value {
                     FillValue::Text(s) => s.as_str(),
@@ -514,6 +624,91 @@ impl Cx<'_> {
             }
             Action::Observe { instruction } => self.observe(session, n, instruction).await,
         }
+    }
+
+    /// Loads `url` after checking its host as written against the egress policy
+    /// (the proxy checks again, after resolution).
+    async fn goto(&self, session: &Session, url: &str, timeout: Duration) -> Result<(), ToolError> {
+        self.check_written(url)?;
+        session_goto(session, url, timeout).await
+    }
+
+    /// Refuses a URL whose host as written (an address, a metadata name) the
+    /// egress policy refuses, for a local browser.
+    fn check_written(&self, url: &str) -> Result<(), ToolError> {
+        if self.browsers.is_local()
+            && let Err(UrlRefusal::Refused(r)) = self.browsers.egress_policy().check_url(url)
+        {
+            return Err(self.refused_navigation(url, r.reason.code(), &r.to_string()));
+        }
+        Ok(())
+    }
+
+    /// A refused navigation: audited, and the slice's permanent error.
+    fn refused_navigation(&self, target: &str, reason: &str, message: &str) -> ToolError {
+        let e = ToolError::permanent(
+            EGRESS_REFUSED,
+            format!("navigation to {target} refused by the egress policy: {message}"),
+        );
+        self.rec.browser_egress_refused(target, reason, &e);
+        e
+    }
+
+    /// The requests the session's egress proxy refused since the last look:
+    /// each a trace step `browser:egress_refused`; the error of the first that
+    /// was the page's own navigation (the page now shows its URL, Chromium's
+    /// error page stands for a refused tunnel, or it is the URL the step loads).
+    /// A same-site subresource (a favicon) is not the page.
+    async fn egress_refused(
+        &self,
+        session: &Session,
+        navigates: Option<&str>,
+    ) -> Option<ToolError> {
+        let log = session.egress_log()?;
+        let seen = self.egress_seen.load(std::sync::atomic::Ordering::Relaxed);
+        let new = log.since(seen);
+        self.egress_seen
+            .store(seen + new.len(), std::sync::atomic::Ordering::Relaxed);
+        if new.is_empty() {
+            return None;
+        }
+        let page = session.url().await;
+        let page_url = url::Url::parse(&page).ok();
+        let step_url = navigates.and_then(|u| url::Url::parse(u).ok());
+        // A plain request is the page's when it is the page's URL; a tunnel
+        // (https) shows only host and port.
+        let same = |u: &Option<url::Url>, r: &EgressRefusal| {
+            u.as_ref().is_some_and(|u| {
+                if r.method == "CONNECT" {
+                    u.host()
+                        .is_some_and(|h| h.to_string().trim_matches(['[', ']']) == r.host)
+                        && u.port_or_known_default() == Some(r.port)
+                } else {
+                    let mut page = u.clone();
+                    page.set_fragment(None);
+                    url::Url::parse(&r.target).is_ok_and(|t| t == page)
+                }
+            })
+        };
+        let mut navigation = None;
+        for r in &new {
+            let e = ToolError::permanent(
+                EGRESS_REFUSED,
+                format!("{} {} refused: {}", r.method, r.target, r.message),
+            );
+            self.rec.browser_step(
+                EGRESS_REFUSED,
+                &trawl_core::digest(&[&r.target]),
+                Err(&e),
+                Duration::ZERO,
+                Micros::ZERO,
+            );
+            let error_page = page.starts_with("chrome-error:") && r.method == "CONNECT";
+            if navigation.is_none() && (same(&page_url, r) || same(&step_url, r) || error_page) {
+                navigation = Some(r);
+            }
+        }
+        navigation.map(|r| self.refused_navigation(&r.target, r.reason, &r.message))
     }
 
     /// Items from the live page, page after page through `next`.
@@ -1018,6 +1213,49 @@ mod tests {
         );
         s.sort();
         assert_eq!(s, vec!["#a", "#p", "h1"]);
+    }
+
+    #[test]
+    fn the_egress_policy_comes_from_trawl_browse_allow() {
+        let lookup = |v: &'static str| move |k: &str| (k == BROWSE_ALLOW).then(|| v.to_owned());
+        // Unset: closed, and `trawl run` opens private networks.
+        let b = Browsers::from_lookup(|_| None, std::iter::empty(), PriceTable::default()).unwrap();
+        assert!(b.egress_policy().is_closed());
+        let (b, opened) = b.open_private_unless_set();
+        assert!(opened);
+        assert_eq!(b.egress_policy(), &EgressPolicy::private_networks());
+        // Set: as written, also under `trawl run`.
+        let b = Browsers::from_lookup(
+            lookup("shop.test, 10.0.0.0/8"),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap();
+        assert_eq!(b.egress_policy().describe(), "shop.test,10.0.0.0/8");
+        let (b, opened) = b.open_private_unless_set();
+        assert!(!opened);
+        assert_eq!(b.egress_policy().describe(), "shop.test,10.0.0.0/8");
+        // Set to nothing: closed, and `trawl run` keeps it closed.
+        let b =
+            Browsers::from_lookup(lookup(""), std::iter::empty(), PriceTable::default()).unwrap();
+        let (b, opened) = b.open_private_unless_set();
+        assert!(!opened);
+        assert!(b.egress_policy().is_closed());
+        // A bad entry is named with the setting.
+        let e = Browsers::from_lookup(
+            lookup("loopback,10.0.0.0/40"),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("TRAWL_BROWSE_ALLOW: entry \"10.0.0.0/40\""),
+            "{e}"
+        );
+        assert_eq!(
+            Browsers::egress_from_lookup(lookup("private")).unwrap(),
+            Some(EgressPolicy::private_networks())
+        );
     }
 
     #[test]
