@@ -655,10 +655,12 @@ impl Cx<'_> {
     }
 
     /// The requests the session's egress proxy refused since the last look:
-    /// each a trace step `browser:egress_refused`; the error of the first that
-    /// was the page's own navigation (the page now shows its URL, Chromium's
-    /// error page stands for a refused tunnel, or it is the URL the step loads).
-    /// A same-site subresource (a favicon) is not the page.
+    /// each a trace step `browser:egress_refused`. Then the error of the first
+    /// refusal of the session, new or not, that was the page's own navigation
+    /// (the page now shows its URL, Chromium's error page stands for a refused
+    /// tunnel, or it is the URL the step loads): a navigation may be refused
+    /// before the page shows it, so one looked at earlier is judged again. A
+    /// same-site subresource (a favicon) is not the page.
     async fn egress_refused(
         &self,
         session: &Session,
@@ -669,7 +671,8 @@ impl Cx<'_> {
         let new = log.since(seen);
         self.egress_seen
             .store(seen + new.len(), std::sync::atomic::Ordering::Relaxed);
-        if new.is_empty() {
+        let all = log.since(0);
+        if all.is_empty() {
             return None;
         }
         let page = session.url().await;
@@ -690,7 +693,6 @@ impl Cx<'_> {
                 }
             })
         };
-        let mut navigation = None;
         for r in &new {
             let e = ToolError::permanent(
                 EGRESS_REFUSED,
@@ -703,11 +705,11 @@ impl Cx<'_> {
                 Duration::ZERO,
                 Micros::ZERO,
             );
-            let error_page = page.starts_with("chrome-error:") && r.method == "CONNECT";
-            if navigation.is_none() && (same(&page_url, r) || same(&step_url, r) || error_page) {
-                navigation = Some(r);
-            }
         }
+        let navigation = all.iter().find(|r| {
+            let error_page = page.starts_with("chrome-error:") && r.method == "CONNECT";
+            same(&page_url, r) || same(&step_url, r) || error_page
+        });
         navigation.map(|r| self.refused_navigation(&r.target, r.reason, &r.message))
     }
 
