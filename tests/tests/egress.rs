@@ -184,6 +184,15 @@ async fn the_closed_policy_refuses_every_form_of_an_internal_address() {
     sys.shutdown().await;
 }
 
+/// Local browsers that may reach only `shop.test`, a name the test resolver
+/// maps to the loopback site.
+fn shop_test_browsers() -> Browsers {
+    let names = Arc::new(Names::default().with("shop.test", &["127.0.0.1"]));
+    Browsers::local()
+        .with_egress(EgressPolicy::parse("shop.test").unwrap())
+        .with_egress_resolver(names)
+}
+
 /// A page on an allowed host (by name) that redirects to the loopback site's
 /// internal page: the redirect is refused by the proxy and fails the slice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,10 +200,7 @@ async fn a_redirect_to_a_refused_destination_fails_the_slice() {
     let (addr, _) = serve_site().await;
     let port = addr.port();
     let dir = tempfile::tempdir().unwrap();
-    let names = Arc::new(Names::default().with("shop.test", &["127.0.0.1"]));
-    let browsers = Browsers::local()
-        .with_egress(EgressPolicy::parse("shop.test").unwrap())
-        .with_egress_resolver(names);
+    let browsers = shop_test_browsers();
     let sys = system(&dir.path().join("state"), browsers).await;
     let target = format!("http://127.0.0.1:{port}/secret");
     let url = format!("http://shop.test:{port}/redirect?to={target}");
@@ -263,10 +269,7 @@ async fn a_model_step_led_to_an_internal_page_fails_the_slice() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let names = Arc::new(Names::default().with("shop.test", &["127.0.0.1"]));
-    let browsers = Browsers::local()
-        .with_egress(EgressPolicy::parse("shop.test").unwrap())
-        .with_egress_resolver(names);
+    let browsers = shop_test_browsers();
     let opts = Options::new(
         dir.path().join("state"),
         Upstream::Simulator(SimConfig::default()),
@@ -308,10 +311,7 @@ async fn refused_subresources_are_traced_and_the_slice_goes_on() {
     let (addr, _) = serve_site().await;
     let port = addr.port();
     let dir = tempfile::tempdir().unwrap();
-    let names = Arc::new(Names::default().with("shop.test", &["127.0.0.1"]));
-    let browsers = Browsers::local()
-        .with_egress(EgressPolicy::parse("shop.test").unwrap())
-        .with_egress_resolver(names);
+    let browsers = shop_test_browsers();
     let sys = system(&dir.path().join("state"), browsers).await;
     let to = format!("http://127.0.0.1:{port}/secret?");
     let yaml = format!(
