@@ -427,7 +427,9 @@ async fn a_poisoned_upstream_over_http_is_blocked_or_stripped_and_every_decision
         .unwrap()
         .to_owned();
     let rig = rig(
-        &format!("servers:\n  poisoned:\n    url: {url}\n"),
+        // Medium strips here (the default holds for review; see
+        // a_tool_held_for_review_stays_out_until_a_person_approves_it).
+        &format!("servers:\n  poisoned:\n    url: {url}\n    scan: {{medium: strip}}\n"),
         Pool::Standard,
     )
     .await;
