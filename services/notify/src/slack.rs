@@ -162,7 +162,8 @@ fn consequence(r: &ApprovalRecord) -> &'static str {
         ("job_budget", Some(true), _) => ": the job is queued.",
         ("job_budget", Some(false), _) => ": the job is cancelled.",
         ("tool_change" | "new_tool", Some(true), _) => ": the definition is pinned.",
-        ("tool_change" | "new_tool", Some(false), _) => ": the tool stays out.",
+        ("tool_review", Some(true), _) => ": the definition is pinned as reviewed.",
+        ("tool_change" | "new_tool" | "tool_review", Some(false), _) => ": the tool stays out.",
         ("tool_call", Some(true), _) => ": the call may run.",
         ("tool_call", Some(false), _) => ": the call is refused.",
         _ => ".",
@@ -175,6 +176,7 @@ fn title(r: &ApprovalRecord) -> String {
         "job_budget" => "job budget",
         "tool_change" => "tool definition changed",
         "new_tool" => "new tool",
+        "tool_review" => "tool held for review",
         "tool_call" => "tool call",
         other => other,
     };
@@ -215,6 +217,13 @@ fn summary_blocks(r: &ApprovalRecord, cx: &MessageContext<'_>) -> Vec<Value> {
         ("tool_change", _, Some(tool)) => format!(
             "*{}* changed its definition since it was pinned: it is quarantined (not listed, \
              not callable) until approved.\n{}",
+            escape(tool),
+            escape(&r.reason)
+        ),
+        ("tool_review", _, Some(tool)) => format!(
+            "*{}* is held for review: the poisoning scanner found text that may instruct \
+             the model. It is not listed or callable until approved; approving pins this \
+             definition as reviewed.\n{}",
             escape(tool),
             escape(&r.reason)
         ),
@@ -270,6 +279,24 @@ fn fields(r: &ApprovalRecord, cx: &MessageContext<'_>) -> Vec<Value> {
         {
             f.push(("Changes", format!("{} path(s)", changes.len())));
         }
+        if let Some(findings) = r
+            .detail
+            .as_ref()
+            .and_then(|d| d.get("findings"))
+            .and_then(Value::as_array)
+        {
+            let mut rules: Vec<&str> = findings
+                .iter()
+                .filter_map(|f| f.get("rule").and_then(Value::as_str))
+                .collect();
+            rules.sort_unstable();
+            rules.dedup();
+            let rules: Vec<String> = rules.iter().map(|r| format!("`{}`", escape(r))).collect();
+            f.push((
+                "Findings",
+                format!("{}: {}", findings.len(), rules.join(", ")),
+            ));
+        }
     }
     f.push(("Requested", date(r.requested_ms)));
     f.push((
@@ -290,6 +317,12 @@ fn detail_text(r: &ApprovalRecord) -> Option<String> {
     match r.kind.as_str() {
         "tool_change" => d.get("diff").and_then(Value::as_str).map(str::to_owned),
         "new_tool" => d.get("new").map(pretty),
+        "tool_review" => d.get("report").and_then(Value::as_str).map(|report| {
+            match d.get("scores").filter(|s| !s.is_null()) {
+                Some(scores) => format!("{report}\n\nscores: {scores}"),
+                None => report.to_owned(),
+            }
+        }),
         "tool_call" => d.get("arguments").map(pretty),
         _ => None,
     }

@@ -13,7 +13,8 @@ pub struct ApprovalView {
     pub id: i64,
     /// What is asked: `job_budget` (the job's estimate is above its threshold),
     /// `tool_change` (a pinned tool's definition changed: the tool is quarantined),
-    /// `new_tool` (a server added a tool and its policy asks for approval) or
+    /// `new_tool` (a server added a tool and its policy asks for approval),
+    /// `tool_review` (the poisoning scanner holds a tool for a person to review) or
     /// `tool_call` (a call of a tool whose policy asks for approval per call).
     pub kind: String,
     /// The job, for `job_budget`.

@@ -45,6 +45,12 @@ pub enum ToolState {
     Rejected,
     /// A scanner finding whose policy is `block`.
     Blocked { rules: Vec<&'static str> },
+    /// A scanner finding whose policy is `hold`: out until a person approves the
+    /// `tool_review` approval (`None`: not raised yet, or no store to raise it in).
+    Held {
+        approval: Option<i64>,
+        rules: Vec<&'static str>,
+    },
 }
 
 impl ToolState {
@@ -56,6 +62,7 @@ impl ToolState {
             ToolState::Awaiting { .. } => Some("awaiting_approval"),
             ToolState::Rejected => Some("rejected"),
             ToolState::Blocked { .. } => Some("blocked"),
+            ToolState::Held { .. } => Some("held_for_review"),
         }
     }
 }
@@ -287,9 +294,33 @@ fn register(
     Ok((name, def, validator))
 }
 
+/// What the stages after the rules found, per definition hash: the semantic
+/// detector's and the model judge's findings, and the scores a reviewer is shown.
+#[derive(Clone, Debug, Default)]
+pub struct Assessment {
+    pub findings: HashMap<String, Vec<Finding>>,
+    pub scores: HashMap<String, Value>,
+}
+
+impl Assessment {
+    fn scores(&self, hash: &str) -> Value {
+        self.scores.get(hash).cloned().unwrap_or(Value::Null)
+    }
+}
+
 /// Builds the catalog from what the servers offered and the stored pins (`None`:
-/// nothing is pinned, as for a layer without a store), and the pin changes to store.
+/// nothing is pinned, as for a layer without a store), and the pin changes to
+/// store; the rules alone judge the definitions.
 pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec<PinChange>) {
+    assemble_with(listings, pins, &Assessment::default())
+}
+
+/// [`assemble`], with what the later stages of the guard found.
+pub fn assemble_with(
+    listings: &[Listing],
+    pins: Option<&[ToolPin]>,
+    assessment: &Assessment,
+) -> (Catalog, Vec<PinChange>) {
     let mut catalog = Catalog::default();
     let mut changes = Vec::new();
     let pinning = pins.is_some();
@@ -350,46 +381,72 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
             .collect();
         let findings = scan_definitions(&raws, &ctx);
         let server_known = known_servers.contains(l.server.as_str());
-        for ((i, name, mut def, validator), found) in tools.into_iter().zip(findings) {
+        for ((i, name, mut def, validator), mut found) in tools.into_iter().zip(findings) {
             let offered = &l.tools[i];
             let hash = definition_hash(&offered.raw);
-            let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
-            let mut state = ToolState::Listed;
-            if worst == Some(ScanAction::Block) {
+            if let Some(more) = assessment.findings.get(&hash) {
+                found.extend(more.iter().cloned());
+            }
+            let rules_at = |action: ScanAction| {
                 let mut rules: Vec<&'static str> = found
                     .iter()
-                    .filter(|f| l.scan.action(f.severity) == ScanAction::Block)
+                    .filter(|f| l.scan.action(f.severity) == action)
                     .map(|f| f.rule)
                     .collect();
+                rules.sort_unstable();
                 rules.dedup();
-                state = ToolState::Blocked { rules };
-            } else if worst == Some(ScanAction::Strip) {
+                rules
+            };
+            let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
+            if worst >= Some(ScanAction::Strip) && worst < Some(ScanAction::Block) {
                 let strip: Vec<Finding> = found
                     .iter()
                     .filter(|f| l.scan.action(f.severity) == ScanAction::Strip)
                     .cloned()
                     .collect();
-                let cleaned = strip_definition(&offered.raw, &strip);
-                if let Ok(mut d) = serde_json::from_value::<ToolDef>(cleaned) {
-                    d.name = name.to_string();
-                    def = d;
+                if !strip.is_empty() {
+                    let cleaned = strip_definition(&offered.raw, &strip);
+                    if let Ok(mut d) = serde_json::from_value::<ToolDef>(cleaned) {
+                        d.name = name.to_string();
+                        def = d;
+                    }
                 }
             }
-            if pinning
-                && !l.builtin
-                && let Some(held) = pin(
+            let stored = pins.get(name.as_str()).copied();
+            let state = if worst == Some(ScanAction::Block) {
+                ToolState::Blocked {
+                    rules: rules_at(ScanAction::Block),
+                }
+            } else if worst == Some(ScanAction::Hold) {
+                let review = Review {
+                    rules: rules_at(ScanAction::Hold),
+                    findings: &found,
+                    scores: assessment.scores(&hash),
+                };
+                hold_for_review(
                     &name,
                     l,
                     &offered.raw,
                     &hash,
-                    pins.get(name.as_str()).copied(),
+                    stored,
+                    pinning,
+                    review,
+                    &mut changes,
+                )
+            } else if pinning && !l.builtin {
+                pin(
+                    &name,
+                    l,
+                    &offered.raw,
+                    &hash,
+                    stored,
                     server_known,
                     &mut changes,
                 )
-                && state == ToolState::Listed
-            {
-                state = held;
-            }
+                .unwrap_or(ToolState::Listed)
+            } else {
+                ToolState::Listed
+            };
             catalog.entries.push(Entry {
                 name,
                 builtin: l.builtin,
@@ -426,6 +483,113 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
         .collect();
     catalog.index = SearchIndex::build(&defs);
     (catalog, changes)
+}
+
+/// Why a tool is held for review: what a reviewer is shown.
+struct Review<'a> {
+    rules: Vec<&'static str>,
+    findings: &'a [Finding],
+    scores: Value,
+}
+
+/// Whether a person approved this pin (rather than first sight or policy).
+fn reviewed(p: &ToolPin) -> bool {
+    p.status == PinStatus::Active
+        && p.approved_by
+            .as_deref()
+            .is_some_and(|by| by != "first-sight" && by != "policy:auto")
+}
+
+/// Holds a tool the scanner wants reviewed: listed when a person approved this
+/// very definition, otherwise out, with a `tool_review` approval raised (once
+/// per definition) carrying the findings, their spans and the scores. Without a
+/// store nothing can be raised: the tool stays out.
+#[allow(clippy::too_many_arguments)]
+fn hold_for_review(
+    name: &ToolName,
+    l: &Listing,
+    raw: &Value,
+    hash: &str,
+    stored: Option<&ToolPin>,
+    pinning: bool,
+    review: Review<'_>,
+    changes: &mut Vec<PinChange>,
+) -> ToolState {
+    let rules = review.rules;
+    if !pinning {
+        return ToolState::Held {
+            approval: None,
+            rules,
+        };
+    }
+    if let Some(p) = stored {
+        if p.hash.as_deref() == Some(hash) && reviewed(p) {
+            return ToolState::Listed;
+        }
+        if p.pending_hash.as_deref() == Some(hash) {
+            match p.status {
+                PinStatus::Rejected => return ToolState::Rejected,
+                PinStatus::Quarantined => {
+                    return ToolState::Held {
+                        approval: p.approval_id,
+                        rules,
+                    };
+                }
+                _ => {}
+            }
+        }
+    }
+    let tool = name.to_string();
+    let server = l.server.to_string();
+    let findings: Vec<Value> = review
+        .findings
+        .iter()
+        .map(|f| {
+            json!({
+                "rule": f.rule,
+                "severity": f.severity,
+                "field": f.field,
+                "span": [f.span.start, f.span.end],
+                "excerpt": f.excerpt,
+                "message": f.message,
+            })
+        })
+        .collect();
+    let report: Vec<String> = review
+        .findings
+        .iter()
+        .map(|f| {
+            format!(
+                "{:?} {} at {} [{}..{}]: {} ({})",
+                f.severity, f.rule, f.field, f.span.start, f.span.end, f.message, f.excerpt
+            )
+        })
+        .collect();
+    changes.push(PinChange::Hold {
+        reason: format!(
+            "{tool} is held for review: the scanner found {}",
+            rules.join(", ")
+        ),
+        detail: json!({
+            "server": server,
+            "tool": tool,
+            "hash": hash,
+            "definition": raw,
+            "findings": findings,
+            "scores": review.scores,
+            "report": report.join("\n"),
+            "pinned_hash": stored.and_then(|p| p.hash.clone()),
+        }),
+        tool,
+        server,
+        kind: "tool_review",
+        hash: hash.to_owned(),
+        definition: raw.clone(),
+    });
+    ToolState::Held {
+        approval: None,
+        rules,
+    }
 }
 
 /// A new tool held for a `new_tool` approval.

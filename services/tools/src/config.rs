@@ -8,7 +8,7 @@
 //!     args: [node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]
 //!     env: {}                            # the only variables it gets beyond PATH, HOME, ...
 //!     new_tools: approve                 # auto (default) | approve
-//!     scan: {high: block, medium: strip, low: flag}   # the defaults
+//!     scan: {high: block, medium: hold, low: flag}    # the defaults; also strip
 //!     allow_hosts: [example.com]         # hosts its descriptions may send data to
 //!     result_max_bytes: 262144
 //!   docs:
@@ -57,6 +57,9 @@ pub enum ScanAction {
     Flag,
     /// The offending text is removed from what models are shown.
     Strip,
+    /// Held for review: neither listed nor callable until a person approves a
+    /// `tool_review` approval, which pins that definition as reviewed.
+    Hold,
     /// The tool is neither listed nor callable.
     Block,
 }
@@ -67,7 +70,7 @@ pub enum ScanAction {
 pub struct ScanPolicy {
     #[serde(default = "block")]
     pub high: ScanAction,
-    #[serde(default = "strip")]
+    #[serde(default = "hold")]
     pub medium: ScanAction,
     #[serde(default = "flag")]
     pub low: ScanAction,
@@ -76,8 +79,8 @@ pub struct ScanPolicy {
 fn block() -> ScanAction {
     ScanAction::Block
 }
-fn strip() -> ScanAction {
-    ScanAction::Strip
+fn hold() -> ScanAction {
+    ScanAction::Hold
 }
 fn flag() -> ScanAction {
     ScanAction::Flag
@@ -87,7 +90,7 @@ impl Default for ScanPolicy {
     fn default() -> ScanPolicy {
         ScanPolicy {
             high: ScanAction::Block,
-            medium: ScanAction::Strip,
+            medium: ScanAction::Hold,
             low: ScanAction::Flag,
         }
     }

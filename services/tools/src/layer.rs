@@ -486,6 +486,11 @@ impl ToolLayer {
                     "new tool awaiting approval {}",
                     approval.map_or("pending".into(), |a| a.to_string())
                 ),
+                crate::ToolState::Held { approval, rules } => format!(
+                    "held for review ({}); approval {} decides",
+                    rules.join(", "),
+                    approval.map_or("pending".into(), |a| a.to_string())
+                ),
                 _ => "its pending definition was rejected".into(),
             };
             let e = ToolError::permanent(format!("tool_{decision}"), format!("{tool}: {why}"));

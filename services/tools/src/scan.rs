@@ -1601,6 +1601,21 @@ fn text_fields(def: &Value) -> Vec<TextField<'_>> {
     out
 }
 
+/// Every text of a definition the model is shown, with the field path findings
+/// name (the same fields [`scan_definition`] reads).
+pub fn definition_texts(def: &Value) -> Vec<(String, &str)> {
+    text_fields(def)
+        .into_iter()
+        .map(|f| (f.field, f.text))
+        .collect()
+}
+
+/// A finding's excerpt of `s`: invisible and control characters escaped, cut
+/// to about 80 chars.
+pub fn excerpt_of(s: &str) -> String {
+    excerpt(s)
+}
+
 /// Keys of a JSON schema whose string values the model reads.
 fn is_schema_text_key(key: &str) -> bool {
     matches!(key, "description" | "title")

@@ -49,8 +49,10 @@ enum ToolsCommand {
         limit: usize,
     },
     /// Scan tool definitions for poisoning: a configured server's, or a file
-    /// holding a `tools/list` result (`{"tools": [...]}`). Exits 1 when a finding
-    /// blocks a tool, so it can gate CI.
+    /// holding a `tools/list` result (`{"tools": [...]}`). Exits 0 when clean
+    /// (flags only), 1 when a tool would be blocked, held for review or refused
+    /// at registration, 2 when the scan fails (no such file, not JSON, not a
+    /// `tools/list` result), so it can gate CI.
     Scan {
         /// A configured server.
         #[arg(long, conflicts_with = "file")]
@@ -89,32 +91,48 @@ macro_rules! outln {
 const OK: u8 = 0;
 const BLOCKING: u8 = 1;
 const NOT_FOUND: u8 = 2;
+const SCAN_ERROR: u8 = 2;
 
-pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
-    match &args.command {
-        ToolsCommand::Scan {
-            server: None,
-            file: Some(file),
-            allow_hosts,
-        } => scan_file(file, allow_hosts, args.json),
-        ToolsCommand::Scan {
-            server: None,
-            file: None,
-            ..
-        } => anyhow::bail!("trawl tools scan: give --server NAME or a FILE.json"),
-        ToolsCommand::Scan {
-            server: Some(server),
-            ..
-        } => {
+/// `trawl tools scan`: a configured server's tools, or a file's.
+async fn scan(
+    args: &ToolsArgs,
+    server: Option<&str>,
+    file: Option<&Path>,
+    allow_hosts: &[String],
+) -> anyhow::Result<u8> {
+    match (server, file) {
+        (None, Some(file)) => scan_file(file, allow_hosts, args.json),
+        (None, None) => anyhow::bail!("trawl tools scan: give --server NAME or a FILE.json"),
+        (Some(server), _) => {
             // Looking, not trusting: no store, so nothing is pinned.
-            let layer = layer(&args, None).await?;
+            let layer = layer(args, None).await?;
             let catalog = layer.catalog();
             layer.close().await;
-            if !catalog.servers.iter().any(|s| &s.name == server) {
+            if !catalog.servers.iter().any(|s| s.name == server) {
                 anyhow::bail!("no server named {server} in the configuration");
             }
             Ok(print_scan(&catalog, Some(server), args.json))
         }
+    }
+}
+
+pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
+    match &args.command {
+        // A scan gates CI: 0 clean, 1 a tool would be blocked, held or refused,
+        // 2 the scan itself failed.
+        ToolsCommand::Scan {
+            server,
+            file,
+            allow_hosts,
+        } => Ok(
+            match scan(&args, server.as_deref(), file.as_deref(), allow_hosts).await {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    SCAN_ERROR
+                }
+            },
+        ),
         ToolsCommand::List { all } => {
             let store = store(&args).await?;
             let layer = layer(&args, Some(store)).await?;
@@ -274,6 +292,11 @@ fn state_text(s: &ToolState) -> String {
         ),
         ToolState::Rejected => "rejected".into(),
         ToolState::Blocked { rules } => format!("blocked ({})", rules.join(", ")),
+        ToolState::Held { approval, rules } => format!(
+            "held for review ({}; approval {})",
+            rules.join(", "),
+            approval.map_or("-".into(), |a| a.to_string())
+        ),
     }
 }
 
@@ -336,14 +359,15 @@ fn print_scan(catalog: &Catalog, server: Option<&str>, as_json: bool) -> u8 {
         .iter()
         .filter(|e| server.is_none_or(|s| e.name.server() == s))
         .collect();
-    let blocking = entries
-        .iter()
-        .any(|e| matches!(e.state, ToolState::Blocked { .. }));
     let refused: Vec<_> = catalog
         .refused
         .iter()
         .filter(|r| server.is_none_or(|s| r.server == s))
         .collect();
+    let blocking = !refused.is_empty()
+        || entries
+            .iter()
+            .any(|e| matches!(e.state, ToolState::Blocked { .. } | ToolState::Held { .. }));
     if as_json {
         let tools: Vec<Value> = entries
             .iter()
