@@ -28,7 +28,7 @@ use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
 use crate::canonical::{definition_hash, diff, render};
 use crate::config::{NewTools, ScanAction, ScanPolicy};
 use crate::name::{ServerName, ToolName};
-use crate::scan::{Finding, ScanContext, scan_definitions, strip_definition};
+use crate::scan::{Finding, ScanContext, rules_of, scan_definitions, strip_definition};
 use crate::search::SearchIndex;
 
 /// Where a tool stands.
@@ -339,10 +339,12 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
             .filter(|(s, _)| s != l.server.as_str())
             .map(|(_, n)| n.clone())
             .collect();
+        let own_tools: Vec<String> = tools.iter().map(|(_, n, ..)| n.to_string()).collect();
         let ctx = ScanContext {
             server: l.server.as_str(),
             allow_hosts: &l.allow_hosts,
             other_tools: &other_tools,
+            own_tools: &own_tools,
         };
         let raws: Vec<Value> = tools
             .iter()
@@ -356,12 +358,7 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
             let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
             let mut state = ToolState::Listed;
             if worst == Some(ScanAction::Block) {
-                let mut rules: Vec<&'static str> = found
-                    .iter()
-                    .filter(|f| l.scan.action(f.severity) == ScanAction::Block)
-                    .map(|f| f.rule)
-                    .collect();
-                rules.dedup();
+                let rules = rules_of(&found, |f| l.scan.action(f.severity) == ScanAction::Block);
                 state = ToolState::Blocked { rules };
             } else if worst == Some(ScanAction::Strip) {
                 let strip: Vec<Finding> = found
