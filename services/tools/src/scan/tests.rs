@@ -1189,3 +1189,220 @@ fn sanitize_speed() {
         times[times.len() * 99 / 100]
     );
 }
+
+// ---------------------------------------------------------------------------------
+// The guard corpus (tests/guard/, written on its own branch): TRAIN split only.
+
+/// The builtin tools a real catalog lists under [`crate::config::BUILTIN_SERVER`].
+fn builtin_names() -> Vec<String> {
+    [
+        "web_search",
+        "fetch_page",
+        "web_search_batch",
+        "fetch_page_batch",
+    ]
+    .iter()
+    .map(|n| format!("{}.{n}", crate::config::BUILTIN_SERVER))
+    .collect()
+}
+
+fn jsonl(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &Value| r["split"] == "train")
+        .collect()
+}
+
+fn summary(found: &[Finding]) -> String {
+    found
+        .iter()
+        .filter(|f| f.severity >= Severity::Medium)
+        .map(|f| format!("{}:{:?}@{}", f.rule, f.severity, f.field))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Detection per class on `poisoned.jsonl` and false positives on the look-alikes
+/// and the benign servers, all of the `train` split (records of another split are
+/// dropped as they are read). `TRAWL_GUARD_DIR` or `tests/guard` of the workspace;
+/// `TRAWL_GUARD_VERBOSE=1` lists every miss and false positive.
+///
+/// `cargo test -p trawl-tools --release --lib -- --ignored --nocapture guard_train`
+#[test]
+#[ignore = "measurement over tests/guard (train split); prints figures"]
+fn guard_train() {
+    let dir = std::env::var_os("TRAWL_GUARD_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/guard"),
+        std::path::PathBuf::from,
+    );
+    if !dir.join("poisoned.jsonl").exists() {
+        println!("no guard corpus at {}", dir.display());
+        return;
+    }
+    let verbose = std::env::var_os("TRAWL_GUARD_VERBOSE").is_some();
+    let allow: Vec<String> = Vec::new();
+
+    // Poisoned: detected = a finding of medium or high severity.
+    let mut per_class: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for r in jsonl(&dir.join("poisoned.jsonl")) {
+        let server = r["context"]["server"].as_str().unwrap_or("poisoned");
+        let mut other = builtin_names();
+        if let Some(others) = r["context"]["others"].as_object() {
+            for (s, names) in others {
+                for n in names
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
+                    other.push(format!("{s}.{n}"));
+                }
+            }
+        }
+        let ctx = ScanContext {
+            server,
+            allow_hosts: &allow,
+            other_tools: &other,
+            own_tools: &[],
+        };
+        let found = scan_definition(&r["tool"], &ctx);
+        let worst = found.iter().map(|f| f.severity).max();
+        let class = r["class"].as_str().unwrap_or("?").to_owned();
+        let e = per_class.entry(class).or_default();
+        e.0 += 1;
+        if worst >= Some(Severity::Medium) {
+            e.1 += 1;
+        }
+        if worst == Some(Severity::High) {
+            e.2 += 1;
+        }
+        if verbose && worst < Some(Severity::High) {
+            println!(
+                "{} {:?} [{}] {}: {}",
+                if worst == Some(Severity::Medium) {
+                    "MEDIUM"
+                } else {
+                    "MISS"
+                },
+                r["id"].as_str().unwrap_or("?"),
+                r["place"].as_str().unwrap_or("?"),
+                r["payload"],
+                summary(&found)
+            );
+        }
+    }
+    println!("| class | train records | detected (high or medium) | high |");
+    println!("|---|---|---|---|");
+    let (mut n, mut d, mut h) = (0, 0, 0);
+    for (class, (total, det, high)) in &per_class {
+        println!(
+            "| {class} | {total} | {det} ({:.0}%) | {high} |",
+            100.0 * *det as f64 / *total as f64
+        );
+        n += total;
+        d += det;
+        h += high;
+    }
+    println!(
+        "| all | {n} | {d} ({:.0}%) | {h} |",
+        100.0 * d as f64 / n.max(1) as f64
+    );
+
+    // Look-alikes: allow = no medium or high; hold-ok = no high.
+    let (mut looks, mut wrong) = (0, 0);
+    for r in jsonl(&dir.join("lookalikes.jsonl")) {
+        let ctx = ctx_with(&allow, &[]);
+        let found = scan_definition(&r["tool"], &ctx);
+        let worst = found.iter().map(|f| f.severity).max();
+        let ok = match r["expect"].as_str() {
+            Some("hold-ok") => worst < Some(Severity::High),
+            _ => worst < Some(Severity::Medium),
+        };
+        looks += 1;
+        if !ok {
+            wrong += 1;
+            if verbose {
+                println!("LOOKALIKE {} ({}): {}", r["id"], r["why"], summary(&found));
+            }
+        }
+    }
+    println!("look-alikes (train): {wrong} of {looks} flagged beyond what they expect");
+
+    // Benign servers: one catalog of every train server and the builtins.
+    let mut servers: Vec<(String, Vec<Value>)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir.join("benign")) {
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for p in paths
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            if v["split"] != "train" {
+                continue;
+            }
+            let name = v["server"].as_str().unwrap_or("?").to_owned();
+            servers.push((name, v["tools"].as_array().cloned().unwrap_or_default()));
+        }
+    }
+    let all: Vec<(String, String)> = servers
+        .iter()
+        .flat_map(|(s, tools)| {
+            tools
+                .iter()
+                .map(move |t| (s.clone(), t["name"].as_str().unwrap_or("").to_owned()))
+        })
+        .collect();
+    let (mut tools, mut fp, mut fp_high) = (0, 0, 0);
+    for (server, defs) in &servers {
+        let own: Vec<String> = defs
+            .iter()
+            .map(|t| t["name"].as_str().unwrap_or("").to_owned())
+            .collect();
+        let mut other = builtin_names();
+        other.extend(
+            all.iter()
+                .filter(|(s, _)| s != server)
+                .map(|(s, n)| format!("{s}.{n}")),
+        );
+        let ctx = ScanContext {
+            server,
+            allow_hosts: &allow,
+            other_tools: &other,
+            own_tools: &own,
+        };
+        for (def, found) in defs.iter().zip(scan_definitions(defs, &ctx)) {
+            tools += 1;
+            let worst = found.iter().map(|f| f.severity).max();
+            if worst >= Some(Severity::Medium) {
+                fp += 1;
+                if worst == Some(Severity::High) {
+                    fp_high += 1;
+                }
+                if verbose {
+                    println!(
+                        "BENIGN {server}.{}: {}",
+                        def["name"].as_str().unwrap_or("?"),
+                        found
+                            .iter()
+                            .filter(|f| f.severity >= Severity::Medium)
+                            .map(|f| format!(
+                                "{}:{:?}@{} {:?}",
+                                f.rule, f.severity, f.field, f.excerpt
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" | ")
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "benign train servers: {} servers, {tools} tools, {fp} held or blocked ({:.1}%), {fp_high} blocked",
+        servers.len(),
+        100.0 * fp as f64 / tools.max(1) as f64
+    );
+}
