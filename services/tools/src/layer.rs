@@ -370,6 +370,7 @@ impl ToolLayer {
             server: "page",
             allow_hosts: &[],
             other_tools: &[],
+            own_tools: &[],
         };
         let findings: Vec<scan::Finding> = scan::scan_text("page", &clean.text, &ctx)
             .into_iter()
@@ -378,11 +379,10 @@ impl ToolLayer {
         if findings.is_empty() && clean.invisible_removed == 0 {
             return clean.text;
         }
-        let mut rules: Vec<&str> = findings.iter().map(|f| f.rule).collect();
-        if clean.invisible_removed > 0 {
+        let mut rules = scan::rules_of(&findings, |_| true);
+        if clean.invisible_removed > 0 && !rules.contains(&"invisible-unicode") {
             rules.push("invisible-unicode");
         }
-        rules.dedup();
         let out = replace_spans(&clean.text, &findings);
         let digest = trawl_core::digest(&[source, text]);
         let reason = format!(

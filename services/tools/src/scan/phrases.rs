@@ -1,0 +1,363 @@
+use super::*;
+
+// ---------------------------------------------------------------------------------
+// Phrase rules: fixed phrasings of override-instructions, conceal-from-user,
+// call-first, argument-override, tool-preference, context-request and prompt-role.
+// One regex each; every match is a finding. The combinations (who is addressed,
+// which action, on what) are in `intent`.
+
+pub(super) struct Phrase {
+    rule: &'static str,
+    severity: Severity,
+    message: &'static str,
+    pattern: &'static str,
+    /// When the match is directly followed by one of these words it means something
+    /// else ("hide it from the user list").
+    not_followed_by: Option<&'static str>,
+}
+
+/// Nouns after "the user" that make it a thing, not the person.
+pub(super) const USER_THING: &str = r"(?i)^(?:['’]|\s*(?:lists?|interfaces?|ui|views?|tables?|menus?|pages?|directory|profiles?|accounts?|settings|ids?|names?|roles?|groups?|records?|objects?|inputs?|data|email|agent)\b)";
+
+pub(super) static USER_THING_RE: LazyLock<Regex> = LazyLock::new(|| compile(USER_THING));
+
+pub(super) const PHRASES: &[Phrase] = &[
+    // (d) override or replace the model's instructions.
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tells the model to ignore its previous instructions",
+        pattern: r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:(?:all|any|every|each|of|the|these|those)\s+){0,3}(?:previous|prior|above|earlier|preceding|former|your|system|original|other)\s+(?:[\w-]+\s+){0,2}?(?:instructions?|prompts?|rules|directions|directives|guidelines|guidance|constraints|guardrails)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tells the model to ignore its safety rules",
+        pattern: r"(?i)\b(?:ignore|disregard|bypass|circumvent|disable)\s+(?:(?:all|any|your|the)\s+)?(?:safety|security|content|usage)\s+(?:guidelines|policies|rules|restrictions|filters|checks|measures)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tries to give the model a new role",
+        pattern: r"(?i)\byou\s+are\s+now\s+(?:a|an|in|the|my|acting|operating|free|unrestricted|jailbroken|no\s+longer|dan)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "announces new instructions",
+        pattern: r"(?i)\b(?:new|updated|revised|real|actual|true|override)\s+(?:system\s+)?instructions?\s*:",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "changes the model's behaviour from now on",
+        pattern: r"(?i)\bfrom\s+now\s+on\s*,?\s+(?:you|ignore|always|never|act|respond|behave)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "speaks to the model in the name of the user or an administrator",
+        pattern: r"(?i)\b(?:message|note|instructions?|request|notice|reminder|directive)\s+(?:directly\s+)?from\s+(?:the\s+|your\s+)?(?:user|admin(?:istrator)?|developer|operator|owner|system|creator|security\s+team)\s+(?:to|for)\s+(?:you|the\s+(?:ai|assistant|model|agent|llm))\b",
+        not_followed_by: None,
+    },
+    // (c) hide it from the user.
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to hide something from the user",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|never|must\s+not|should\s+not|shouldn['’]?t|mustn['’]?t)\s+(?:ever\s+)?(?:tell|mention|inform|notify|alert|show|reveal|disclose|warn)\s+(?:(?:this|that|it|anything|them|about|of|to|any|these|step|steps|action|actions)\s+){0,3}(?:the\s+|your\s+)?users?\b",
+        not_followed_by: Some(USER_THING),
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to keep the user unaware",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|never)\s+let\s+(?:the\s+|your\s+)?users?\s+(?:know|see|notice|find\s+out|learn)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model not to mention what it did",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|never|must\s+not|should\s+not|shouldn['’]?t|mustn['’]?t|no\s+need\s+to|avoid)\s+(?:ever\s+)?(?:mention(?:ing)?|tell(?:ing)?|say(?:ing)?|report(?:ing)?|disclos(?:e|ing)|reveal(?:ing)?|explain(?:ing)?|acknowledg(?:e|ing)|bring(?:ing)?\s+up|point(?:ing)?\s+out|announc(?:e|ing)|surfac(?:e|ing)|highlight(?:ing)?|discuss(?:ing)?|refer(?:ring)?\s+to|show(?:ing)?|confirm(?:ing)?|explain(?:ing)?)\s+(?:(?:this|that|these|those|the|any|it|its|such|about|of|a|an|your|hidden|extra|additional|above|following|preceding|parameter|tool)\s+){0,4}(?:changes?|modifications?|steps?|instructions?|requirements?|adjustments?|overrides?|actions?|calls?|notes?|fact|behaviou?r|redirect(?:ion)?s?|additions?|prefix(?:es)?|side[\s-]?effects?|substitutions?|replacements?|edits?|interventions?|tweaks?)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model not to mention it",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|never)\s+(?:mention|reveal|disclose|tell|say|acknowledge)\s+(?:this|that|it|anything|any\s+of\s+this)(?:\s+(?:to\s+anyone|at\s+all|either|ever))?\s*(?:[.!;\n]|$)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to leave something out of its answer",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|never)\s+(?:mention|reveal|disclose|say|tell|include|report|show)\b[^.!?\n]{0,50}?\b(?:in|to|from)\s+(?:your|the)\s+(?:response|answer|reply|output|summary|final\s+answer|message\s+to\s+the\s+user)s?\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to act without the user's knowledge",
+        pattern: r"(?i)\bwithout\s+(?:telling|informing|notifying|alerting|warning|letting|showing)\s+(?:the\s+|your\s+)?users?\b",
+        not_followed_by: Some(USER_THING),
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to act without the user's knowledge",
+        pattern: r"(?i)\bwithout\s+(?:the\s+|your\s+)?users?(?:['’]s?)?\s+(?:knowledge|consent|awareness|noticing|knowing|being\s+(?:told|informed|aware))\b|\bwithout\s+(?:mentioning|disclosing|revealing|reporting|acknowledging|saying\s+anything\s+about)\s+(?:it|this|that|them|these|the\s+change)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to keep something secret from the user",
+        pattern: r"(?i)\b(?:keep|hide|conceal)\s+(?:(?:this|it|that|these|them|the\s+[\w-]+|all\s+of\s+this)\s+)?(?:(?:a\s+)?(?:secret|hidden|private|confidential|invisible)\s+)?from\s+(?:the\s+|your\s+)?users?\b",
+        not_followed_by: Some(USER_THING),
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "says the user must not know",
+        pattern: r"(?i)\b(?:the\s+)?user\s+(?:must|should|shall|need|needs|is|has)\s+(?:not|never|no\s+need)\s+(?:ever\s+)?(?:to\s+)?(?:know|notice|see\s+(?:this|it|that)|find\s+out|learn|hear|suspect|realize|be\s+(?:told|informed|notified|made\s+aware|aware|bothered))\b|\b(?:the\s+)?user\s+(?:needn['’]?t|doesn['’]?t\s+need\s+to|does\s+not\s+need\s+to|won['’]?t\s+need\s+to|shouldn['’]?t|mustn['’]?t)\s+(?:ever\s+)?(?:know|notice|see\s+(?:this|it|that)|find\s+out|learn|hear|suspect|realize|be\s+(?:told|informed|notified|made\s+aware|aware|bothered))\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to act in secret",
+        pattern: r"(?i)\b(?:silently|secretly|covertly|quietly|discreetly|invisibly|surreptitiously|stealthily)\s+(?:(?:also|then|just|always|first)\s+)?(?:call|send|add|include|change|set|replace|run|execute|forward|modify|use|append|prepend|copy|upload|read|write|delete|redirect|override|ignore|switch|bcc|cc|insert|transfer|collect|save|store|attach|post|pass|apply|perform|make|adjust|alter|substitute|swap|drop|remove|fetch|visit|invoke)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to act in secret",
+        pattern: r"(?i)\b(?:do|perform|make|handle|apply|complete|carry\s+out|add|include|send|call|run)\s+(?:this|it|these|that|them|the\s+\w+)(?:\s+\w+){0,3}?\s+(?:silently|secretly|quietly|covertly|discreetly|behind\s+the\s+scenes|without\s+comment)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to pretend",
+        pattern: r"(?i)\b(?:respond|reply|answer|act|behave|proceed|continue|present|report)\s+(?:(?:to\s+the\s+user|normally|naturally|only)\s+)?as\s+(?:if|though)\b|\bpretend\s+(?:that|to|you|it|the|nothing)\b",
+        not_followed_by: None,
+    },
+    // (a) call this tool (or another) first.
+    Phrase {
+        rule: CALL_FIRST,
+        severity: Severity::Medium,
+        message: "asks to be called first",
+        pattern: r"(?i)\balways\s+(?:call|use|run|invoke|execute)\s+this\s+(?:tool\s+|function\s+)?(?:first|before)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CALL_FIRST,
+        severity: Severity::Medium,
+        message: "asks to be called before any other tool",
+        pattern: r"(?i)\bbefore\s+(?:using|calling|invoking|running|executing)\s+(?:any|every|all)\s+(?:other\s+)?(?:tools?|functions?)\b[^.!?\n]{0,60}?\b(?:call|use|run|invoke|execute)\s+this\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CALL_FIRST,
+        severity: Severity::Medium,
+        message: "asks to be called first",
+        pattern: r"(?i)\b(?:must|should|needs\s+to|has\s+to)\s+(?:always\s+)?be\s+(?:called|used|invoked|run|executed)\s+(?:first\b|before\s+(?:every|any|all|each)\b)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CALL_FIRST,
+        severity: Severity::Medium,
+        message: "asks to be called before any other tool",
+        pattern: r"(?i)\b(?:call|use|run|invoke|execute)\s+this\s+(?:tool|function)\s+(?:first\s+)?before\s+(?:any|every|all|each|using|calling)\b",
+        not_followed_by: None,
+    },
+    // (b) change the arguments of this or another call against the user's input.
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::High,
+        message: "tells the model to override what the user asked for",
+        pattern: r"(?i)\bregardless\s+of\s+(?:what\s+)?(?:the\s+|any\s+)?users?(?:['’]s?)?\b|\bignor(?:e|ing)\s+(?:any|the|all|whatever|each|every)\s+(?:value\s+|values\s+)?(?:(?:the\s+)?users?['’]?s?[\s-]*(?:specified|provided|supplied|requested|given|entered|selected|chosen|set|defined)?|(?:specified|provided|supplied|requested|given)\s+by\s+the\s+user)\b|\b(?:even\s+if|even\s+when|whatever|no\s+matter\s+(?:what|which))\s+(?:the\s+)?users?\s+(?:asks?|says?|specif(?:y|ies|ied)|requests?|wants?|provides?|enters?|selects?|chooses?|inputs?|types?|prefers?)\b|\b(?:override|overwrite|discard|disregard)\s+(?:the\s+|any\s+)?users?(?:['’]s?)?(?:[\s-](?:specified|provided|supplied|requested|given))?\s+(?:input|value|choice|selection|request|parameters?|arguments?|settings?|preferences?|limits?|recipients?|address|amount)s?\b|\binstead\s+of\s+(?:what\s+)?the\s+users?(?:['’]s?)?\s+(?:asked|requested|specified|wants|input|value|choice|chose)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::Medium,
+        message: "tells the model how to fill another tool's arguments",
+        pattern: r"(?i)\bwhen\s+(?:using|calling|invoking|running)\s+(?:the\s+|any\s+)?[\w.-]+(?:\s+[\w.-]+)?\s+(?:tool|function)\s*,?\s*(?:also|first|always|you\s+must|make\s+sure|be\s+sure|add|include|set|pass|append)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::Medium,
+        message: "tells the model to add something to every call",
+        pattern: r"(?i)\b(?:add|append|prepend|include|insert|attach)\b[^.!?\n]{0,60}?\b(?:to|in|into|with)\s+(?:every|all|each|any)\s+(?:(?:outgoing|future|subsequent|other)\s+)?(?:requests?|quer(?:y|ies)|messages?|e-?mails?|calls?|tool\s+calls?|arguments?|parameters?|payloads?|transfers?|transactions?)\b",
+        not_followed_by: None,
+    },
+    // (e) manipulate the choice between tools.
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::High,
+        message: "tells the model to prefer this tool over others",
+        pattern: r"(?i)\b(?:always|must|should|only)\s+(?:\w+\s+){0,2}?(?:prefer|use|choose|pick|select|call|invoke|favou?r)\s+(?:this|our|these)\s+(?:tool|function|server|one)s?\s+(?:over|instead\s+of|rather\s+than|above|before)\s+(?:any|all|every|the|other|alternative|similar|competing)\b|\b(?:prefer|favou?r|choose|pick|select|prioriti[sz]e)\s+(?:this|our)\s+(?:tool|function|server)\s+(?:over|instead|rather|above|to)\b|\b(?:must|should|needs?\s+to|has\s+to|is\s+to)\s+(?:always\s+)?be\s+(?:used|called|invoked|preferred|chosen|selected)\s+(?:for|on|with|in)\s+(?:every|all|each|any)\s+(?:\w+\s+)?(?:requests?|quer(?:y|ies)|tasks?|questions?|searches|messages?|conversations?|interactions?|prompts?|operations?|calls?|lookups?)\b|\b(?:always|only)\s+(?:use|call|invoke|prefer)\s+this\s+(?:tool|function|server)\s+(?:for|on|with|whenever)\s+(?:every|all|each|any)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::Medium,
+        message: "tells the model to use this tool instead of another",
+        pattern: r"(?i)\binstead\s+of\s+(?:using\s+|calling\s+)?(?:the\s+|any\s+)?[\w.-]+(?:\s+[\w.-]+)?\s+(?:tool|function|server)\b|\bthis\s+(?:tool|function)\s+(?:replaces|supersedes|overrides|deprecates)\s+(?:the\s+|all\s+|any\s+)?[\w.-]+",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::Medium,
+        message: "disparages other tools",
+        pattern: r"(?i)\b(?:other|all\s+other|any\s+other|the\s+other|competing|alternative|similar|existing|built-?in|default|third-party)\s+(?:[\w-]+\s+){0,2}?(?:tools?|functions?|servers?|apis?|search\s+tools?)\s+(?:is|are|have\s+been|has\s+been|may\s+be|might\s+be|can\s+be|were|was)\s+(?:now\s+|often\s+|currently\s+|known\s+to\s+be\s+)?(?:deprecated|broken|unreliable|unsafe|insecure|malicious|compromised|outdated|disabled|removed|inaccurate|buggy|dangerous|no\s+longer\s+\w+)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::Low,
+        message: "praises itself",
+        pattern: r"(?i)\b(?:this|it)\s+(?:tool\s+|function\s+|server\s+)?is\s+(?:the\s+|by\s+far\s+the\s+)?(?:best|only\s+(?:reliable|accurate|safe|correct|trustworthy)|most\s+(?:reliable|accurate|trusted|powerful|advanced|capable)|preferred|recommended|official|superior|ultimate|number\s+one|fastest|safest)\b",
+        not_followed_by: None,
+    },
+    // (f) ask for the model's context.
+    Phrase {
+        rule: CONTEXT,
+        severity: Severity::High,
+        message: "asks for the model's context (conversation, instructions, model identity)",
+        pattern: r"(?i)\b(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s|llm['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:system\s+prompt|system\s+message|initial\s+prompt|conversation(?:\s+history)?|chat\s+(?:history|log)|message\s+history|context\s+window|model\s+name|model\s+version)\b|\b(?:include|pass|send|provide|copy|paste|put|add|append|attach|share|repeat|output|print|dump|list|summari[sz]e|quote)\s+(?:\w+\s+){0,3}?(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:instructions|prompt|guidelines|rules|memory|memories|context|identity)\b|\b(?:the\s+)?(?:full|entire|whole|complete|verbatim|raw)\s+(?:text\s+of\s+(?:the\s+)?)?(?:conversation|chat(?:\s+history)?|dialog(?:ue)?|transcript|message\s+history|system\s+prompt|prompt\s+history)\b|\b(?:all|every|the)\s+(?:previous|prior|earlier|preceding|past|other)\s+(?:user\s+)?(?:messages?|turns?|prompts?|instructions|conversations?)\b|\b(?:what|everything)\s+(?:the\s+user|you)\s+(?:(?:has|have|was|were|had)\s+)?(?:been\s+)?(?:said|asked|wrote|written|told|typed|requested|instructed)\b|\bnotes?\s+on\s+what\s+you\s+(?:were|have\s+been|are\s+being)\s+asked\b|\b(?:name|version|identity)\s+of\s+(?:the\s+)?(?:model|llm|ai|assistant)\s+(?:you\s+are|that\s+you|running|being\s+used|answering)|\b(?:which|what)\s+(?:model|llm|ai)\s+(?:you\s+are|are\s+you)\b|\bsystem\s+prompt\s+(?:you|that\s+you)\s+(?:were|have\s+been|received|got)\b",
+        not_followed_by: None,
+    },
+    // (g) chat-role tokens.
+    Phrase {
+        rule: PROMPT_ROLE,
+        severity: Severity::High,
+        message: "chat template token",
+        pattern: r"(?i)<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id)\|>|\[/?INST\]|<</?SYS>>|<(?:start|end)_of_turn>",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PROMPT_ROLE,
+        severity: Severity::Medium,
+        message: "line opening with a conversation turn label",
+        pattern: r"(?m)^[ \t>*#-]*(?:Human|Assistant|HUMAN|ASSISTANT|SYSTEM|USER)[ \t]*:",
+        not_followed_by: None,
+    },
+];
+
+pub(super) static PHRASE_SET: LazyLock<RegexSet> =
+    LazyLock::new(
+        || match RegexSet::new(PHRASES.iter().map(|p| ascii_boundaries(p.pattern))) {
+            Ok(set) => set,
+            // Same patterns as `PHRASE_RES`; see `compile`.
+            Err(e) => panic!("scan: built-in pattern does not compile: {e}"),
+        },
+    );
+pub(super) static PHRASE_RES: LazyLock<Vec<(Regex, Option<Regex>)>> = LazyLock::new(|| {
+    PHRASES
+        .iter()
+        .map(|p| (compile(p.pattern), p.not_followed_by.map(compile)))
+        .collect()
+});
+
+pub(super) fn phrases(text: &str, hits: &mut Vec<Hit>) {
+    // One pass over the text says which of the phrase regexes can match at all.
+    for i in PHRASE_SET.matches(text).iter() {
+        let (Some(phrase), Some((re, veto))) = (PHRASES.get(i), PHRASE_RES.get(i)) else {
+            continue;
+        };
+        for m in re.find_iter(text) {
+            if veto.as_ref().is_some_and(|v| v.is_match(&text[m.end()..])) {
+                continue;
+            }
+            hits.push(Hit::new(
+                phrase.rule,
+                phrase.severity,
+                m.range(),
+                phrase.message,
+            ));
+        }
+    }
+}
+
+/// Override and concealment phrases in the text squeezed to lower-case ASCII letters,
+/// for `I G N O R E previous_instructions` and `D.o n't tell the user`. A sentence
+/// end becomes `|`, so the phrase cannot span sentences.
+pub(super) static SQUEEZED: LazyLock<[(Regex, &'static str, &'static str); 2]> = LazyLock::new(
+    || {
+        [
+            (
+                compile(
+                    r"(?:ignore|disregard|forget)(?:all|any|the)?(?:previous|prior|above|earlier|your)instructions?",
+                ),
+                OVERRIDE,
+                "tells the model to ignore its previous instructions (obfuscated spacing)",
+            ),
+            (
+                compile(
+                    r"(?:donot|dont|never)(?:tell|mention|inform|notify|show|reveal)(?:this|it|anything|that)?(?:to)?(?:the)?user",
+                ),
+                CONCEAL,
+                "tells the model to hide something from the user (obfuscated spacing)",
+            ),
+        ]
+    },
+);
+
+pub(super) fn squeezed_phrases(text: &str, hits: &mut Vec<Hit>) {
+    let mut squeezed = String::new();
+    let mut origin = Vec::new();
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let sentence_end = matches!(c, '!' | '?' | ';' | ',' | '\n')
+            || (c == '.' && chars.peek().is_none_or(|&(_, d)| d.is_whitespace()));
+        if c.is_ascii_alphabetic() {
+            squeezed.push(c.to_ascii_lowercase());
+            origin.push(i);
+        } else if sentence_end {
+            squeezed.push('|');
+            origin.push(i);
+        }
+    }
+    let is_letter_at = |i: usize| {
+        text[i..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
+    };
+    for (re, rule, message) in SQUEEZED.iter() {
+        for m in re.find_iter(&squeezed) {
+            let (Some(&start), Some(&last)) = (origin.get(m.start()), origin.get(m.end() - 1))
+            else {
+                continue;
+            };
+            let end = last + 1;
+            let letter_before = text[..start]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_ascii_alphabetic());
+            // "don't tell the user's manager": the user's thing, not the user.
+            let users_thing = *rule == CONCEAL && USER_THING_RE.is_match(&text[end..]);
+            if letter_before || is_letter_at(end) || users_thing {
+                continue;
+            }
+            hits.push(Hit::new(rule, Severity::High, start..end, *message));
+        }
+    }
+}
+
+/// Builds every pattern of this module (for `tests::all_patterns_compile`).
+#[cfg(test)]
+pub(super) fn patterns() -> Vec<&'static Regex> {
+    vec![&*USER_THING_RE]
+}
