@@ -74,6 +74,11 @@ impl<'p> Profile<'p> {
 }
 
 /// At most the first 200 bytes up to the first sentence end.
+/// A plain lower-case word (no `_`, `-`, `.`, digits or capitals).
+fn plain(word: &str) -> bool {
+    word.bytes().all(|b| b.is_ascii_lowercase())
+}
+
 fn first_sentence(text: &str) -> &str {
     let head = &text[..floor_char_boundary(text, 200)];
     let end = head
@@ -128,8 +133,14 @@ impl Sentences {
 pub(super) enum Address {
     /// A description ("Runs …", "the run"), a purpose ("… to run"), or unclear.
     No,
-    /// An instruction to the model: an imperative or a modal obligation.
+    /// An instruction to the model: a modal obligation ("you must run"), or an
+    /// imperative after a subordinate clause or a connective ("Before answering,
+    /// run …", "then run …").
     Yes,
+    /// A bare imperative opening a sentence ("Run …"): an instruction, except as
+    /// the first sentence of a text, where it names the tool's function ("Create a
+    /// file", "Save results to a file").
+    Bare,
     /// A negated instruction or statement ("never run", "does not run").
     Negated,
 }
@@ -143,7 +154,7 @@ static NEG_TAIL: LazyLock<Regex> = LazyLock::new(|| {
 /// A modal obligation or an adverb of instruction right before the verb.
 static MODAL_TAIL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)(?:\b(?:must|shall|should|need\s+to|needs\s+to|have\s+to|has\s+to|(?:required|expected|instructed|supposed|asked|told|obliged|obligated|meant)\s+to|make\s+sure\s+(?:to|you|that\s+you)|be\s+sure\s+to|remember\s+to|forget\s+to|ensure\s+(?:that\s+)?you|always|please|immediately|you|is\s+to|are\s+to|(?:mandatory|required|essential|necessary|critical|crucial|vital|important|imperative)\s+(?:to|that\s+you)|(?:best|better)\s+to)|(?:^\W*|[,:]\s*|\b(?:and|then)\s+)(?:first|then|also|next|now|finally|instead|additionally))(?:\s+(?:always|first|then|also|immediately|now|just|only|still|again|additionally|carefully|silently|secretly|quietly|automatically|explicitly|manually|directly|proactively))*\s*$",
+        r"(?i)(?:\b(?:(?:the\s+)?(?:agent|assistant|model|ai|llm)s?(?:\s+(?:must|shall|should|will))?|pls|plz|must|shall|should|need\s+to|needs\s+to|have\s+to|has\s+to|(?:required|expected|instructed|supposed|asked|told|obliged|obligated|meant)\s+to|make\s+sure\s+(?:to|you|that\s+you)|be\s+sure\s+to|remember\s+to|forget\s+to|ensure\s+(?:that\s+)?you|always|please|immediately|you|is\s+to|are\s+to|(?:mandatory|required|essential|necessary|critical|crucial|vital|important|imperative)\s+(?:to|that\s+you)|(?:best|better)\s+to)|(?:^\W*|[,:]\s*|\b(?:and|then)\s+)(?:first|then|also|next|now|finally|instead|additionally))(?:[\s,]+(?:always|first|then|also|immediately|now|just|only|still|again|additionally|carefully|silently|secretly|quietly|automatically|explicitly|manually|directly|proactively))*[\s,]*$",
     )
 });
 /// A modal obligation anywhere in the sentence before the verb.
@@ -171,8 +182,15 @@ pub(super) fn address(prefix: &str) -> Address {
     if NEG_TAIL.is_match(prefix) {
         return Address::Negated;
     }
-    if MODAL_TAIL.is_match(prefix) || FILLER.is_match(prefix) {
+    if MODAL_TAIL.is_match(prefix) {
         return Address::Yes;
+    }
+    if FILLER.is_match(prefix) {
+        return if CONNECTIVE.is_match(prefix) {
+            Address::Yes
+        } else {
+            Address::Bare
+        };
     }
     // The clause the verb opens: after the last comma, colon, dash or conjunction.
     let cut = prefix
@@ -191,7 +209,7 @@ pub(super) fn address(prefix: &str) -> Address {
         return Address::No;
     }
     if head.trim().is_empty() {
-        return Address::Yes;
+        return Address::Bare;
     }
     if conj.is_some_and(|j| prefix.len() - tail.len() == j) {
         // "… and set the limit": an instruction when the sentence is one.
@@ -201,12 +219,25 @@ pub(super) fn address(prefix: &str) -> Address {
             Address::No
         };
     }
-    if by_comma && !SUBORDINATE.is_match(head) && !MODAL_ANY.is_match(head) {
+    // The clause before the comma, after any label ("URGENT: before scaling, …").
+    let clause = head.rsplit([':', ';']).next().unwrap_or(head);
+    if by_comma && !SUBORDINATE.is_match(clause) && !MODAL_ANY.is_match(head) {
         // "Supports read, write …": an enumeration.
         return Address::No;
     }
+    if !by_comma && !CONNECTIVE.is_match(tail) {
+        // "Usage: run …": a label and a bare imperative.
+        return Address::Bare;
+    }
     Address::Yes
 }
+
+/// Connectives that make a clause-initial verb part of a sequence of instructions.
+static CONNECTIVE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:then|also|first|next|now|finally|additionally|afterwards|again|please|pls|plz|always|immediately|instead|just)\b",
+    )
+});
 
 /// The byte offset just after the last " and " / " or " / " then " of `s`.
 fn last_conjunction(s: &str) -> Option<usize> {
@@ -226,11 +257,39 @@ static IMPERATIVE_START: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// Whether the verb at `verb_start` is addressed to the model.
+/// Whether the verb at `verb_start` is addressed to the model: `Yes` for an
+/// obligation, `Bare` for an imperative that is not the text's first sentence
+/// (which names the tool's function), else `No` or `Negated`.
 fn addressed(text: &str, sentences: &Sentences, verb_start: usize) -> Address {
     let s = sentences.around(verb_start);
-    address(&text[s.start..verb_start])
+    let prefix = &text[s.start..verb_start];
+    match address(prefix) {
+        Address::Bare if text[..s.start].trim().is_empty() => Address::No,
+        Address::No if PURPOSE_OTHER.is_match(prefix) => {
+            // "use the shell tool to copy …": the purpose of another tool's call
+            // is part of the instruction.
+            let start = PURPOSE_OTHER.find(prefix).map_or(0, |m| m.start());
+            match address(&prefix[..start]) {
+                Address::Yes | Address::Bare => Address::Yes,
+                a => a,
+            }
+        }
+        a => a,
+    }
 }
+
+/// Whether an address makes the verb an instruction.
+fn instructs(a: Address) -> bool {
+    matches!(a, Address::Yes | Address::Bare)
+}
+
+/// "use the shell tool to", "call `run_command` to": the purpose clause of a call
+/// of another tool.
+static PURPOSE_OTHER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:use|call|invoke|ask)\s+(?:the\s+|a\s+|an\s+|any\s+|your\s+|whatever\s+)?(?:`[^`]{1,60}`|[\w'’-]+(?:\s+[\w'’-]+){0,2}?\s+(?:tool|tools|server|function|shell|terminal|browser))\s+(?:\w+\s+){0,3}?to\s+$",
+    )
+});
 
 // ---------------------------------------------------------------------------------
 // Action classes
@@ -282,14 +341,24 @@ static FILE_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
 });
 static CALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)|(?P<this>this\s+(?:tool|function|endpoint|one)|it))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
+        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|(?-i:[a-z]+[A-Z][A-Za-z0-9]*))|(?P<this>this\s+(?:tool|function|endpoint|one)|it)|(?P<w>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)(?P<tw>\s+tool\b))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
     )
 });
 /// Words that order a call relative to this tool's.
 static ORDER: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:first|before|prior\s+to|beforehand|instead|rather\s+than|every\s+time|each\s+time|whenever)\b",
+        r"(?i)\b(?:first|before|b4|prior\s+to|beforehand|after|afterwards|instead|rather\s+than|every\s+time|each\s+time|whenever)\b",
     )
+});
+/// Words after a quoted name that make it a parameter or a value, not a tool.
+static PARAMETER_AFTER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)^\s*(?:parameter|param|argument|arg|field|option|type|value|key|flag|mode|property|operator|column|attribute|setting)s?\b",
+    )
+});
+/// "`get_issue` of this same server"
+static SAME_SERVER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(r"(?i)^\s*(?:tool\s+)?(?:of|from|on|in)\s+(?:this|the\s+same)\s+(?:same\s+)?server\b")
 });
 /// Ordering words that put another call before this one.
 static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
@@ -298,7 +367,7 @@ static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
 /// Ordering words that make "call this tool" a demand on every other call.
 static ORDER_ALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:first|before\s+(?:any|every|all|each|using|calling|doing|answering|responding|anything)|prior\s+to\s+(?:any|every|all))\b",
+        r"(?i)\b(?:first|before\s+(?:any|every|all|each|using|calling|doing|answering|responding|anything)|prior\s+to\s+(?:any|every|all)|every\s+time|each\s+time|whenever|in\s+every\s+(?:conversation|session|chat))\b",
     )
 });
 
@@ -359,7 +428,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
             continue;
         };
-        if addressed(text, &sentences, v.start()) != Address::Yes {
+        if !instructs(addressed(text, &sentences, v.start())) {
             continue;
         }
         let object = o.as_str();
@@ -415,12 +484,16 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             continue;
         };
         let object = o.as_str();
-        if addressed(text, &sentences, v.start()) != Address::Yes {
+        let a = addressed(text, &sentences, v.start());
+        if !instructs(a) {
             continue;
         }
-        let severity = if FILE_OBJECT_WIDE.is_match(object) {
+        // A bare "Save results to a file" is usually what a parameter does; an
+        // obligation ("you must also write …") is not.
+        let severity = if FILE_OBJECT_WIDE.is_match(object) && (!profile.files || a == Address::Yes)
+        {
             Severity::High
-        } else if FILE_OBJECT.is_match(object) && !profile.files {
+        } else if FILE_OBJECT.is_match(object) && !profile.files && a == Address::Yes {
             Severity::Medium
         } else {
             continue;
@@ -444,33 +517,44 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let Some(v) = caps.name("v") else { continue };
         let s = sentences.around(v.start());
         let sentence = &text[s.clone()];
-        if !ORDER.is_match(sentence) || addressed(text, &sentences, v.start()) != Address::Yes {
+        let a = addressed(text, &sentences, v.start());
+        if !ORDER.is_match(sentence) || !instructs(a) {
             continue;
         }
+        let after = caps.get(0).map_or("", |m| &text[m.end()..s.end]);
+        let verb = v.as_str().to_ascii_lowercase();
+        let tool_word = caps.name("t").is_some();
         let (reference, is_this) = if let Some(t) = caps.name("this") {
             (t.as_str(), true)
         } else if let Some(q) = caps.name("q") {
             let r = q
                 .as_str()
                 .trim_matches(|c: char| !c.is_alphanumeric() && c != '_');
+            // `cursor`, 'query': a plain word in quotes is a parameter or a value
+            // unless "tool" follows.
+            if (plain(r) && !tool_word && !profile.is_own(r)) || PARAMETER_AFTER.is_match(after) {
+                continue;
+            }
             (r, profile.name.eq_ignore_ascii_case(r))
         } else if let Some(p) = caps.name("p") {
+            // Unquoted `snake_case` is as often a parameter as a tool, unless it is
+            // called ("call get_document") or followed by "tool".
+            let called = matches!(verb.as_str(), "call" | "invoke" | "trigger");
+            if !(called || tool_word || profile.is_own(p.as_str()))
+                || PARAMETER_AFTER.is_match(after)
+            {
+                continue;
+            }
             (p.as_str(), profile.name.eq_ignore_ascii_case(p.as_str()))
+        } else if let Some(w) = caps.name("w") {
+            (w.as_str(), false)
         } else {
             continue;
         };
-        // A plain identifier (not quoted, no "tool" after it) that is not a tool
-        // name of this server could be a parameter; a quoted one or "X tool" is a
-        // tool.
-        let named_tool = caps.name("q").is_some() || caps.name("t").is_some();
-        let own = is_this || profile.is_own(reference);
-        if !own && !named_tool && caps.name("p").is_some() {
-            // "Use max_results first" is unusual, but `snake_case` without a
-            // "tool" word is as often a parameter as a tool.
-            continue;
-        }
-        if own && !is_this && !ORDER_FIRST.is_match(sentence) {
-            // "deprecated, use `search_v2` instead": a redirect within the server.
+        let own = is_this || profile.is_own(reference) || SAME_SERVER.is_match(after);
+        if own && !is_this && (!ORDER_FIRST.is_match(sentence) || a != Address::Yes) {
+            // "Use `get_issue` instead", "Use list_tables first to see …": a hint
+            // within the server; an obligation to call it first is for review.
             continue;
         }
         let (severity, message) = if is_this {
@@ -503,7 +587,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
                 continue;
             };
             if !URL_OBJECT.is_match(o.as_str())
-                || addressed(text, &sentences, v.start()) != Address::Yes
+                || !instructs(addressed(text, &sentences, v.start()))
             {
                 continue;
             }
@@ -545,7 +629,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let s = sentences.around(v.start());
         let prefix = &text[s.start..v.start()];
         let rest = &text[v.start()..s.end];
-        let instructed = addressed(text, &sentences, v.start()) == Address::Yes
+        let instructed = instructs(addressed(text, &sentences, v.start()))
             && (ALWAYS_OR_MUST.is_match(prefix) || ALWAYS_OR_MUST.is_match(rest));
         if !instructed || !LITERAL.is_match(rest) {
             continue;
@@ -645,6 +729,10 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*ORDER,
         &*ORDER_ALL,
         &*ORDER_FIRST,
+        &*PARAMETER_AFTER,
+        &*SAME_SERVER,
+        &*CONNECTIVE,
+        &*PURPOSE_OTHER,
         &*VISIT,
         &*URL_OBJECT,
         &*FIX_ARGUMENT,

@@ -769,11 +769,19 @@ fn call_first_is_medium_for_own_tools_and_raised_by_authority() {
     assert_eq!(found, [(CALL_FIRST, Severity::Medium)]);
     let found = judged_in(
         "query",
-        "Runs a query. Call `login` first if you get an authentication error.",
+        "Runs a query. You must call `login` first if you get an authentication error.",
         &own,
         &[],
     );
     assert_eq!(found, [(CALL_FIRST, Severity::Medium)]);
+    // A hint without an obligation is nothing.
+    let found = judged_in(
+        "query",
+        "Runs a query. Call `login` first if you get an authentication error.",
+        &own,
+        &[],
+    );
+    assert_eq!(found, []);
     // Usage references and an own redirect are nothing.
     for text in [
         "Runs SQL. Use `list_tables` to see the table names.",
@@ -1405,4 +1413,21 @@ fn guard_train() {
         servers.len(),
         100.0 * fp as f64 / tools.max(1) as f64
     );
+}
+
+/// Prints the findings for the description in `SCAN_EXPLAIN` (a tool named
+/// `SCAN_NAME`, default `tool`).
+///
+/// `SCAN_EXPLAIN='…' cargo test -p trawl-tools --lib -- --ignored --nocapture explain`
+#[test]
+#[ignore = "prints findings for a text given in the environment"]
+fn explain() {
+    let Ok(text) = std::env::var("SCAN_EXPLAIN") else {
+        return;
+    };
+    let name = std::env::var("SCAN_NAME").unwrap_or_else(|_| "tool".to_owned());
+    let ctx = ctx_with(&[], &[]);
+    for f in scan_definition(&json!({"name": name, "description": text}), &ctx) {
+        println!("{} {:?} {:?}: {}", f.rule, f.severity, f.excerpt, f.message);
+    }
 }
