@@ -32,6 +32,9 @@ pub(super) struct Profile<'p> {
     pub(super) files: bool,
     /// The tool opens URLs (browser, fetch, scrape…).
     pub(super) browses: bool,
+    /// The tool is about secrets (a scanner, a vault): naming credential files is
+    /// its function.
+    pub(super) secrets: bool,
 }
 
 /// Words of a tool's name and first sentence that say what it does.
@@ -43,6 +46,11 @@ static RUNS_COMMANDS: LazyLock<Regex> = LazyLock::new(|| {
 static FILES: LazyLock<Regex> = LazyLock::new(|| {
     compile(
         r"(?i)(?:\b|_)(?:files?|filesystem|fs|director(?:y|ies)|dirs?|folders?|paths?|disk|workspace|documents?|notes?|edit|editor|repo|repository|codebase|project|code)(?:\b|_)",
+    )
+});
+static SECRETS: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)(?:\b|_)(?:secrets?|credentials?|leaks?|vault|keychain|passwords?|ssh|gitleaks|trufflehog|security|audit)(?:\b|_)",
     )
 });
 static BROWSES: LazyLock<Regex> = LazyLock::new(|| {
@@ -61,6 +69,7 @@ impl<'p> Profile<'p> {
             runs_commands: about(&RUNS_COMMANDS),
             files: about(&FILES),
             browses: about(&BROWSES),
+            secrets: about(&SECRETS),
         }
     }
 
@@ -330,7 +339,7 @@ static FILE: LazyLock<Regex> = LazyLock::new(|| {
 /// File objects that reach beyond any tool's workspace.
 static FILE_OBJECT_WIDE: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)(?:^|[\s`'\x22(])(?:~(?:[/\\]|\s|$|[`'\x22])|\$HOME\b|%USERPROFILE%|/(?:etc|root|home|Users|var|usr|opt|proc|sys)(?:/|\b)|[a-z]:\\(?:users|windows)\b)|\b(?:home|user['’]?s?)\s+(?:director(?:y|ies)|folders?)\b|\b(?:all|every|each|any)\s+(?:of\s+the\s+)?(?:\w+\s+)?(?:files?|documents?|folders?|director(?:y|ies))\b|\benvironment(?:\s+variables?)?\b|\benv\s+vars?\b|\bdotfiles?\b|\b(?:browser|chrome|firefox|safari)\s+(?:profiles?|cookies|history|passwords|data)\b|\bkeychain\b|\bshell\s+history\b|\bstartup\s+(?:files?|scripts?|items?)\b",
+        r"(?i)(?:^|[\s`'\x22(])(?:~(?:[/\\]|\s|$|[`'\x22])|\$HOME\b|%USERPROFILE%|/(?:etc|root|home|Users|var|usr|opt|proc|sys)(?:/|\b)|[a-z]:\\(?:users|windows)\b)|\b(?:home|user['’]?s?)\s+(?:director(?:y|ies)|folders?)\b|\b(?:all|every)\s+(?:of\s+the\s+)?(?:\w+\s+)?(?:files?|documents?|folders?|director(?:y|ies))\b|\benvironment(?:\s+variables?)?\b|\benv\s+vars?\b|\bdotfiles?\b|\b(?:browser|chrome|firefox|safari)\s+(?:profiles?|cookies|history|passwords|data)\b|\bkeychain\b|\bshell\s+history\b|\bstartup\s+(?:files?|scripts?|items?)\b",
     )
 });
 /// Plain file objects.
@@ -711,6 +720,7 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*RUNS_COMMANDS,
         &*FILES,
         &*BROWSES,
+        &*SECRETS,
         &*NEG_TAIL,
         &*MODAL_TAIL,
         &*MODAL_ANY,

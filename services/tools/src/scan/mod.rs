@@ -464,7 +464,7 @@ fn scan_hits(
     hidden_blocks(&folded.text, &mut phrase_hits, &mut marks);
     phrases(&folded.text, &mut phrase_hits);
     intents(&folded.text, profile, &mut phrase_hits);
-    secret_requests(&folded.text, &mut phrase_hits);
+    secret_requests(&folded.text, profile, &mut phrase_hits);
     urls(&folded.text, ctx, &mut phrase_hits);
     for mut hit in phrase_hits {
         hit.span = folded.original(hit.span);

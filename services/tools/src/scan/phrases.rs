@@ -65,6 +65,34 @@ pub(super) const PHRASES: &[Phrase] = &[
         pattern: r"(?i)\b(?:message|note|instructions?|request|notice|reminder|directive)\s+(?:directly\s+)?from\s+(?:the\s+|your\s+)?(?:user|admin(?:istrator)?|developer|operator|owner|system|creator|security\s+team)\s+(?:to|for)\s+(?:you|the\s+(?:ai|assistant|model|agent|llm))\b",
         not_followed_by: None,
     },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tells the model its rules or confirmations no longer apply",
+        pattern: r"(?i)\b(?:rules?|instructions?|polic(?:y|ies)|safety\s+checks?|checks|guidelines|restrictions|directives?|guardrails|constraints|safeguards|requirements?)\b[^.!?\n]{0,60}?\b(?:(?:do|does)\s+not\s+apply|(?:is|are)\s+(?:now\s+|hereby\s+)?(?:waived|void|cancell?ed|suspended|lifted|revoked|overridden|superseded|disabled|off|relaxed|exempted)|no\s+longer\s+(?:apply|applies|valid|required|in\s+effect|binding))\b|\b(?:prior|previous|earlier|all|your|old|other)\s+(?:rules|instructions|polic(?:y|ies)|guidelines|restrictions)\s+(?:are\s+)?(?:off|void|cancell?ed|suspended|revoked)\b|\b(?:user\s+)?confirmations?\b[^.!?\n]{0,40}?\b(?:(?:is|are)\s+(?:no\s+longer\s+(?:required|needed)|not\s+(?:required|needed)|implied|waived|suspended|unnecessary|disabled|off|optional)|rules\s+suspended)\b|\bexempt\s+from\s+(?:the\s+|any\s+|all\s+)?(?:user\s+)?(?:\w+[\s-]+){0,2}?(?:confirmation|approval|consent|rules?|requirements?|restrictions|policies|checks)\b|\bpolicy\.\w+\s*=\s*(?:false|off|none|0)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "claims precedence over the model's instructions",
+        pattern: r"(?i)\b(?:takes?|taking)\s+precedence\s+over\b|\brank(?:s|ed)?\s+(?:above|over|higher\s+than)\s+(?:the\s+|your\s+)?(?:system|user|instructions|prompt)|\bshall\s+prevail\b|\boverrides?\s+(?:the\s+|your\s+)?(?:system(?:\s+prompt)?|user|instructions|developer)\b|\bnotwithstanding\s+any\s+(?:\w+\s+){0,2}?(?:instructions?|rules?|directives?)\b|\b(?:is|are)\s+(?:authoritative|to\s+be\s+treated\s+as\s+instructions)\b|\btreat(?:ed)?\s+as\s+(?:instructions|commands|directives)\s+(?:from|of|by)\b|\bas\s+if\s+(?:it|they)\s+came\s+from\s+the\s+(?:user|developer|system|operator)\b|\btrust\s+everything\s+in\b|\bfollows?\s+the\s+(?:commands|instructions)\s+(?:embedded|contained|found)\s+in\b|\bover\s+the\s+user['’]s\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tries to give the model a new role or new instructions",
+        pattern: r"(?i)\byour\s+role\s+(?:has\s+)?(?:changed|is\s+now)\b|\byou\s+are\s+no\s+longer\s+(?:a|an|the|bound|restricted|required)\b|\byou\s+are\s+now\s+(?-i:['\x22‘“]|[A-Z])|\bnew\s+system\s+prompt\b|\b(?:earlier|previous|prior|original|old)\s+instructions\s+(?:are|have\s+been)\s+(?:cancell?ed|void|revoked|replaced|obsolete)\b|\b(?:updating|changing|replacing|rewriting)\s+your\s+(?:instructions|rules|guidelines|system\s+prompt)\b|\bthe\s+order\s+of\s+your\s+instructions\b|\badmin\s+mode\b|\bwithout\s+restrictions\b|\b(?:follow|obey|execute|carry\s+out|comply\s+with)\s+(?:any|all)\s+(?:\w+\s+)?(?:instructions?|commands?|directives?|requests?)\s+(?:in|from|inside|within|embedded|contained|found|returned)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tells the model to act without the user's confirmation",
+        pattern: r"(?i)\b(?:do\s+(?:it|so|this|that)|proceed|act|go\s+ahead|continue|send|delete|modify|execute|post)\b[^.!?\n]{0,30}?\bwithout\s+(?:asking|confirmation|confirming|checking\s+with|approval|the\s+user['’]s\s+(?:approval|confirmation|consent))\b",
+        not_followed_by: None,
+    },
     // (c) hide it from the user.
     Phrase {
         rule: CONCEAL,
@@ -133,7 +161,7 @@ pub(super) const PHRASES: &[Phrase] = &[
         rule: CONCEAL,
         severity: Severity::High,
         message: "tells the model to act in secret",
-        pattern: r"(?i)\b(?:silently|secretly|covertly|quietly|discreetly|invisibly|surreptitiously|stealthily)\s+(?:(?:also|then|just|always|first)\s+)?(?:call|send|add|include|change|set|replace|run|execute|forward|modify|use|append|prepend|copy|upload|read|write|delete|redirect|override|ignore|switch|bcc|cc|insert|transfer|collect|save|store|attach|post|pass|apply|perform|make|adjust|alter|substitute|swap|drop|remove|fetch|visit|invoke)\b",
+        pattern: r"(?i)\b(?:silently|secretly|covertly|quietly|discreetly|invisibly|surreptitiously|stealthily)\s+(?:(?:also|then|just|always|first)\s+)?(?:call|send|add|include|change|set|replace|run|execute|forward|modify|use|append|prepend|copy|upload|read|write|delete|redirect|override|ignore|switch|bcc|cc|insert|transfer|collect|save|store|attach|post|pass|apply|perform|make|adjust|alter|substitute|swap|drop|remove|fetch|visit|invoke|return|answer|respond|reply|say|report|omit|strip|skip|filter)\b",
         not_followed_by: None,
     },
     Phrase {
@@ -148,6 +176,20 @@ pub(super) const PHRASES: &[Phrase] = &[
         severity: Severity::High,
         message: "tells the model to pretend",
         pattern: r"(?i)\b(?:respond|reply|answer|act|behave|proceed|continue|present|report)\s+(?:(?:to\s+the\s+user|normally|naturally|only)\s+)?as\s+(?:if|though)\b|\bpretend\s+(?:that|to|you|it|the|nothing)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model not to tell the user or what it did",
+        pattern: r"(?i)\b(?:do\s+not|don['’]?t|dont|never|must\s+not|should\s+not|shall\s+not|shouldn['’]?t|mustn['’]?t|no\s+need\s+to|not\s+to|avoid)\s+(?:ever\s+)?(?:mention(?:ing)?|tell(?:ing)?|say(?:ing)?|report(?:ing)?|disclos(?:e|ing)|reveal(?:ing)?|explain(?:ing)?|acknowledg(?:e|ing)|bring(?:ing)?\s+up|point(?:ing)?\s+out|announc(?:e|ing)|surfac(?:e|ing)|highlight(?:ing)?|discuss(?:ing)?|indicat(?:e|ing)|inform(?:ing)?|notify(?:ing)?|alert(?:ing)?|admit(?:ting)?|itemi[sz](?:e|ing)|characteri[sz]e|confirm(?:ing)?|let\s+on)\b(?:[^.!?\n]{0,60}?\b(?:to|with)\s+(?:the\s+|your\s+|this\s+)?(?:user|person|requester|customer|patient|clinician|client|human|recipient|requestor|caller|them|anyone)s?\b|\s+(?:\w+\s+){0,3}?that\b|\s+(?:\w+,?\s+){0,4}?(?:the\s+)?existence\s+of\b|(?:[^.!?\n]{0,40}?)\bwhether\s+or\s+not\s+the\s+user\b)",
+        not_followed_by: Some(USER_THING),
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "tells the model to leave something out of what the user sees",
+        pattern: r"(?i)\b(?:keep|leave|strip|omit|drop|filter)\b[^.!?\n]{0,60}?\bout\s+of\s+(?:your|the)\s+(?:summary|reply|response|answer|output|conversation|chat|message|report)\b|\bkeep\s+(?:the\s+)?(?:user|person|customer|them)\s+in\s+the\s+dark\b|\bwithout\s+(?:saying|mentioning|noting|telling\s+(?:them|anyone))\s+(?:that|what)\b|\bhide\s+(?:\w+\s+){0,3}?from\s+(?:the\s+)?(?:user|person|them)\b|\bpresent\s+it\s+(?:all\s+)?as\s+your\s+own\b|\b(?:must|should|shall)\s+not\s+be\s+(?:itemi[sz]ed|shown|mentioned|disclosed|reported|listed)\b",
         not_followed_by: None,
     },
     // (a) call this tool (or another) first.
@@ -235,7 +277,7 @@ pub(super) const PHRASES: &[Phrase] = &[
         rule: CONTEXT,
         severity: Severity::High,
         message: "asks for the model's context (conversation, instructions, model identity)",
-        pattern: r"(?i)\b(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s|llm['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:system\s+prompt|system\s+message|initial\s+prompt|conversation(?:\s+history)?|chat\s+(?:history|log)|message\s+history|context\s+window|model\s+name|model\s+version)\b|\b(?:include|pass|send|provide|copy|paste|put|add|append|attach|share|repeat|output|print|dump|list|summari[sz]e|quote)\s+(?:\w+\s+){0,3}?(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:instructions|prompt|guidelines|rules|memory|memories|context|identity)\b|\b(?:the\s+)?(?:full|entire|whole|complete|verbatim|raw)\s+(?:text\s+of\s+(?:the\s+)?)?(?:conversation|chat(?:\s+history)?|dialog(?:ue)?|transcript|message\s+history|system\s+prompt|prompt\s+history)\b|\b(?:all|every|the)\s+(?:previous|prior|earlier|preceding|past|other)\s+(?:user\s+)?(?:messages?|turns?|prompts?|instructions|conversations?)\b|\b(?:what|everything)\s+(?:the\s+user|you)\s+(?:(?:has|have|was|were|had)\s+)?(?:been\s+)?(?:said|asked|wrote|written|told|typed|requested|instructed)\b|\bnotes?\s+on\s+what\s+you\s+(?:were|have\s+been|are\s+being)\s+asked\b|\b(?:name|version|identity)\s+of\s+(?:the\s+)?(?:model|llm|ai|assistant)\s+(?:you\s+are|that\s+you|running|being\s+used|answering)|\b(?:which|what)\s+(?:model|llm|ai)\s+(?:you\s+are|are\s+you)\b|\bsystem\s+prompt\s+(?:you|that\s+you)\s+(?:were|have\s+been|received|got)\b",
+        pattern: r"(?i)\b(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s|llm['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:system\s+prompt|system\s+message|initial\s+prompt|conversation(?:\s+history)?|chat\s+(?:history|log)|message\s+history|context\s+window|model\s+name|model\s+version)\b|\b(?:include|pass|send|provide|copy|paste|put|add|append|attach|share|repeat|output|print|dump|list|summari[sz]e|quote)\s+(?:\w+\s+){0,3}?(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:instructions|prompt|guidelines|rules|memory|memories|context|identity)\b|\b(?:the\s+)?(?:full|entire|whole|complete|verbatim|raw)\s+(?:text\s+of\s+(?:the\s+)?)?(?:conversation|chat(?:\s+history)?|dialog(?:ue)?|message\s+history|system\s+prompt|prompt\s+history)\b|\b(?:all|every|the)\s+(?:previous|prior|earlier|preceding|past|other)\s+(?:user\s+)?(?:messages?|turns?|prompts?|instructions|conversations?)\b|\b(?:what|everything)\s+(?:the\s+user|you)\s+(?:(?:has|have|was|were|had)\s+)?(?:been\s+)?(?:said|asked|wrote|written|told|typed|requested|instructed)\b|\bnotes?\s+on\s+what\s+you\s+(?:were|have\s+been|are\s+being)\s+asked\b|\b(?:name|version|identity)\s+of\s+(?:the\s+)?(?:model|llm|ai|assistant)\s+(?:you\s+are|that\s+you|running|being\s+used|answering)|\b(?:which|what)\s+(?:model|llm|ai)\s+(?:you\s+are|are\s+you)\b|\bsystem\s+prompt\s+(?:you|that\s+you)\s+(?:were|have\s+been|received|got)\b",
         not_followed_by: None,
     },
     // (g) chat-role tokens.
