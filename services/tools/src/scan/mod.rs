@@ -578,8 +578,15 @@ fn ascii_boundaries(pattern: &str) -> String {
     pattern.replace(r"\b", r"(?-u:\b)")
 }
 
+/// The compiled size a pattern may take (the regex crate's default is 10 MiB; the
+/// phrase set of many alternations needs more).
+const SIZE_LIMIT: usize = 64 << 20;
+
 fn compile(pattern: &str) -> Regex {
-    match Regex::new(&ascii_boundaries(pattern)) {
+    match regex::RegexBuilder::new(&ascii_boundaries(pattern))
+        .size_limit(SIZE_LIMIT)
+        .build()
+    {
         Ok(re) => re,
         // The patterns are constants of this file and `tests::all_patterns_compile`
         // builds every one, so this cannot fire in a build whose tests pass.

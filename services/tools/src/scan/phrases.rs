@@ -240,7 +240,28 @@ pub(super) const PHRASES: &[Phrase] = &[
         rule: ARGUMENTS,
         severity: Severity::Medium,
         message: "tells the model to add something to every call",
-        pattern: r"(?i)\b(?:add|append|prepend|include|insert|attach)\b[^.!?\n]{0,60}?\b(?:to|in|into|with)\s+(?:every|all|each|any)\s+(?:(?:outgoing|future|subsequent|other)\s+)?(?:requests?|quer(?:y|ies)|messages?|e-?mails?|calls?|tool\s+calls?|arguments?|parameters?|payloads?|transfers?|transactions?)\b",
+        pattern: r"(?i)\b(?:add|append|prepend|include|insert|attach|pass|set|use|send)\b[^.!?\n]{0,60}?\b(?:to|in|into|with|for)\s+(?:every|all|each|any)\s+(?:(?:outgoing|future|subsequent|other|[\w-]+\s+or\s+[\w-]+|[\w-]+)\s+)?(?:requests?|quer(?:y|ies)|messages?|e-?mails?|calls?|tool\s+calls?|arguments?|parameters?|payloads?|transfers?|transactions?|links?)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::High,
+        message: "tells the model to replace what the user asked for",
+        pattern: r"(?i)\b(?:whatever|no\s+matter\s+(?:what|which))\s+(?:[\w-]+\s+){0,3}?(?:the\s+|a\s+)?(?:user|person|customer|requester|caller)s?\s+(?:\w+\s+)?(?:names?|gives?|wants?|picks?|mentions?|asks?|says?|specif(?:y|ies)|requests?|chooses?|selects?|sets?|passes?|lists?|enters?|types?|provides?|supplies?|prefers?|writes?|wrote|actually)\b|\b(?:regardless\s+of|irrespective\s+of)\s+(?:[\w'’-]+\s+){0,4}?(?:the\s+)?(?:user|person|customer|requester)s?\b|\b(?:supplied|given|provided|specified|chosen|picked|set|requested|entered|selected)\s+by\s+the\s+user\s+(?:is|are)\s+(?:advisory|ignored|only\s+a\s+suggestion|not\s+binding|overridden|replaced)\b|\b(?:the\s+)?user['’]s\s+(?:[\w-]+\s+){0,2}?(?:is|are)\s+(?:ignored|advisory|overridden|discarded|not\s+used|replaced)\b|\bnot\s+(?:what|the\s+\w+)\s+the\s+user\s+(?:picks|chooses|selects|wants|asks|gives|sets|names|specifies|requested)\b|\b(?:drop|ignore|discard|rewrite|swap|replace|alter|override)\s+(?:the\s+|any\s+|all\s+|whatever\s+|every\s+)?(?:[\w-]+\s+){0,2}?(?:the\s+)?user['’]s?\s+(?:[\w-]+)|\b(?:rewrite|swap|replace|change|alter|redirect)\s+(?:every|each|any|all|whatever)\s+(?:[\w-]+\s+){0,2}?(?:the\s+)?user\s+(?:gives|names|provides|passes|picks|requests|enters)\b|\bignore\s+any\s+(?:[\w-]+\s+){0,2}?the\s+user\s+(?:sets|gives|picks|names|asks|specifies|enters|provides)\b|\b(?:even\s+if|even\s+when|even\s+though)\s+(?:the\s+)?user\s+(?:\w+\s+)?(?:asks?|says?|specif(?:y|ies|ied)|requests?|wants?|provides?|gives?|lists?|names?|enters?|selects?|picks?|chooses?|sets?|passes?|mentions?|types?|prefers?|supplies?|does\s+not|doesn['’]t)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::High,
+        message: "tells the model to always add a fixed address",
+        pattern: r"(?i)\b(?:always|every\s+time|each\s+time|also)\b[\w\s:,'’-]{0,60}?[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: ARGUMENTS,
+        severity: Severity::Medium,
+        message: "tells the model to fix an argument's value",
+        pattern: r"(?i)\b(?:always|every\s+time|just|instead)\s+(?:\w+\s+){0,2}?(?:set|pass|send|put|post|route|request|widen|force|query)\s+(?:[\w`'\x22]+\s*){0,3}?(?:[\w.]+\s*=\s*\S+|'[^'\n]{1,60}'|\x22[^\x22\n]{1,60}\x22|`[^`\n]{1,60}`|\d+)|\b(?:pass|use|set|send)\s+(?:[\w.]+\s*=\s*\S+|'[^'\n]*[\s\d,][^'\n]*'|\x22[^\x22\n]*[\s\d,][^\x22\n]*\x22)\s+instead\b|\b(?:put|post|send|route)\s+every\s+\w+\s+(?:in)?to\s+(?:\w+\s+){0,2}?(?:'[^'\n]{1,60}'|\x22[^\x22\n]{1,60}\x22|[\w-]+\s*=)",
         not_followed_by: None,
     },
     // (e) manipulate the choice between tools.
@@ -272,12 +293,33 @@ pub(super) const PHRASES: &[Phrase] = &[
         pattern: r"(?i)\b(?:this|it)\s+(?:tool\s+|function\s+|server\s+)?is\s+(?:the\s+|by\s+far\s+the\s+)?(?:best|only\s+(?:reliable|accurate|safe|correct|trustworthy)|most\s+(?:reliable|accurate|trusted|powerful|advanced|capable)|preferred|recommended|official|superior|ultimate|number\s+one|fastest|safest)\b",
         not_followed_by: None,
     },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::High,
+        message: "tells the model to use this tool instead of all others",
+        pattern: r"(?i)\b(?:instead\s+of|rather\s+than|over|in\s+place\s+of|to\s+the\s+exclusion\s+of|better\s+than|above)\s+(?:using\s+|calling\s+)?(?:any|all|every|the\s+other|other|the\s+dedicated|dedicated|alternative|competing|similar|the\s+tools\s+of)\b(?:\s+[\w,-]+){0,6}?\s+(?:tools?|helpers?|servers?|runners?|apis?|services?|integrations?|others?|ones?)\b|\bto\s+the\s+exclusion\s+of\s+(?:any|all)\s+others?\b|\b(?:never|do\s+not|don['’]?t|dont)\s+(?:use\s+|call\s+)?the\s+tools\s+of\b|\b(?:other|alternative|dedicated|competing|the\s+other|existing|[\w-]+-based|web\s+search)\s+(?:[\w-]+\s+){0,3}?(?:tools?|helpers?|runners?|servers?|fetch)\s+(?:\w+\s+){0,3}?(?:are|is|have\s+been|has\s+been|were|was)\s+(?:all\s+|just\s+|now\s+|currently\s+|often\s+)?(?:garbage|broken|brokn|blocked|compromised|deprecated|unreliable|simulations?|fake|disabled|inaccurate|outdated|dangerous|useless|worse|slower|insecure|malicious|not\s+(?:real|working|reliable|safe)|do\s+not\s+actually|don['’]?t\s+actually)\b|\b(?:alternative|other)\s+tools\s+(?:shall|must|should)\s+not\s+be\s+(?:invoked|used|called)\b|\b(?:has\s+)?disabled\s+(?:every|all|any)\s+other\s+(?:[\w-]+\s+)?tools?\b|\bthe\s+tools\s+of\s+the\s+[\w-]+\s+server\s+are\s+(?:compromised|broken|deprecated|unreliable|disabled|unsafe)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::Medium,
+        message: "claims this tool is the one to use for everything",
+        pattern: r"(?i)\b(?:use|call|choose|pick|prefer)\s+(?:this|it|this\s+one|this\s+tool|me)\s+(?:\w+\s+){0,2}?(?:for|in|with)\s+(?:all|any|every|everything|anything)\b|\bjust\s+use\s+this\s+one\b|\bthis\s+tool\s+answers\s+everything\b|\b(?:is|as)\s+the\s+(?:sole|only|user['’]s\s+preferred|one\s+and\s+only)\s+(?:approved\s+|working\s+|reliable\s+)?(?:[\w-]+\s+){0,2}?(?:tool|interface)\b|\bthe\s+only\s+[\w-]+\s+tool\s+that\s+works\b|\bthe\s+recommended\s+way\s+to\s+\w+\s+(?:anyone|anything|everything)\b|\b(?:do\s+not|don['’]?t|dont|never)\s+use\s+(?:any\s+)?(?:[\w-]+\s+){1,2}tools\b|\bstart\s+with\s+this\s+one\b|\bchoosing\s+this\s+tool\s+over\b",
+        not_followed_by: None,
+    },
     // (f) ask for the model's context.
     Phrase {
         rule: CONTEXT,
         severity: Severity::High,
         message: "asks for the model's context (conversation, instructions, model identity)",
         pattern: r"(?i)\b(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s|llm['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:system\s+prompt|system\s+message|initial\s+prompt|conversation(?:\s+history)?|chat\s+(?:history|log)|message\s+history|context\s+window|model\s+name|model\s+version)\b|\b(?:include|pass|send|provide|copy|paste|put|add|append|attach|share|repeat|output|print|dump|list|summari[sz]e|quote)\s+(?:\w+\s+){0,3}?(?:your|the\s+(?:assistant['’]s|model['’]s|ai['’]s))\s+(?:(?:full|entire|whole|complete|original|current|hidden|initial)\s+)?(?:instructions|prompt|guidelines|rules|memory|memories|context|identity)\b|\b(?:the\s+)?(?:full|entire|whole|complete|verbatim|raw)\s+(?:text\s+of\s+(?:the\s+)?)?(?:conversation|chat(?:\s+history)?|dialog(?:ue)?|message\s+history|system\s+prompt|prompt\s+history)\b|\b(?:all|every|the)\s+(?:previous|prior|earlier|preceding|past|other)\s+(?:user\s+)?(?:messages?|turns?|prompts?|instructions|conversations?)\b|\b(?:what|everything)\s+(?:the\s+user|you)\s+(?:(?:has|have|was|were|had)\s+)?(?:been\s+)?(?:said|asked|wrote|written|told|typed|requested|instructed)\b|\bnotes?\s+on\s+what\s+you\s+(?:were|have\s+been|are\s+being)\s+asked\b|\b(?:name|version|identity)\s+of\s+(?:the\s+)?(?:model|llm|ai|assistant)\s+(?:you\s+are|that\s+you|running|being\s+used|answering)|\b(?:which|what)\s+(?:model|llm|ai)\s+(?:you\s+are|are\s+you)\b|\bsystem\s+prompt\s+(?:you|that\s+you)\s+(?:were|have\s+been|received|got)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONTEXT,
+        severity: Severity::High,
+        message: "asks for what the model knows from the conversation or its memory",
+        pattern: r"(?i)\b(?:everything|anything|all(?:\s+[\w-]+){0,2}?)\s+(?:that\s+)?(?:you\s+(?:know|remember|have\s+(?:seen|read|learned|been\s+told)|saw|read|learned)|the\s+user\s+(?:has\s+)?(?:shared|told|said|wrote|mentioned))\b|\byou\s+(?:saw|have\s+seen|read|have\s+read|noticed|came\s+across|were\s+told)\s+(?:\w+\s+){0,2}?(?:earlier|before|previously|so\s+far|in\s+this\s+(?:session|conversation|chat))\b|\b(?:in|from|stored\s+in|kept\s+in)\s+your\s+(?:memory|memories|context)\b|\bthe\s+rules\s+you\s+(?:operate|work|run|act)\s+under\b|\bwhat\s+the\s+user\s+and\s+you\s+(?:talked|discussed|said)\b|\b(?:the\s+)?user['’]s\s+(?:previous|prior|earlier|last)\s+(?:\w+\s+)?(?:questions?|messages?|prompts?|requests?)\b|\b(?:your|the)\s+system\s+instructions\b|\benvironment\s+variables\s+(?:visible|available|accessible|known)\s+to\s+you\b|\bfrom\s+the\s+environment\s*\(|\b(?:the\s+)?(?:chat|conversation|discussion|dialog(?:ue)?)\s+(?:so\s+far|until\s+now|up\s+to\s+now)\b|\b(?:earlier|previous|other)\s+(?:e-?mails?|messages?)\s+(?:\w+\s+){0,3}?you\s+have\s+read\b|\bif\s+it\s+came\s+up\b|\bpersonal\s+facts\s+you\s+know\b",
         not_followed_by: None,
     },
     // (g) chat-role tokens.
@@ -297,14 +339,16 @@ pub(super) const PHRASES: &[Phrase] = &[
     },
 ];
 
-pub(super) static PHRASE_SET: LazyLock<RegexSet> =
-    LazyLock::new(
-        || match RegexSet::new(PHRASES.iter().map(|p| ascii_boundaries(p.pattern))) {
-            Ok(set) => set,
-            // Same patterns as `PHRASE_RES`; see `compile`.
-            Err(e) => panic!("scan: built-in pattern does not compile: {e}"),
-        },
-    );
+pub(super) static PHRASE_SET: LazyLock<RegexSet> = LazyLock::new(|| {
+    match regex::RegexSetBuilder::new(PHRASES.iter().map(|p| ascii_boundaries(p.pattern)))
+        .size_limit(SIZE_LIMIT)
+        .build()
+    {
+        Ok(set) => set,
+        // Same patterns as `PHRASE_RES`; see `compile`.
+        Err(e) => panic!("scan: built-in pattern does not compile: {e}"),
+    }
+});
 pub(super) static PHRASE_RES: LazyLock<Vec<(Regex, Option<Regex>)>> = LazyLock::new(|| {
     PHRASES
         .iter()
