@@ -309,7 +309,7 @@ const OBJECT: &str = r"(?P<o>(?:[^.!?;\n]|\.\S){0,120})";
 /// Commands that destroy, weaken permissions, fetch and run code, or open a shell.
 static DANGEROUS: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\bsudo\s+\S|\brm\s+-[a-z]*(?:rf|fr|r\s+-f|f\s+-r)[a-z]*\b|\brm\s+-r\b|\bchmod\s+(?:-R\s+)?(?:[0-7]{3,4}|[ugoa]*[+=][rwxst]+)\b|\bchown\s+-R\b|\b(?:curl|wget|iwr|invoke-webrequest)\b[^|\n]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b|\b(?:curl|wget)\b[^|\n]{0,200}\|\s*(?:python3?|node|perl|ruby)\b|\bbash\s+-c\b|\bsh\s+-c\b|\bpowershell\b[^\n]{0,40}\s-(?:e|enc|encodedcommand)\b|\b(?:nc|ncat|netcat)\s+(?:-\w+\s+)*-[ec]\b|\bmkfifo\b|/dev/tcp/|\bdd\s+if=|\bmkfs\b|:\(\)\s*\{|\bInvoke-Expression\b|\biex\s*\(|\bcrontab\s+-|>>?\s*~/\.(?:bashrc|zshrc|profile|bash_profile|ssh/authorized_keys)\b|\bauthorized_keys\b|\bchattr\b|\bkillall\b|\bshutdown\s+-|\breg\s+(?:add|delete)\b|\bformat\s+[a-z]:",
+        r"(?i)\bsudo\s+\S|\brm\s+-[a-z]*(?:rf|fr|r\s+-f|f\s+-r)[a-z]*\b|\brm\s+-r\b|\bchmod\s+(?:-R\s+)?(?:[0-7]{3,4}|[ugoa]*[+=][rwxst]+)\b|\bchown\s+-R\b|\b(?:curl|wget|iwr|invoke-webrequest)\b[^|\n]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b|\b(?:curl|wget)\b[^|\n]{0,200}\|\s*(?:python3?|node|perl|ruby)\b|\bbash\s+-c\b|\bsh\s+-c\b|\bpowershell\b[^\n]{0,40}\s-(?:e|enc|encodedcommand)\b|\b(?:nc|ncat|netcat)\s+(?:-\w+\s+)*-[ec]\b|\bmkfifo\b|/dev/tcp/|\bdd\s+if=|\bmkfs\b|:\(\)\s*\{|\bInvoke-Expression\b|\biex\s*\(|\bcrontab\s+-|>>?\s*~/\.(?:bashrc|zshrc|profile|bash_profile|ssh/authorized_keys)\b|\bauthorized_keys\b|\bchattr\b|\bkillall\b|\bshutdown\s+-|\breg\s+(?:add|delete)\b|\bformat\s+[a-z]:|\bkubectl\s+delete\b|\bgit\s+push\s+(?:\S+\s+)*?(?:-f|--force)\b|\bgit\s+config\s+--global\b|\bgit\s+reset\s+--hard\b|\bnpm\s+(?:i|install)\s+(?:-g|--global)\b|\$\((?:whoami|id|hostname|env|printenv|cat|curl|uname)\b|\bos\.environ\b|\bprintenv\b|`env`|\bdrop\s+(?:table|database)\b",
     )
 });
 
@@ -321,7 +321,7 @@ static RUN: LazyLock<Regex> = LazyLock::new(|| {
 /// The object of a run verb that makes it a command.
 static COMMAND_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:commands?|shell|terminal|bash|zsh|powershell|cmd(?:\.exe)?|scripts?|one-liner|cli|sudo|console)\b|`[^`]*\s[^`]*`|`(?:npm|npx|pip|pip3|python3?|node|curl|wget|git|docker|kubectl|rm|chmod|chown|sudo|bash|sh|cat|ls|echo|apt|apt-get|brew|make|cargo|uv|uvx)\b",
+        r"(?i)\b(?:commands?|shell|terminal|bash|zsh|powershell|cmd(?:\.exe)?|scripts?|one-liner|cli|sudo|console)\b|`[^`]*\s[^`]*`|`(?:npm|npx|pip|pip3|python3?|node|curl|wget|git|docker|kubectl|rm|chmod|chown|sudo|bash|sh|cat|ls|echo|apt|apt-get|brew|make|cargo|uv|uvx|env)\b|https?://\S+\.(?:sh|ps1|py|exe|bat|bin|msi)\b",
     )
 });
 /// "All commands must include the prefix …", "prefix every command with …".
@@ -350,7 +350,7 @@ static FILE_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
 });
 static CALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|(?-i:[a-z]+[A-Z][A-Za-z0-9]*))|(?P<this>this\s+(?:tool|function|endpoint|one)|it)|(?P<w>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)(?P<tw>\s+tool\b))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
+        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|(?-i:[a-z]+[A-Z][A-Za-z0-9]*))|(?P<this>this(?:\s+(?:tool|function|endpoint|one))?|it)|(?P<w>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)(?P<tw>\s+tool\b))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
     )
 });
 /// Words that order a call relative to this tool's.
@@ -376,7 +376,7 @@ static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
 /// Ordering words that make "call this tool" a demand on every other call.
 static ORDER_ALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:first|before\s+(?:any|every|all|each|using|calling|doing|answering|responding|anything)|prior\s+to\s+(?:any|every|all)|every\s+time|each\s+time|whenever|in\s+every\s+(?:conversation|session|chat))\b",
+        r"(?i)\b(?:first|before\s+(?:any|every|all|each|anything)|before\s+(?:using|calling|doing|answering|responding)\s+(?:any|every|all|each|other|anything)|prior\s+to\s+(?:any|every|all)|every\s+time|each\s+time|whenever|in\s+every\s+(?:conversation|session|chat))\b",
     )
 });
 
@@ -473,6 +473,16 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
                     excerpt(d.as_str())
                 ),
             )
+        } else if !profile.runs_commands {
+            // A tool that runs no commands has no reason to carry one (a default
+            // of `/; curl … | bash`).
+            (
+                Severity::Medium,
+                format!(
+                    "carries a destructive or remote command: {}",
+                    excerpt(d.as_str())
+                ),
+            )
         } else {
             (
                 Severity::Low,
@@ -480,7 +490,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             )
         };
         let hit = Hit::new(RUN_COMMAND, severity, d.range(), message);
-        hits.push(if severity == Severity::High {
+        hits.push(if severity >= Severity::Medium {
             hit.outside()
         } else {
             hit

@@ -462,8 +462,12 @@ fn scan_hits(
     let mut phrase_hits = Vec::new();
     let mut marks = markers(&folded.text);
     hidden_blocks(&folded.text, &mut phrase_hits, &mut marks);
-    phrases(&folded.text, &mut phrase_hits);
-    intents(&folded.text, profile, &mut phrase_hits);
+    // An identifier (`hide_from_user_and_do_not_mention`) is read as words too;
+    // '_' and ' ' are one byte each, so spans stay those of the folded text.
+    let spaced = spaced_identifier(&folded.text);
+    let words = spaced.as_deref().unwrap_or(&folded.text);
+    phrases(words, &mut phrase_hits);
+    intents(words, profile, &mut phrase_hits);
     secret_requests(&folded.text, profile, &mut phrase_hits);
     urls(&folded.text, ctx, &mut phrase_hits);
     for mut hit in phrase_hits {
@@ -473,6 +477,12 @@ fn scan_hits(
     squeezed_phrases(text, &mut hits);
     let marks = marks.into_iter().map(|m| folded.original(m)).collect();
     (hits, marks)
+}
+
+/// `text` with `_` read as a space, when it is one identifier-like token (no
+/// whitespace, an underscore): an enum value, a parameter name.
+fn spaced_identifier(text: &str) -> Option<String> {
+    (text.contains('_') && !text.contains(char::is_whitespace)).then(|| text.replace('_', " "))
 }
 
 /// Merges the hits of one rule whose spans overlap into one (their union, the

@@ -38,7 +38,7 @@ pub(super) static SECRET_MOVE: LazyLock<Regex> = LazyLock::new(|| {
 });
 pub(super) static SECRET_CONTENTS: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"(?i)\b(?:contents?|values?)\s+of\s+(?:(?:the|your|any|all|their|this|every)\s+)?(?:users?['’]s?\s+)?(?:[\w-]+\s+)?(?P<obj>{CREDENTIAL_FILES}|{SECRET_FILES}|{SECRET_VARS}|(?:{SECRET_NOUNS})\b)"
+        r"(?i)\b(?:contents?|values?)\s+of\s+(?:(?:the|your|any|all|their|this|every)\s+)?(?:users?['’]s?\s+)?(?:[\w'’-]+\s+)?(?P<obj>{CREDENTIAL_FILES}|{SECRET_FILES}|{SECRET_VARS}|(?:{SECRET_NOUNS})\b)"
     ))
 });
 pub(super) static SECRET_AMBIENT: LazyLock<Regex> = LazyLock::new(|| {
