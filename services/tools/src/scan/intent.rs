@@ -303,8 +303,18 @@ static PURPOSE_OTHER: LazyLock<Regex> = LazyLock::new(|| {
 // ---------------------------------------------------------------------------------
 // Action classes
 
-/// Within one sentence (a '.' counts only when followed by a non-space).
-const OBJECT: &str = r"(?P<o>(?:[^.!?;\n]|\.\S){0,120})";
+/// Where a verb's object starts; the object is read by [`object_at`] (a bounded
+/// window in the pattern itself made the automata large and slow).
+const OBJECT: &str = r"(?P<o>)";
+
+/// The object of a verb: from `start` to its sentence end, at most 120 bytes.
+fn object_at<'t>(text: &'t str, sentences: &Sentences, start: usize) -> &'t str {
+    let end = sentences
+        .around(start)
+        .end
+        .min(floor_char_boundary(text, start.saturating_add(120)));
+    text.get(start..end.max(start)).unwrap_or("")
+}
 
 /// Commands that destroy, weaken permissions, fetch and run code, or open a shell.
 static DANGEROUS: LazyLock<Regex> = LazyLock::new(|| {
@@ -440,7 +450,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         if !instructs(addressed(text, &sentences, v.start())) {
             continue;
         }
-        let object = o.as_str();
+        let object = object_at(text, &sentences, o.start());
         let dangerous = DANGEROUS.find(object);
         if dangerous.is_none() && (!COMMAND_OBJECT.is_match(object) || profile.runs_commands) {
             continue;
@@ -502,7 +512,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
             continue;
         };
-        let object = o.as_str();
+        let object = object_at(text, &sentences, o.start());
         let a = addressed(text, &sentences, v.start());
         if !instructs(a) {
             continue;
@@ -605,7 +615,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
                 continue;
             };
-            if !URL_OBJECT.is_match(o.as_str())
+            if !URL_OBJECT.is_match(object_at(text, &sentences, o.start()))
                 || !instructs(addressed(text, &sentences, v.start()))
             {
                 continue;

@@ -349,6 +349,7 @@ pub(super) const PHRASES: &[Phrase] = &[
 pub(super) static PHRASE_SET: LazyLock<RegexSet> = LazyLock::new(|| {
     match regex::RegexSetBuilder::new(PHRASES.iter().map(|p| ascii_boundaries(p.pattern)))
         .size_limit(SIZE_LIMIT)
+        .dfa_size_limit(DFA_SIZE_LIMIT)
         .build()
     {
         Ok(set) => set,
