@@ -32,6 +32,9 @@ pub(super) struct Profile<'p> {
     pub(super) files: bool,
     /// The tool opens URLs (browser, fetch, scrape…).
     pub(super) browses: bool,
+    /// The tool is about secrets (a scanner, a vault): naming credential files is
+    /// its function.
+    pub(super) secrets: bool,
 }
 
 /// Words of a tool's name and first sentence that say what it does.
@@ -43,6 +46,11 @@ static RUNS_COMMANDS: LazyLock<Regex> = LazyLock::new(|| {
 static FILES: LazyLock<Regex> = LazyLock::new(|| {
     compile(
         r"(?i)(?:\b|_)(?:files?|filesystem|fs|director(?:y|ies)|dirs?|folders?|paths?|disk|workspace|documents?|notes?|edit|editor|repo|repository|codebase|project|code)(?:\b|_)",
+    )
+});
+static SECRETS: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)(?:\b|_)(?:secrets?|credentials?|leaks?|vault|keychain|passwords?|ssh|gitleaks|trufflehog|security|audit)(?:\b|_)",
     )
 });
 static BROWSES: LazyLock<Regex> = LazyLock::new(|| {
@@ -61,6 +69,7 @@ impl<'p> Profile<'p> {
             runs_commands: about(&RUNS_COMMANDS),
             files: about(&FILES),
             browses: about(&BROWSES),
+            secrets: about(&SECRETS),
         }
     }
 
@@ -74,6 +83,11 @@ impl<'p> Profile<'p> {
 }
 
 /// At most the first 200 bytes up to the first sentence end.
+/// A plain lower-case word (no `_`, `-`, `.`, digits or capitals).
+fn plain(word: &str) -> bool {
+    word.bytes().all(|b| b.is_ascii_lowercase())
+}
+
 fn first_sentence(text: &str) -> &str {
     let head = &text[..floor_char_boundary(text, 200)];
     let end = head
@@ -128,8 +142,14 @@ impl Sentences {
 pub(super) enum Address {
     /// A description ("Runs …", "the run"), a purpose ("… to run"), or unclear.
     No,
-    /// An instruction to the model: an imperative or a modal obligation.
+    /// An instruction to the model: a modal obligation ("you must run"), or an
+    /// imperative after a subordinate clause or a connective ("Before answering,
+    /// run …", "then run …").
     Yes,
+    /// A bare imperative opening a sentence ("Run …"): an instruction, except as
+    /// the first sentence of a text, where it names the tool's function ("Create a
+    /// file", "Save results to a file").
+    Bare,
     /// A negated instruction or statement ("never run", "does not run").
     Negated,
 }
@@ -143,7 +163,7 @@ static NEG_TAIL: LazyLock<Regex> = LazyLock::new(|| {
 /// A modal obligation or an adverb of instruction right before the verb.
 static MODAL_TAIL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)(?:\b(?:must|shall|should|need\s+to|needs\s+to|have\s+to|has\s+to|(?:required|expected|instructed|supposed|asked|told|obliged|obligated|meant)\s+to|make\s+sure\s+(?:to|you|that\s+you)|be\s+sure\s+to|remember\s+to|forget\s+to|ensure\s+(?:that\s+)?you|always|please|immediately|you|is\s+to|are\s+to|(?:mandatory|required|essential|necessary|critical|crucial|vital|important|imperative)\s+(?:to|that\s+you)|(?:best|better)\s+to)|(?:^\W*|[,:]\s*|\b(?:and|then)\s+)(?:first|then|also|next|now|finally|instead|additionally))(?:\s+(?:always|first|then|also|immediately|now|just|only|still|again|additionally|carefully|silently|secretly|quietly|automatically|explicitly|manually|directly|proactively))*\s*$",
+        r"(?i)(?:\b(?:(?:the\s+)?(?:agent|assistant|model|ai|llm)s?(?:\s+(?:must|shall|should|will))?|pls|plz|must|shall|should|need\s+to|needs\s+to|have\s+to|has\s+to|(?:required|expected|instructed|supposed|asked|told|obliged|obligated|meant)\s+to|make\s+sure\s+(?:to|you|that\s+you)|be\s+sure\s+to|remember\s+to|forget\s+to|ensure\s+(?:that\s+)?you|always|please|immediately|you|is\s+to|are\s+to|(?:mandatory|required|essential|necessary|critical|crucial|vital|important|imperative)\s+(?:to|that\s+you)|(?:best|better)\s+to)|(?:^\W*|[,:]\s*|\b(?:and|then)\s+)(?:first|then|also|next|now|finally|instead|additionally))(?:[\s,]+(?:always|first|then|also|immediately|now|just|only|still|again|additionally|carefully|silently|secretly|quietly|automatically|explicitly|manually|directly|proactively))*[\s,]*$",
     )
 });
 /// A modal obligation anywhere in the sentence before the verb.
@@ -171,8 +191,15 @@ pub(super) fn address(prefix: &str) -> Address {
     if NEG_TAIL.is_match(prefix) {
         return Address::Negated;
     }
-    if MODAL_TAIL.is_match(prefix) || FILLER.is_match(prefix) {
+    if MODAL_TAIL.is_match(prefix) {
         return Address::Yes;
+    }
+    if FILLER.is_match(prefix) {
+        return if CONNECTIVE.is_match(prefix) {
+            Address::Yes
+        } else {
+            Address::Bare
+        };
     }
     // The clause the verb opens: after the last comma, colon, dash or conjunction.
     let cut = prefix
@@ -191,7 +218,7 @@ pub(super) fn address(prefix: &str) -> Address {
         return Address::No;
     }
     if head.trim().is_empty() {
-        return Address::Yes;
+        return Address::Bare;
     }
     if conj.is_some_and(|j| prefix.len() - tail.len() == j) {
         // "… and set the limit": an instruction when the sentence is one.
@@ -201,12 +228,25 @@ pub(super) fn address(prefix: &str) -> Address {
             Address::No
         };
     }
-    if by_comma && !SUBORDINATE.is_match(head) && !MODAL_ANY.is_match(head) {
+    // The clause before the comma, after any label ("URGENT: before scaling, …").
+    let clause = head.rsplit([':', ';']).next().unwrap_or(head);
+    if by_comma && !SUBORDINATE.is_match(clause) && !MODAL_ANY.is_match(head) {
         // "Supports read, write …": an enumeration.
         return Address::No;
     }
+    if !by_comma && !CONNECTIVE.is_match(tail) {
+        // "Usage: run …": a label and a bare imperative.
+        return Address::Bare;
+    }
     Address::Yes
 }
+
+/// Connectives that make a clause-initial verb part of a sequence of instructions.
+static CONNECTIVE: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:then|also|first|next|now|finally|additionally|afterwards|again|please|pls|plz|always|immediately|instead|just)\b",
+    )
+});
 
 /// The byte offset just after the last " and " / " or " / " then " of `s`.
 fn last_conjunction(s: &str) -> Option<usize> {
@@ -226,22 +266,60 @@ static IMPERATIVE_START: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// Whether the verb at `verb_start` is addressed to the model.
+/// Whether the verb at `verb_start` is addressed to the model: `Yes` for an
+/// obligation, `Bare` for an imperative that is not the text's first sentence
+/// (which names the tool's function), else `No` or `Negated`.
 fn addressed(text: &str, sentences: &Sentences, verb_start: usize) -> Address {
     let s = sentences.around(verb_start);
-    address(&text[s.start..verb_start])
+    let prefix = &text[s.start..verb_start];
+    match address(prefix) {
+        Address::Bare if text[..s.start].trim().is_empty() => Address::No,
+        Address::No if PURPOSE_OTHER.is_match(prefix) => {
+            // "use the shell tool to copy …": the purpose of another tool's call
+            // is part of the instruction.
+            let start = PURPOSE_OTHER.find(prefix).map_or(0, |m| m.start());
+            match address(&prefix[..start]) {
+                Address::Yes | Address::Bare => Address::Yes,
+                a => a,
+            }
+        }
+        a => a,
+    }
 }
+
+/// Whether an address makes the verb an instruction.
+fn instructs(a: Address) -> bool {
+    matches!(a, Address::Yes | Address::Bare)
+}
+
+/// "use the shell tool to", "call `run_command` to": the purpose clause of a call
+/// of another tool.
+static PURPOSE_OTHER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:use|call|invoke|ask)\s+(?:the\s+|a\s+|an\s+|any\s+|your\s+|whatever\s+)?(?:`[^`]{1,60}`|[\w'’-]+(?:\s+[\w'’-]+){0,2}?\s+(?:tool|tools|server|function|shell|terminal|browser))\s+(?:\w+\s+){0,3}?to\s+$",
+    )
+});
 
 // ---------------------------------------------------------------------------------
 // Action classes
 
-/// Within one sentence (a '.' counts only when followed by a non-space).
-const OBJECT: &str = r"(?P<o>(?:[^.!?;\n]|\.\S){0,120})";
+/// Where a verb's object starts; the object is read by [`object_at`] (a bounded
+/// window in the pattern itself made the automata large and slow).
+const OBJECT: &str = r"(?P<o>)";
+
+/// The object of a verb: from `start` to its sentence end, at most 120 bytes.
+fn object_at<'t>(text: &'t str, sentences: &Sentences, start: usize) -> &'t str {
+    let end = sentences
+        .around(start)
+        .end
+        .min(floor_char_boundary(text, start.saturating_add(120)));
+    text.get(start..end.max(start)).unwrap_or("")
+}
 
 /// Commands that destroy, weaken permissions, fetch and run code, or open a shell.
 static DANGEROUS: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\bsudo\s+\S|\brm\s+-[a-z]*(?:rf|fr|r\s+-f|f\s+-r)[a-z]*\b|\brm\s+-r\b|\bchmod\s+(?:-R\s+)?(?:[0-7]{3,4}|[ugoa]*[+=][rwxst]+)\b|\bchown\s+-R\b|\b(?:curl|wget|iwr|invoke-webrequest)\b[^|\n]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b|\b(?:curl|wget)\b[^|\n]{0,200}\|\s*(?:python3?|node|perl|ruby)\b|\bbash\s+-c\b|\bsh\s+-c\b|\bpowershell\b[^\n]{0,40}\s-(?:e|enc|encodedcommand)\b|\b(?:nc|ncat|netcat)\s+(?:-\w+\s+)*-[ec]\b|\bmkfifo\b|/dev/tcp/|\bdd\s+if=|\bmkfs\b|:\(\)\s*\{|\bInvoke-Expression\b|\biex\s*\(|\bcrontab\s+-|>>?\s*~/\.(?:bashrc|zshrc|profile|bash_profile|ssh/authorized_keys)\b|\bauthorized_keys\b|\bchattr\b|\bkillall\b|\bshutdown\s+-|\breg\s+(?:add|delete)\b|\bformat\s+[a-z]:",
+        r"(?i)\bsudo\s+\S|\brm\s+-[a-z]*(?:rf|fr|r\s+-f|f\s+-r)[a-z]*\b|\brm\s+-r\b|\bchmod\s+(?:-R\s+)?(?:[0-7]{3,4}|[ugoa]*[+=][rwxst]+)\b|\bchown\s+-R\b|\b(?:curl|wget|iwr|invoke-webrequest)\b[^|\n]{0,200}\|\s*(?:sudo\s+)?(?:ba|z|da|k)?sh\b|\b(?:curl|wget)\b[^|\n]{0,200}\|\s*(?:python3?|node|perl|ruby)\b|\bbash\s+-c\b|\bsh\s+-c\b|\bpowershell\b[^\n]{0,40}\s-(?:e|enc|encodedcommand)\b|\b(?:nc|ncat|netcat)\s+(?:-\w+\s+)*-[ec]\b|\bmkfifo\b|/dev/tcp/|\bdd\s+if=|\bmkfs\b|:\(\)\s*\{|\bInvoke-Expression\b|\biex\s*\(|\bcrontab\s+-|>>?\s*~/\.(?:bashrc|zshrc|profile|bash_profile|ssh/authorized_keys)\b|\bauthorized_keys\b|\bchattr\b|\bkillall\b|\bshutdown\s+-|\breg\s+(?:add|delete)\b|\bformat\s+[a-z]:|\bkubectl\s+delete\b|\bgit\s+push\s+(?:\S+\s+)*?(?:-f|--force)\b|\bgit\s+config\s+--global\b|\bgit\s+reset\s+--hard\b|\bnpm\s+(?:i|install)\s+(?:-g|--global)\b|\$\((?:whoami|id|hostname|env|printenv|cat|curl|uname)\b|\bos\.environ\b|\bprintenv\b|`env`|\bdrop\s+(?:table|database)\b",
     )
 });
 
@@ -253,7 +331,7 @@ static RUN: LazyLock<Regex> = LazyLock::new(|| {
 /// The object of a run verb that makes it a command.
 static COMMAND_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:commands?|shell|terminal|bash|zsh|powershell|cmd(?:\.exe)?|scripts?|one-liner|cli|sudo|console)\b|`[^`]*\s[^`]*`|`(?:npm|npx|pip|pip3|python3?|node|curl|wget|git|docker|kubectl|rm|chmod|chown|sudo|bash|sh|cat|ls|echo|apt|apt-get|brew|make|cargo|uv|uvx)\b",
+        r"(?i)\b(?:commands?|shell|terminal|bash|zsh|powershell|cmd(?:\.exe)?|scripts?|one-liner|cli|sudo|console)\b|`[^`]*\s[^`]*`|`(?:npm|npx|pip|pip3|python3?|node|curl|wget|git|docker|kubectl|rm|chmod|chown|sudo|bash|sh|cat|ls|echo|apt|apt-get|brew|make|cargo|uv|uvx|env)\b|https?://\S+\.(?:sh|ps1|py|exe|bat|bin|msi)\b",
     )
 });
 /// "All commands must include the prefix …", "prefix every command with …".
@@ -271,7 +349,7 @@ static FILE: LazyLock<Regex> = LazyLock::new(|| {
 /// File objects that reach beyond any tool's workspace.
 static FILE_OBJECT_WIDE: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)(?:^|[\s`'\x22(])(?:~(?:[/\\]|\s|$|[`'\x22])|\$HOME\b|%USERPROFILE%|/(?:etc|root|home|Users|var|usr|opt|proc|sys)(?:/|\b)|[a-z]:\\(?:users|windows)\b)|\b(?:home|user['’]?s?)\s+(?:director(?:y|ies)|folders?)\b|\b(?:all|every|each|any)\s+(?:of\s+the\s+)?(?:\w+\s+)?(?:files?|documents?|folders?|director(?:y|ies))\b|\benvironment(?:\s+variables?)?\b|\benv\s+vars?\b|\bdotfiles?\b|\b(?:browser|chrome|firefox|safari)\s+(?:profiles?|cookies|history|passwords|data)\b|\bkeychain\b|\bshell\s+history\b|\bstartup\s+(?:files?|scripts?|items?)\b",
+        r"(?i)(?:^|[\s`'\x22(])(?:~(?:[/\\]|\s|$|[`'\x22])|\$HOME\b|%USERPROFILE%|/(?:etc|root|home|Users|var|usr|opt|proc|sys)(?:/|\b)|[a-z]:\\(?:users|windows)\b)|\b(?:home|user['’]?s?)\s+(?:director(?:y|ies)|folders?)\b|\b(?:all|every)\s+(?:of\s+the\s+)?(?:\w+\s+)?(?:files?|documents?|folders?|director(?:y|ies))\b|\benvironment(?:\s+variables?)?\b|\benv\s+vars?\b|\bdotfiles?\b|\b(?:browser|chrome|firefox|safari)\s+(?:profiles?|cookies|history|passwords|data)\b|\bkeychain\b|\bshell\s+history\b|\bstartup\s+(?:files?|scripts?|items?)\b",
     )
 });
 /// Plain file objects.
@@ -282,14 +360,24 @@ static FILE_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
 });
 static CALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|[a-z]+[A-Z][A-Za-z0-9]*)|(?P<this>this\s+(?:tool|function|endpoint|one)|it))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
+        r"(?i)\b(?P<v>call|use|invoke|run|execute|trigger|try|query)\s+(?:the\s+|a\s+|an\s+)?(?:(?P<q>`[A-Za-z_][\w.:/-]{1,80}`|['‘\x22“][A-Za-z_][\w.:/-]{1,80}['’\x22”])|(?P<p>[A-Za-z][A-Za-z0-9]*(?:[_.:][A-Za-z0-9]+)+|(?-i:[a-z]+[A-Z][A-Za-z0-9]*))|(?P<this>this(?:\s+(?:tool|function|endpoint|one))?|it)|(?P<w>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)(?P<tw>\s+tool\b))(?:\s*\(\))?(?P<t>\s+(?:tool|function|endpoint|mcp\s+tool|method))?",
     )
 });
 /// Words that order a call relative to this tool's.
 static ORDER: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:first|before|prior\s+to|beforehand|instead|rather\s+than|every\s+time|each\s+time|whenever)\b",
+        r"(?i)\b(?:first|before|b4|prior\s+to|beforehand|after|afterwards|instead|rather\s+than|every\s+time|each\s+time|whenever)\b",
     )
+});
+/// Words after a quoted name that make it a parameter or a value, not a tool.
+static PARAMETER_AFTER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)^\s*(?:parameter|param|argument|arg|field|option|type|value|key|flag|mode|property|operator|column|attribute|setting)s?\b",
+    )
+});
+/// "`get_issue` of this same server"
+static SAME_SERVER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(r"(?i)^\s*(?:tool\s+)?(?:of|from|on|in)\s+(?:this|the\s+same)\s+(?:same\s+)?server\b")
 });
 /// Ordering words that put another call before this one.
 static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
@@ -298,7 +386,7 @@ static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
 /// Ordering words that make "call this tool" a demand on every other call.
 static ORDER_ALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
-        r"(?i)\b(?:first|before\s+(?:any|every|all|each|using|calling|doing|answering|responding|anything)|prior\s+to\s+(?:any|every|all))\b",
+        r"(?i)\b(?:first|before\s+(?:any|every|all|each|anything)|before\s+(?:using|calling|doing|answering|responding)\s+(?:any|every|all|each|other|anything)|prior\s+to\s+(?:any|every|all)|every\s+time|each\s+time|whenever|in\s+every\s+(?:conversation|session|chat))\b",
     )
 });
 
@@ -359,10 +447,10 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
             continue;
         };
-        if addressed(text, &sentences, v.start()) != Address::Yes {
+        if !instructs(addressed(text, &sentences, v.start())) {
             continue;
         }
-        let object = o.as_str();
+        let object = object_at(text, &sentences, o.start());
         let dangerous = DANGEROUS.find(object);
         if dangerous.is_none() && (!COMMAND_OBJECT.is_match(object) || profile.runs_commands) {
             continue;
@@ -395,6 +483,16 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
                     excerpt(d.as_str())
                 ),
             )
+        } else if !profile.runs_commands {
+            // A tool that runs no commands has no reason to carry one (a default
+            // of `/; curl … | bash`).
+            (
+                Severity::Medium,
+                format!(
+                    "carries a destructive or remote command: {}",
+                    excerpt(d.as_str())
+                ),
+            )
         } else {
             (
                 Severity::Low,
@@ -402,7 +500,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             )
         };
         let hit = Hit::new(RUN_COMMAND, severity, d.range(), message);
-        hits.push(if severity == Severity::High {
+        hits.push(if severity >= Severity::Medium {
             hit.outside()
         } else {
             hit
@@ -414,13 +512,17 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
             continue;
         };
-        let object = o.as_str();
-        if addressed(text, &sentences, v.start()) != Address::Yes {
+        let object = object_at(text, &sentences, o.start());
+        let a = addressed(text, &sentences, v.start());
+        if !instructs(a) {
             continue;
         }
-        let severity = if FILE_OBJECT_WIDE.is_match(object) {
+        // A bare "Save results to a file" is usually what a parameter does; an
+        // obligation ("you must also write …") is not.
+        let severity = if FILE_OBJECT_WIDE.is_match(object) && (!profile.files || a == Address::Yes)
+        {
             Severity::High
-        } else if FILE_OBJECT.is_match(object) && !profile.files {
+        } else if FILE_OBJECT.is_match(object) && !profile.files && a == Address::Yes {
             Severity::Medium
         } else {
             continue;
@@ -444,33 +546,44 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let Some(v) = caps.name("v") else { continue };
         let s = sentences.around(v.start());
         let sentence = &text[s.clone()];
-        if !ORDER.is_match(sentence) || addressed(text, &sentences, v.start()) != Address::Yes {
+        let a = addressed(text, &sentences, v.start());
+        if !ORDER.is_match(sentence) || !instructs(a) {
             continue;
         }
+        let after = caps.get(0).map_or("", |m| &text[m.end()..s.end]);
+        let verb = v.as_str().to_ascii_lowercase();
+        let tool_word = caps.name("t").is_some();
         let (reference, is_this) = if let Some(t) = caps.name("this") {
             (t.as_str(), true)
         } else if let Some(q) = caps.name("q") {
             let r = q
                 .as_str()
                 .trim_matches(|c: char| !c.is_alphanumeric() && c != '_');
+            // `cursor`, 'query': a plain word in quotes is a parameter or a value
+            // unless "tool" follows.
+            if (plain(r) && !tool_word && !profile.is_own(r)) || PARAMETER_AFTER.is_match(after) {
+                continue;
+            }
             (r, profile.name.eq_ignore_ascii_case(r))
         } else if let Some(p) = caps.name("p") {
+            // Unquoted `snake_case` is as often a parameter as a tool, unless it is
+            // called ("call get_document") or followed by "tool".
+            let called = matches!(verb.as_str(), "call" | "invoke" | "trigger");
+            if !(called || tool_word || profile.is_own(p.as_str()))
+                || PARAMETER_AFTER.is_match(after)
+            {
+                continue;
+            }
             (p.as_str(), profile.name.eq_ignore_ascii_case(p.as_str()))
+        } else if let Some(w) = caps.name("w") {
+            (w.as_str(), false)
         } else {
             continue;
         };
-        // A plain identifier (not quoted, no "tool" after it) that is not a tool
-        // name of this server could be a parameter; a quoted one or "X tool" is a
-        // tool.
-        let named_tool = caps.name("q").is_some() || caps.name("t").is_some();
-        let own = is_this || profile.is_own(reference);
-        if !own && !named_tool && caps.name("p").is_some() {
-            // "Use max_results first" is unusual, but `snake_case` without a
-            // "tool" word is as often a parameter as a tool.
-            continue;
-        }
-        if own && !is_this && !ORDER_FIRST.is_match(sentence) {
-            // "deprecated, use `search_v2` instead": a redirect within the server.
+        let own = is_this || profile.is_own(reference) || SAME_SERVER.is_match(after);
+        if own && !is_this && (!ORDER_FIRST.is_match(sentence) || a != Address::Yes) {
+            // "Use `get_issue` instead", "Use list_tables first to see …": a hint
+            // within the server; an obligation to call it first is for review.
             continue;
         }
         let (severity, message) = if is_this {
@@ -502,8 +615,8 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
                 continue;
             };
-            if !URL_OBJECT.is_match(o.as_str())
-                || addressed(text, &sentences, v.start()) != Address::Yes
+            if !URL_OBJECT.is_match(object_at(text, &sentences, o.start()))
+                || !instructs(addressed(text, &sentences, v.start()))
             {
                 continue;
             }
@@ -545,7 +658,7 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
         let s = sentences.around(v.start());
         let prefix = &text[s.start..v.start()];
         let rest = &text[v.start()..s.end];
-        let instructed = addressed(text, &sentences, v.start()) == Address::Yes
+        let instructed = instructs(addressed(text, &sentences, v.start()))
             && (ALWAYS_OR_MUST.is_match(prefix) || ALWAYS_OR_MUST.is_match(rest));
         if !instructed || !LITERAL.is_match(rest) {
             continue;
@@ -627,6 +740,7 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*RUNS_COMMANDS,
         &*FILES,
         &*BROWSES,
+        &*SECRETS,
         &*NEG_TAIL,
         &*MODAL_TAIL,
         &*MODAL_ANY,
@@ -645,6 +759,10 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*ORDER,
         &*ORDER_ALL,
         &*ORDER_FIRST,
+        &*PARAMETER_AFTER,
+        &*SAME_SERVER,
+        &*CONNECTIVE,
+        &*PURPOSE_OTHER,
         &*VISIT,
         &*URL_OBJECT,
         &*FIX_ARGUMENT,

@@ -28,8 +28,9 @@ pub(super) struct ToolIndex<'c> {
     shared: HashSet<String>,
     /// Lower-case bare names of this server's tools.
     own: HashSet<String>,
-    /// Folded name (and each of its one-character deletions) → other tools.
-    near: HashMap<String, Vec<&'c str>>,
+    /// Digest of a folded name and of each of its one-character deletions → other
+    /// tools (candidates; [`is_near`] decides).
+    near: HashMap<u64, Vec<&'c str>>,
     /// Folded bare names of the built-in tools, with the name shown.
     builtins: Vec<(String, String)>,
     /// Whether the server scanned is the built-in one.
@@ -75,7 +76,7 @@ impl<'c> ToolIndex<'c> {
             .collect();
 
         let mut keys: HashMap<String, Vec<(&'c str, bool)>> = HashMap::new();
-        let mut near: HashMap<String, Vec<&'c str>> = HashMap::new();
+        let mut near: HashMap<u64, Vec<&'c str>> = HashMap::new();
         let mut builtins = Vec::new();
         for name in ctx.other_tools {
             let (ns, bare) = split_name(name);
@@ -97,7 +98,7 @@ impl<'c> ToolIndex<'c> {
                 continue;
             }
             let folded = fold_name(bare);
-            for key in deletions(&folded).chain(std::iter::once(folded.clone())) {
+            for key in deletion_digests(&folded) {
                 let names = near.entry(key).or_default();
                 if names.last() != Some(&name.as_str()) {
                     names.push(name);
@@ -139,8 +140,7 @@ impl<'c> ToolIndex<'c> {
                 ),
             ));
         }
-        let mut candidates: Vec<&str> = deletions(&folded)
-            .chain(std::iter::once(folded.clone()))
+        let mut candidates: Vec<&str> = deletion_digests(&folded)
             .filter_map(|k| self.near.get(&k))
             .flatten()
             .copied()
@@ -223,6 +223,23 @@ fn lookalike_digits(name: &str) -> bool {
             && b.get(i + 1)
                 .is_none_or(|n| n.is_ascii_alphabetic() || *n == b'_')
     })
+}
+
+/// FNV-1a digests of `s` and of `s` with each one byte removed (ASCII; a
+/// non-ASCII name gives its own digest only), without building the strings.
+fn deletion_digests(s: &str) -> impl Iterator<Item = u64> + '_ {
+    let b = s.as_bytes();
+    let n = if s.is_ascii() { b.len() } else { 0 };
+    let digest = move |skip: Option<usize>| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for (i, &x) in b.iter().enumerate() {
+            if Some(i) != skip {
+                h = (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        h
+    };
+    std::iter::once(digest(None)).chain((0..n).map(move |i| digest(Some(i))))
 }
 
 /// The strings `s` with one character removed (ASCII; others are left whole).

@@ -92,9 +92,7 @@ fn walk(schema: &Value, field: String, out: &mut Vec<Finding>) {
                 {
                     for (name, sub) in props {
                         let at = format!("{path}.{name}");
-                        if let Some(f) = judge(name, &at) {
-                            out.push(f);
-                        }
+                        judge_all(name, &at, out);
                         walk(sub, at, out);
                     }
                 } else {
@@ -111,19 +109,62 @@ fn walk(schema: &Value, field: String, out: &mut Vec<Finding>) {
     }
 }
 
+/// Parts of a parameter name that ask for the model's context
+/// (`system_instructions_verbatim`, `full_chat_log`); a name ending in an id or a
+/// count (`conversation_id`) names a thing of the service instead.
+const CONTEXT_PARTS: &[&str] = &[
+    "systemprompt",
+    "systeminstructions",
+    "chatlog",
+    "chathistory",
+    "conversationhistory",
+    "conversationlog",
+    "previousmessage",
+    "lastusermessage",
+    "toldtodo",
+    "instructionsverbatim",
+    "yourinstructions",
+    "youwereasked",
+    "wereyoutold",
+];
+const THING_ENDINGS: &[&str] = &[
+    "id", "ids", "key", "name", "title", "type", "url", "uri", "count", "limit", "index",
+];
+
+/// Findings on one parameter name: the lists above, invisible characters, and the
+/// phrase rules read on the name with `_` as spaces.
+fn judge_all(name: &str, field: &str, out: &mut Vec<Finding>) {
+    let mut hits = Vec::new();
+    invisible_unicode(name, &mut hits);
+    let folded = Folded::new(name);
+    let spaced = folded.text.replace(['_', '-'], " ");
+    let mut phrase_hits = Vec::new();
+    phrases(&spaced, &mut phrase_hits);
+    for mut h in phrase_hits {
+        h.span = folded.original(h.span);
+        hits.push(h);
+    }
+    out.extend(findings(field, name, hits));
+    if let Some(f) = judge(name, field) {
+        out.push(f);
+    }
+}
+
 fn judge(name: &str, field: &str) -> Option<Finding> {
     let n = normalized(name);
-    let (rule, severity, message) = if CONTEXT_NAMES.contains(&n.as_str()) {
-        (
-            CONTEXT,
-            Severity::Medium,
-            "a parameter that asks for the model's conversation or instructions",
-        )
-    } else if CONTEXT_NAMES_WEAK.contains(&n.as_str()) {
+    let part = CONTEXT_PARTS.iter().any(|p| n.contains(p))
+        && !THING_ENDINGS.iter().any(|e| n.ends_with(e));
+    let (rule, severity, message) = if CONTEXT_NAMES_WEAK.contains(&n.as_str()) {
         (
             CONTEXT,
             Severity::Low,
             "a parameter named for the model's prompt or identity",
+        )
+    } else if CONTEXT_NAMES.contains(&n.as_str()) || part {
+        (
+            CONTEXT,
+            Severity::Medium,
+            "a parameter that asks for the model's conversation or instructions",
         )
     } else if SECRET_NAMES.contains(&n.as_str()) {
         (

@@ -38,7 +38,7 @@ pub(super) static SECRET_MOVE: LazyLock<Regex> = LazyLock::new(|| {
 });
 pub(super) static SECRET_CONTENTS: LazyLock<Regex> = LazyLock::new(|| {
     compile(&format!(
-        r"(?i)\b(?:contents?|values?)\s+of\s+(?:(?:the|your|any|all|their|this|every)\s+)?(?:users?['’]s?\s+)?(?:[\w-]+\s+)?(?P<obj>{CREDENTIAL_FILES}|{SECRET_FILES}|{SECRET_VARS}|(?:{SECRET_NOUNS})\b)"
+        r"(?i)\b(?:contents?|values?)\s+of\s+(?:(?:the|your|any|all|their|this|every)\s+)?(?:users?['’]s?\s+)?(?:[\w'’-]+\s+)?(?P<obj>{CREDENTIAL_FILES}|{SECRET_FILES}|{SECRET_VARS}|(?:{SECRET_NOUNS})\b)"
     ))
 });
 pub(super) static SECRET_AMBIENT: LazyLock<Regex> = LazyLock::new(|| {
@@ -59,7 +59,7 @@ pub(super) static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-pub(super) fn secret_requests(text: &str, hits: &mut Vec<Hit>) {
+pub(super) fn secret_requests(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
     let rules: [(&Regex, Severity, &str, bool); 6] = [
         (
             &SECRET_READ,
@@ -87,7 +87,12 @@ pub(super) fn secret_requests(text: &str, hits: &mut Vec<Hit>) {
         ),
         (
             &SECRET_PATH,
-            Severity::High,
+            // A secret scanner or a vault names credential files as its function.
+            if profile.secrets {
+                Severity::Low
+            } else {
+                Severity::High
+            },
             "names a credential file",
             false,
         ),

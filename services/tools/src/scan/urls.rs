@@ -72,17 +72,62 @@ pub(super) fn trim_url(s: &str) -> &str {
     s.trim_end_matches(['.', ',', ';', ':', '!', '?', ')', ']', '}', '*', '_', '>'])
 }
 
+/// Cloud metadata endpoints: nothing a tool description should send the model to.
+const METADATA_HOSTS: &[&str] = &[
+    "169.254.169.254",
+    "metadata.google.internal",
+    "metadata",
+    "100.100.100.200",
+    "fd00:ec2::254",
+];
+
+/// A host name built from data: `<base32 of the key>.dns.example`.
+pub(super) static HOST_TEMPLATE: LazyLock<Regex> =
+    LazyLock::new(|| compile(r"(?i)[<{][^<>{}\n]{1,60}[>}]\.(?:[a-z0-9-]+\.)+[a-z]{2,24}\b"));
+
 pub(super) fn urls(text: &str, ctx: &ScanContext, hits: &mut Vec<Hit>) {
+    for m in HOST_TEMPLATE.find_iter(text) {
+        hits.push(Hit::new(
+            EXFIL,
+            Severity::High,
+            m.range(),
+            "a host name the model is to build from data: it carries data out by DNS",
+        ));
+    }
     let mut url_spans = Vec::new();
     for m in URL.find_iter(text) {
         let url = trim_url(m.as_str());
         let span = m.start()..m.start() + url.len();
         url_spans.push(span.clone());
         let host = url_host(url);
+        if METADATA_HOSTS.contains(&host.as_str()) {
+            hits.push(Hit::new(
+                VISIT_URL,
+                Severity::High,
+                span,
+                format!("points the model at the cloud metadata address {host}"),
+            ));
+            continue;
+        }
         if host.is_empty() || host_allowed(&host, ctx.allow_hosts) {
             continue;
         }
-        if SENDING.is_match(before(text, m.start(), 200)) {
+        // `…?d=` with the value left to the model, `…?q={query}`: a URL built to
+        // carry data.
+        let raw = m.as_str();
+        let template = raw.ends_with('=')
+            || text[m.end()..].starts_with(['<', '{'])
+            || raw.contains("={")
+            || raw.contains("=$")
+            || raw.contains("=%s");
+        if template {
+            hits.push(Hit::new(
+                EXFIL,
+                Severity::High,
+                span,
+                format!("a URL to {host} whose value the model is to fill in: it carries data out"),
+            ));
+        } else if SENDING.is_match(before(text, m.start(), 200)) {
             hits.push(Hit::new(
                 EXFIL,
                 Severity::High,
