@@ -793,3 +793,66 @@ fn trawl_tools_lists_pins_quarantines_approves_searches_and_scans() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("up.tides: clean"), "{out}");
 }
+
+/// `trawl tools --config tools.yaml`, a bare file name: the file is in the
+/// current directory, its stdio servers start there (the reference server found
+/// by relative `args`), and a relative `cwd` is relative to the file's folder.
+#[test]
+fn a_bare_relative_config_starts_its_servers_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let modules = everything_js()
+        .ancestors()
+        .find(|p| p.ends_with("node_modules"))
+        .unwrap()
+        .to_owned();
+    std::os::unix::fs::symlink(&modules, dir.path().join("node_modules")).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(
+        dir.path().join("sub/tools.json"),
+        json!({"tools": [tool("weather", "Current weather for a city.")]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tools.yaml"),
+        format!(
+            "servers:\n  everything:\n    command: node\n    \
+             args: [node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]\n  \
+             up:\n    command: {UPSTREAM}\n    cwd: sub\n    args: [--tools, tools.json]\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(TRAWL)
+        .args(["tools", "--config", "tools.yaml", "list", "--json"])
+        .current_dir(dir.path())
+        .env_remove("TRAWL_TOOLS_CONFIG")
+        .env("TRAWL_HOME", dir.path().join(".trawl"))
+        .env_remove("TRAWL_DATABASE_URL")
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let servers = listed["servers"].as_array().unwrap();
+    for name in ["everything", "up"] {
+        let s = servers
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {listed}"));
+        assert!(s["error"].is_null(), "{name}: {s}");
+        assert!(s["tools"].as_u64().unwrap() >= 1, "{name}: {s}");
+    }
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tool"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"everything.echo"), "{names:?}");
+    assert!(names.contains(&"up.weather"), "{names:?}");
+}
