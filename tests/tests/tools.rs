@@ -926,3 +926,303 @@ async fn a_tool_held_for_review_stays_out_until_a_person_approves_it() {
     assert_eq!(rig.state("up.plan"), ToolState::Rejected);
     rig.layer.close().await;
 }
+
+/// Tools whose schemas are of the drafts MCP servers really send: draft-04
+/// declared and implied, draft-07 and 2019-09 declared, and one no draft allows.
+fn tools_of_every_draft() -> Vec<Value> {
+    let with = |name: &str, schema: Value| json!({"name": name, "description": format!("Counts {name}."), "inputSchema": schema});
+    vec![
+        with(
+            "d4",
+            json!({
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "id": "urn:example:d4",
+                "type": "object",
+                "properties": {"n": {"$ref": "#/definitions/positive"}},
+                "definitions": {"positive": {"type": "integer", "minimum": 0, "exclusiveMinimum": true}},
+                "required": ["n"]
+            }),
+        ),
+        with(
+            "d4_implied",
+            json!({
+                "type": "object",
+                "properties": {"n": {"type": "number", "maximum": 10, "exclusiveMaximum": true}}
+            }),
+        ),
+        with(
+            "d7",
+            json!({
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "type": "object",
+                "properties": {
+                    "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false},
+                    "card": {"type": "string"}, "billing": {"type": "string"}
+                },
+                "dependencies": {"card": ["billing"]}
+            }),
+        ),
+        with(
+            "d2019",
+            json!({
+                "$schema": "https://json-schema.org/draft/2019-09/schema",
+                "$recursiveAnchor": true,
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "children": {"type": "array", "items": {"$recursiveRef": "#"}}
+                }
+            }),
+        ),
+        with(
+            "broken",
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}}),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn schemas_of_every_draft_are_registered_and_calls_checked_by_their_draft() {
+    let dir = tempfile::tempdir().unwrap();
+    let given = tools_of_every_draft();
+    let file = ToolsFile::new(dir.path(), &given);
+    let rig = rig(
+        &format!("servers:\n{}", stdio_server("up", &file, "")),
+        Pool::Standard,
+    )
+    .await;
+    let catalog = rig.layer.catalog();
+    let up: Vec<String> = rig
+        .listed()
+        .into_iter()
+        .filter(|n| n.starts_with("up."))
+        .collect();
+    assert_eq!(up, ["up.d2019", "up.d4", "up.d4_implied", "up.d7"]);
+    assert_eq!(catalog.refused.len(), 1, "{:?}", catalog.refused);
+    let refused = &catalog.refused[0];
+    assert_eq!(refused.tool, "broken");
+    assert!(
+        refused.error.contains("at /properties/n/minimum: ")
+            && refused.error.contains("no JSON Schema draft allows it"),
+        "{refused:?}"
+    );
+    // The model is shown each schema as the server gave it.
+    for raw in &given[..4] {
+        let name = format!("up.{}", raw["name"].as_str().unwrap());
+        assert_eq!(
+            catalog.get(&name).unwrap().def.input_schema,
+            raw["inputSchema"],
+            "{name}"
+        );
+    }
+    let (found, _) = rig
+        .call("tool_search", json!({"query": "counts d4", "limit": 10}))
+        .await;
+    let found = found.unwrap();
+    let shown = found["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "up.d4")
+        .unwrap_or_else(|| panic!("{found}"));
+    assert_eq!(shown["inputSchema"], given[0]["inputSchema"]);
+
+    // Each call is checked with its draft's semantics before the server sees it;
+    // what passes reaches the server, which answers its arguments.
+    for (tool, refused, accepted) in [
+        ("up.d4", json!({"n": 0}), json!({"n": 1})),
+        ("up.d4_implied", json!({"n": 10}), json!({"n": 9.5})),
+        (
+            "up.d7",
+            json!({"card": "4111"}),
+            json!({"card": "4111", "billing": "Oslo"}),
+        ),
+        (
+            "up.d7",
+            json!({"pair": ["a", 1, 2]}),
+            json!({"pair": ["a", 1]}),
+        ),
+        (
+            "up.d2019",
+            json!({"name": "a", "children": [{"children": []}]}),
+            json!({"name": "a", "children": [{"name": "b"}]}),
+        ),
+    ] {
+        let (r, audit) = rig.call(tool, refused.clone()).await;
+        assert_eq!(r.unwrap_err().code, "bad_arguments", "{tool} {refused}");
+        assert_eq!(audit.decision, "bad_arguments");
+        let (r, audit) = rig.call(tool, accepted.clone()).await;
+        let r = r.unwrap_or_else(|e| panic!("{tool} {accepted}: {e:?}"));
+        assert_eq!(r["structuredContent"]["arguments"], accepted, "{r}");
+        assert_eq!(audit.decision, "allow");
+    }
+    rig.layer.close().await;
+}
+
+/// `/mcp` of `trawl dev` (open on loopback) re-serves a draft-04 tool with its
+/// schema as the server gave it, and refuses arguments that draft refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_re_serves_schemas_of_every_draft_as_given() {
+    use trawl_sim::SimConfig;
+    use trawl_tests::{Deployment, free_port, wait_for_port};
+
+    let dir = tempfile::tempdir().unwrap();
+    let given = tools_of_every_draft();
+    let file = ToolsFile::new(dir.path(), &given);
+    let config = dir.path().join("tools.yaml");
+    std::fs::write(
+        &config,
+        format!("servers:\n{}", stdio_server("up", &file, "")),
+    )
+    .unwrap();
+    let port = free_port();
+    let dep = Deployment::new(TRAWL, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", config.to_str().unwrap());
+    let mut dev = dep.spawn("dev", "dev");
+    dev.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+
+    trawl_brightdata::ensure_crypto_provider();
+    let http = reqwest::Client::new();
+    // One stateless (2026-07-28) request; the JSON-RPC answer, plain or as SSE.
+    let rpc = |id: u64, method: &str, mut params: Value| {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        });
+        let mut req = http
+            .post(format!("http://127.0.0.1:{port}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = params["name"].as_str() {
+            req = req.header("mcp-name", name);
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        async move {
+            let text = req
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let line = text
+                .lines()
+                .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+                .find(|l| l.starts_with('{'))
+                .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"));
+            serde_json::from_str::<Value>(line).unwrap()
+        }
+    };
+
+    let listed = rpc(1, "tools/list", json!({})).await;
+    let tools = listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}\n{}", dev.log()));
+    for raw in &given[..4] {
+        let name = format!("up.{}", raw["name"].as_str().unwrap());
+        let shown = tools
+            .iter()
+            .find(|t| t["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} not in {listed}"));
+        assert_eq!(shown["inputSchema"], raw["inputSchema"], "{name}");
+    }
+    assert!(!tools.iter().any(|t| t["name"] == "up.broken"), "{listed}");
+
+    let refused = rpc(
+        2,
+        "tools/call",
+        json!({"name": "up.d4", "arguments": {"n": 0}}),
+    )
+    .await;
+    let text = refused.to_string();
+    assert!(
+        refused["result"]["isError"] == true || refused["error"].is_object(),
+        "{refused}"
+    );
+    assert!(text.contains("input schema"), "{refused}");
+    let ran = rpc(
+        3,
+        "tools/call",
+        json!({"name": "up.d4", "arguments": {"n": 1}}),
+    )
+    .await;
+    assert_eq!(
+        ran["result"]["structuredContent"]["arguments"],
+        json!({"n": 1}),
+        "{ran}\n{}",
+        dev.log()
+    );
+}
+
+/// `trawl tools --config tools.yaml`, a bare file name: the file is in the
+/// current directory, its stdio servers start there (the reference server found
+/// by relative `args`), and a relative `cwd` is relative to the file's folder.
+#[test]
+fn a_bare_relative_config_starts_its_servers_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let modules = everything_js()
+        .ancestors()
+        .find(|p| p.ends_with("node_modules"))
+        .unwrap()
+        .to_owned();
+    std::os::unix::fs::symlink(&modules, dir.path().join("node_modules")).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(
+        dir.path().join("sub/tools.json"),
+        json!({"tools": [tool("weather", "Current weather for a city.")]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("tools.yaml"),
+        format!(
+            "servers:\n  everything:\n    command: node\n    \
+             args: [node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]\n  \
+             up:\n    command: {UPSTREAM}\n    cwd: sub\n    args: [--tools, tools.json]\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(TRAWL)
+        .args(["tools", "--config", "tools.yaml", "list", "--json"])
+        .current_dir(dir.path())
+        .env_remove("TRAWL_TOOLS_CONFIG")
+        .env("TRAWL_HOME", dir.path().join(".trawl"))
+        .env_remove("TRAWL_DATABASE_URL")
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let servers = listed["servers"].as_array().unwrap();
+    for name in ["everything", "up"] {
+        let s = servers
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {listed}"));
+        assert!(s["error"].is_null(), "{name}: {s}");
+        assert!(s["tools"].as_u64().unwrap() >= 1, "{name}: {s}");
+    }
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tool"]["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"everything.echo"), "{names:?}");
+    assert!(names.contains(&"up.weather"), "{names:?}");
+}

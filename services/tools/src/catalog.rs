@@ -6,9 +6,10 @@
 //! order:
 //!
 //! 1. **register**: the namespaced name follows the MCP rule; the input schema (and
-//!    output schema) compiles as JSON Schema; every `input_examples` entry
-//!    validates against the input schema. A tool failing any of these is refused
-//!    with a [`Refusal`] naming it; the rest of the catalog is unaffected.
+//!    output schema) compiles as JSON Schema of the draft it declares or implies
+//!    (see `compile`); every `input_examples` entry validates against the input
+//!    schema. A tool failing any of these is refused with a [`Refusal`] naming
+//!    it; the rest of the catalog is unaffected.
 //! 2. **scan**: descriptions, parameter descriptions and examples go through the
 //!    [`scan`](crate::scan) rules; the server's [`ScanPolicy`] turns each finding's
 //!    severity into flag, strip or block.
@@ -21,6 +22,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use jsonschema::Draft;
 use serde::Serialize;
 use serde_json::{Value, json};
 use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
@@ -273,10 +275,10 @@ fn register(
             "inputSchema must be a JSON Schema object with \"type\": \"object\"".into(),
         ));
     }
-    let validator = jsonschema::validator_for(&def.input_schema)
-        .map_err(|e| refuse(format!("invalid inputSchema: {e}")))?;
+    let validator =
+        compile(&def.input_schema).map_err(|e| refuse(format!("invalid inputSchema: {e}")))?;
     if let Some(out) = &def.output_schema {
-        jsonschema::validator_for(out).map_err(|e| refuse(format!("invalid outputSchema: {e}")))?;
+        compile(out).map_err(|e| refuse(format!("invalid outputSchema: {e}")))?;
     }
     for (i, ex) in def.input_examples.iter().enumerate() {
         if let Some(e) = validator.iter_errors(ex).next() {
@@ -305,6 +307,164 @@ pub struct Assessment {
 impl Assessment {
     fn scores(&self, hash: &str) -> Value {
         self.scores.get(hash).cloned().unwrap_or(Value::Null)
+    }
+}
+
+/// The drafts of JSON Schema, newest first.
+const DRAFTS: [Draft; 5] = [
+    Draft::Draft202012,
+    Draft::Draft201909,
+    Draft::Draft7,
+    Draft::Draft6,
+    Draft::Draft4,
+];
+
+fn draft_name(d: Draft) -> &'static str {
+    match d {
+        Draft::Draft4 => "draft-04",
+        Draft::Draft6 => "draft-06",
+        Draft::Draft7 => "draft-07",
+        Draft::Draft201909 => "2019-09",
+        _ => "2020-12",
+    }
+}
+
+/// Why a schema cannot be compiled, with the draft it was read as.
+#[derive(Debug)]
+struct SchemaError {
+    draft: Draft,
+    /// The draft is the one `$schema` names; otherwise no draft allows it.
+    declared: bool,
+    /// Where in the schema, as a JSON pointer (empty: the schema itself).
+    at: String,
+    reason: String,
+}
+
+impl std::fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.at.is_empty() {
+            write!(f, "at {}: ", self.at)?;
+        }
+        write!(f, "{} (", self.reason)?;
+        if self.declared {
+            write!(
+                f,
+                "JSON Schema {}, as its $schema says)",
+                draft_name(self.draft)
+            )
+        } else {
+            write!(
+                f,
+                "no JSON Schema draft allows it; as {}, the draft it implies)",
+                draft_name(self.draft)
+            )
+        }
+    }
+}
+
+/// Compiles a tool's schema with the semantics of the JSON Schema draft it
+/// declares or implies, as MCP servers send schemas of every draft (draft-04 from
+/// older SDKs, draft-07 from zod-to-json-schema, 2020-12 from the spec's own
+/// examples).
+///
+/// - A `$schema` naming a draft picks it, and the schema must be valid against
+///   that draft's meta-schema.
+/// - Otherwise (no `$schema`, or one naming no draft the `jsonschema` crate knows:
+///   trawl never fetches a meta-schema a server points at), the schema is read as
+///   the newest draft whose meta-schema accepts it, starting from the newest draft
+///   its keywords allow: `definitions` or `dependencies` mean draft-07 or older,
+///   `$recursiveRef` or `$recursiveAnchor` 2019-09 or older. The meta-schemas
+///   settle the rest: a boolean `exclusiveMinimum` is draft-04, an array of
+///   `items` 2019-09 or older. It is refused only when no draft accepts it, with
+///   the reason the draft it implies gives.
+///
+/// Arguments are then checked with that draft's semantics as the crate has them:
+/// up to draft-07, `format` asserts and keywords beside a `$ref` are ignored.
+fn compile(schema: &Value) -> Result<jsonschema::Validator, SchemaError> {
+    let build = |draft: Draft| {
+        jsonschema::options()
+            .with_draft(draft)
+            .build(schema)
+            .map_err(|e| SchemaError {
+                draft,
+                declared: false,
+                at: e.instance_path().to_string(),
+                reason: e.to_string(),
+            })
+    };
+    if let Some(draft) = declared_draft(schema) {
+        return build(draft).map_err(|e| SchemaError {
+            declared: true,
+            ..e
+        });
+    }
+    let newest = implied_newest(schema);
+    let order = DRAFTS
+        .iter()
+        .skip_while(|d| **d != newest)
+        .chain(DRAFTS.iter().take_while(|d| **d != newest));
+    let mut first = None;
+    for &draft in order {
+        match build(draft) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or(SchemaError {
+        draft: newest,
+        declared: false,
+        at: String::new(),
+        reason: "no draft to compile it with".into(),
+    }))
+}
+
+/// The draft a schema's `$schema` names, when it names one.
+fn declared_draft(schema: &Value) -> Option<Draft> {
+    let uri = schema.get("$schema")?.as_str()?;
+    DRAFTS
+        .into_iter()
+        .find(|d| *d == Draft::from_schema_uri(uri))
+}
+
+/// The newest draft in which every keyword a schema uses is still defined.
+fn implied_newest(schema: &Value) -> Draft {
+    let mut newest = Draft::Draft202012;
+    keywords(schema, &mut |k| {
+        let cap = match k {
+            "definitions" | "dependencies" => Draft::Draft7,
+            "$recursiveRef" | "$recursiveAnchor" => Draft::Draft201909,
+            _ => return,
+        };
+        newest = newest.min(cap);
+    });
+    newest
+}
+
+/// Calls `f` with every keyword of `schema` and of its subschemas: the keys of
+/// schema objects, not the property names of `properties` and the like, nor
+/// anything inside values (`enum`, `const`, `default`, `examples`).
+fn keywords(schema: &Value, f: &mut impl FnMut(&str)) {
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    for (k, v) in obj {
+        f(k);
+        match k.as_str() {
+            "enum" | "const" | "default" | "examples" | "example" => {}
+            "properties" | "patternProperties" | "definitions" | "$defs" | "dependentSchemas"
+            | "dependencies" => {
+                for sub in v.as_object().into_iter().flat_map(|m| m.values()) {
+                    keywords(sub, f);
+                }
+            }
+            _ => match v {
+                Value::Object(_) => keywords(v, f),
+                Value::Array(items) => items.iter().for_each(|i| keywords(i, f)),
+                _ => {}
+            },
+        }
     }
 }
 
@@ -788,5 +948,229 @@ mod tests {
             .1
             .is_empty()
         );
+    }
+
+    /// A tool of `schema`, registered alone: its entry, or why it was refused.
+    fn registered(schema: Value) -> Result<Entry, String> {
+        let raw = json!({"name": "t", "description": "A tool.", "inputSchema": schema});
+        let (c, _) = assemble(&[listing("up", vec![raw], false)], None);
+        match c.refused.first() {
+            Some(r) => Err(r.error.clone()),
+            None => Ok(c.get("up.t").unwrap().clone()),
+        }
+    }
+
+    fn accepts(e: &Entry, args: Value) -> bool {
+        e.validator.is_valid(&args)
+    }
+
+    /// `n` must be above 0, in the draft-04 way.
+    fn draft4_n(schema: &mut Value) {
+        schema["properties"]["n"] =
+            json!({"type": "integer", "minimum": 0, "exclusiveMinimum": true});
+    }
+
+    #[test]
+    fn a_declared_draft_04_schema_is_accepted_and_enforced_as_draft_04() {
+        let mut schema = json!({
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "id": "urn:example:draft4",
+            "type": "object",
+            "properties": {"kind": {"$ref": "#/definitions/kind"}},
+            "definitions": {"kind": {"enum": ["a", "b"]}},
+            "required": ["n"]
+        });
+        draft4_n(&mut schema);
+        let e = registered(schema.clone()).unwrap();
+        assert!(!accepts(&e, json!({"n": 0})), "0 is not above 0");
+        assert!(accepts(&e, json!({"n": 1})));
+        assert!(accepts(&e, json!({"n": 1, "kind": "a"})));
+        assert!(
+            !accepts(&e, json!({"n": 1, "kind": "c"})),
+            "the $ref is followed"
+        );
+        // What a model is shown is the schema as the server gave it.
+        assert_eq!(e.def.input_schema, schema);
+    }
+
+    #[test]
+    fn an_undeclared_schema_with_a_boolean_exclusive_minimum_is_draft_04() {
+        let mut schema = json!({"type": "object", "properties": {}});
+        draft4_n(&mut schema);
+        let e = registered(schema.clone()).unwrap();
+        assert!(!accepts(&e, json!({"n": 0})));
+        assert!(accepts(&e, json!({"n": 1})));
+        // exclusiveMaximum likewise, and the examples are checked the same way.
+        let raw = json!({"name": "t", "description": "A tool.", "inputSchema": {
+            "type": "object",
+            "properties": {"p": {"type": "number", "maximum": 1, "exclusiveMaximum": true}}
+        }, "input_examples": [{"p": 1}]});
+        let (c, _) = assemble(&[listing("up", vec![raw], false)], None);
+        assert!(
+            c.refused[0].error.contains("input_examples[0]"),
+            "{:?}",
+            c.refused
+        );
+        // A $schema naming no draft trawl knows is not fetched: the schema's own
+        // keywords decide, as when it declares none.
+        schema["$schema"] = json!("https://example.com/dialects/ours");
+        let e = registered(schema).unwrap();
+        assert!(!accepts(&e, json!({"n": 0})));
+        assert!(accepts(&e, json!({"n": 1})));
+    }
+
+    #[test]
+    fn draft_07_dependencies_and_tuple_items_are_enforced_declared_or_not() {
+        let schema = json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {
+                "pair": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}], "additionalItems": false},
+                "card": {"type": "string"},
+                "billing": {"$ref": "#/definitions/address"},
+                "email": {"type": "string", "format": "email"},
+                "note": {"$ref": "#/definitions/address", "maxLength": 5}
+            },
+            "definitions": {"address": {"type": "string", "minLength": 3}},
+            "dependencies": {"card": ["billing"]}
+        });
+        for schema in [schema.clone(), {
+            let mut s = schema;
+            s.as_object_mut().unwrap().remove("$schema");
+            s
+        }] {
+            let e = registered(schema.clone()).unwrap();
+            assert!(accepts(&e, json!({"pair": ["a", 1]})), "{schema}");
+            assert!(!accepts(&e, json!({"pair": [1, "a"]})), "{schema}");
+            assert!(!accepts(&e, json!({"pair": ["a", 1, 2]})), "{schema}");
+            assert!(!accepts(&e, json!({"card": "4111"})), "{schema}");
+            assert!(accepts(&e, json!({"card": "4111", "billing": "Oslo"})));
+            assert!(!accepts(&e, json!({"card": "4111", "billing": "O"})));
+            // Draft-07, not 2020-12: formats are assertions, and keywords beside a
+            // $ref are ignored.
+            assert!(!accepts(&e, json!({"email": "nope"})), "{schema}");
+            assert!(accepts(&e, json!({"email": "a@example.com"})));
+            assert!(accepts(&e, json!({"note": "longer than five"})), "{schema}");
+            assert!(!accepts(&e, json!({"note": "no"})));
+        }
+        // `dependencies` alone (no array items, no `definitions`) means draft-07 too.
+        let e = registered(json!({"type": "object", "dependencies": {"a": ["b"]},
+            "properties": {"email": {"type": "string", "format": "email"}}}))
+        .unwrap();
+        assert!(!accepts(&e, json!({"a": 1})));
+        assert!(accepts(&e, json!({"a": 1, "b": 2})));
+        assert!(!accepts(&e, json!({"email": "nope"})));
+        // Without them, the same schema is 2020-12, where formats only annotate.
+        let e = registered(json!({"type": "object",
+            "properties": {"email": {"type": "string", "format": "email"}}}))
+        .unwrap();
+        assert!(accepts(&e, json!({"email": "nope"})));
+    }
+
+    #[test]
+    fn a_2019_09_schema_with_recursive_refs_is_accepted_and_enforced() {
+        let schema = json!({
+            "$schema": "https://json-schema.org/draft/2019-09/schema",
+            "$recursiveAnchor": true,
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string"},
+                "email": {"type": "string"},
+                "children": {"type": "array", "items": {"$recursiveRef": "#"}}
+            },
+            "dependentRequired": {"email": ["name"]},
+            "unevaluatedProperties": false
+        });
+        for schema in [schema.clone(), {
+            let mut s = schema;
+            s.as_object_mut().unwrap().remove("$schema");
+            s
+        }] {
+            let e = registered(schema.clone()).unwrap();
+            assert!(accepts(
+                &e,
+                json!({"name": "a", "children": [{"name": "b", "children": []}]})
+            ));
+            assert!(
+                !accepts(&e, json!({"name": "a", "children": [{"children": []}]})),
+                "a child is checked against the whole schema: {schema}"
+            );
+            assert!(!accepts(&e, json!({"name": "a", "other": 1})), "{schema}");
+        }
+    }
+
+    #[test]
+    fn a_schema_no_draft_allows_is_refused_with_the_field_and_reason() {
+        let e =
+            registered(json!({"type": "object", "properties": {"a": {"type": 12}}})).unwrap_err();
+        assert!(
+            e.starts_with("invalid inputSchema: at /properties/a/type: "),
+            "{e}"
+        );
+        assert!(e.contains("no JSON Schema draft allows it"), "{e}");
+        let e = registered(json!({"type": "object", "properties": {"a": {"minimum": "zero"}}}))
+            .unwrap_err();
+        assert!(e.contains("at /properties/a/minimum: "), "{e}");
+        assert!(e.contains("\"zero\""), "{e}");
+        // A declared draft is held to: draft-07 has no boolean exclusiveMinimum.
+        let mut schema = json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {}});
+        draft4_n(&mut schema);
+        let e = registered(schema).unwrap_err();
+        assert!(e.contains("at /properties/n/exclusiveMinimum: "), "{e}");
+        assert!(
+            e.contains("JSON Schema draft-07, as its $schema says"),
+            "{e}"
+        );
+        // An output schema is held to the same rules.
+        let raw = json!({"name": "t", "description": "A tool.",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"r": {"type": "strin"}}}});
+        let (c, _) = assemble(&[listing("up", vec![raw], false)], None);
+        assert!(
+            c.refused[0]
+                .error
+                .starts_with("invalid outputSchema: at /properties/r/type"),
+            "{:?}",
+            c.refused
+        );
+        let raw = json!({"name": "t", "description": "A tool.",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+                "properties": {"r": {"type": "number", "minimum": 0, "exclusiveMinimum": true}}}});
+        let (c, _) = assemble(&[listing("up", vec![raw], false)], None);
+        assert!(c.refused.is_empty(), "{:?}", c.refused);
+    }
+
+    #[test]
+    fn an_undeclared_schema_is_still_read_as_2020_12_when_it_can_be() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "t": {"type": "array", "prefixItems": [{"type": "string"}], "items": false},
+                "m": {"type": "number", "exclusiveMinimum": 0},
+                "ref": {"$ref": "#/$defs/short", "minLength": 2}
+            },
+            "$defs": {"short": {"type": "string", "maxLength": 3}}
+        });
+        let e = registered(schema.clone()).unwrap();
+        assert!(accepts(&e, json!({"t": ["a"]})));
+        assert!(
+            !accepts(&e, json!({"t": ["a", 1]})),
+            "items: false after prefixItems"
+        );
+        assert!(!accepts(&e, json!({"m": 0})));
+        assert!(accepts(&e, json!({"m": 0.5})));
+        // Beside a $ref, other keywords apply (they did not before 2019-09).
+        assert!(!accepts(&e, json!({"ref": "a"})));
+        assert!(accepts(&e, json!({"ref": "ab"})));
+        assert!(!accepts(&e, json!({"ref": "abcd"})));
+        assert_eq!(e.def.input_schema, schema);
+        // Property names are not keywords: a property called `definitions` changes nothing.
+        let e = registered(json!({"type": "object", "properties": {
+            "definitions": {"type": "array", "prefixItems": [{"type": "string"}], "items": false}
+        }}))
+        .unwrap();
+        assert!(!accepts(&e, json!({"definitions": ["a", 1]})));
     }
 }

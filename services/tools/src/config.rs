@@ -21,6 +21,12 @@
 //!     "*.send_*": approve                # `*` matches any run of characters
 //! ```
 //!
+//! Paths: a relative file path (`--config tools.yaml`) is relative to the current
+//! directory. In the file, a relative `command` with a `/` and a relative `cwd`
+//! are relative to the file's folder; a stdio server runs in its `cwd` (default:
+//! the file's folder), so its relative `args` are relative to that; a `command`
+//! without a `/` is looked up in `PATH`.
+//!
 //! Browser and computer-use tools (`*browser*`, `*computer*`) are `isolated`
 //! unless a rule says otherwise: they never run outside an isolated worker pool.
 
@@ -411,15 +417,25 @@ impl ToolsConfig {
             source,
         })?;
         // Relative commands and working directories are relative to the file.
-        let base = path.parent().unwrap_or(Path::new("."));
-        ToolsConfig::parse(&text, base).map_err(|message| ConfigError::Invalid {
+        let base = base_dir(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        ToolsConfig::parse(&text, &base).map_err(|message| ConfigError::Invalid {
             path: path.to_owned(),
             message,
         })
     }
 
-    /// Parses the YAML text; every problem is named with its server.
+    /// Parses the YAML text; every problem is named with its server. Relative
+    /// paths in it are relative to `base` (an empty `base` is the current
+    /// directory).
     pub fn parse(text: &str, base: &Path) -> Result<ToolsConfig, String> {
+        let base = if base.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            base
+        };
         let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
         let mut servers = Vec::new();
         let mut problems = Vec::new();
@@ -446,6 +462,17 @@ impl ToolsConfig {
             policy,
         })
     }
+}
+
+/// The folder the relative paths of the configuration file at `path` are
+/// relative to: the file's folder, made absolute against the current directory
+/// (the folder of a bare file name such as `tools.yaml` is the current
+/// directory), so a server started in it does not depend on where trawl runs.
+pub fn base_dir(path: &Path) -> std::io::Result<PathBuf> {
+    let file = std::path::absolute(path)?;
+    Ok(file
+        .parent()
+        .map_or_else(|| file.clone(), Path::to_path_buf))
 }
 
 fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String> {
@@ -567,6 +594,55 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("one or the other"), "{e}");
+    }
+
+    #[test]
+    fn relative_paths_resolve_against_the_current_directory_then_the_file() {
+        let here = std::env::current_dir().unwrap();
+        // A bare file name is in the current directory (its parent is "", which
+        // no process can be started in).
+        assert_eq!(base_dir(Path::new("tools.yaml")).unwrap(), here);
+        assert_eq!(base_dir(Path::new("./tools.yaml")).unwrap(), here);
+        assert_eq!(
+            base_dir(Path::new("conf/tools.yaml")).unwrap(),
+            here.join("conf")
+        );
+        assert_eq!(
+            base_dir(Path::new("/etc/trawl/tools.yaml")).unwrap(),
+            Path::new("/etc/trawl")
+        );
+
+        let text = "servers:\n  a:\n    command: node\n    args: [srv/index.js]\n  \
+                    b:\n    command: bin/srv\n    cwd: work\n    args: [x.js]\n  \
+                    c:\n    command: /usr/bin/env\n    cwd: /srv\n";
+        let stdio = |cfg: &ToolsConfig, i: usize| match &cfg.servers[i].upstream.transport {
+            Transport::Stdio {
+                command, args, cwd, ..
+            } => (command.clone(), args.clone(), cwd.clone().unwrap()),
+            Transport::Http { .. } => panic!("stdio"),
+        };
+        let base = base_dir(Path::new("tools.yaml")).unwrap();
+        let cfg = ToolsConfig::parse(text, &base).unwrap();
+        // No cwd: the file's folder, where the relative args are found.
+        assert_eq!(
+            stdio(&cfg, 0),
+            ("node".into(), vec!["srv/index.js".into()], here.clone())
+        );
+        // A relative command is relative to the file; a relative cwd too.
+        assert_eq!(
+            stdio(&cfg, 1),
+            (
+                here.join("bin/srv").to_string_lossy().into_owned(),
+                vec!["x.js".into()],
+                here.join("work")
+            )
+        );
+        assert_eq!(stdio(&cfg, 2).2, Path::new("/srv"));
+        // An empty base (the parent of a bare name) is the current directory,
+        // never a working directory of "".
+        let cfg = ToolsConfig::parse(text, Path::new("")).unwrap();
+        assert_eq!(stdio(&cfg, 0).2, Path::new("."));
+        assert_eq!(stdio(&cfg, 1).2, Path::new("./work"));
     }
 
     #[test]
