@@ -25,6 +25,7 @@ pub mod canonical;
 pub mod catalog;
 pub mod config;
 pub mod forward;
+pub mod guard;
 mod layer;
 pub mod mcp;
 pub mod name;
