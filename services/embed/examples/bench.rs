@@ -101,16 +101,30 @@ fn texts(n: usize, min: usize, max: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// CPU seconds this process has used (user and system, all threads), from
+/// `/proc/self/stat` on Linux; `None` elsewhere.
+fn cpu_secs() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(ticks / 100.0)
+}
+
 fn run(model: &Embedder, name: &str, texts: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_secs());
     let v = model.embed(&refs)?;
     let secs = started.elapsed().as_secs_f64();
     assert_eq!(v.len(), texts.len());
+    let cpu = cpu.zip(cpu_secs()).map(|(a, b)| b - a).unwrap_or(f64::NAN);
     println!(
-        "{name}: {} texts in {secs:.2} s, {:.0} texts/s",
+        "{name}: {} texts in {secs:.2} s ({:.0} texts/s), {cpu:.2} CPU s ({:.0} texts per CPU s)",
         texts.len(),
-        texts.len() as f64 / secs
+        texts.len() as f64 / secs,
+        texts.len() as f64 / cpu
     );
     Ok(())
 }

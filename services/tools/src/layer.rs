@@ -21,6 +21,7 @@ use trawl_core::ports::{
 
 use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def};
 use crate::config::{Access, NewTools, Policy, ServerConfig, ToolsConfig};
+use crate::embed::Embeddings;
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
 use crate::scan::{self, sanitize_result};
@@ -125,6 +126,18 @@ impl ToolLayer {
             Access::Isolated => self.pool == Pool::Isolated,
             Access::Allow | Access::Approve => true,
         }
+    }
+
+    /// Gives the guard sentence embeddings (a layer from [`ToolLayer::connect`]
+    /// takes them from its config, [`ToolsConfig::with_embeddings`]).
+    pub fn with_embeddings(mut self, embeddings: Option<Arc<Embeddings>>) -> ToolLayer {
+        self.config.embeddings = embeddings;
+        self
+    }
+
+    /// The guard's sentence embeddings, when `TRAWL_EMBED_MODEL` gave a model.
+    pub fn embeddings(&self) -> Option<&Arc<Embeddings>> {
+        self.config.embeddings.as_ref()
     }
 
     /// The configuration the layer was built with.
