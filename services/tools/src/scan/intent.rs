@@ -401,6 +401,12 @@ static URL_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// A URL written out, at the start of a verb's object.
+static LITERAL_URL: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)^\W*(?:(?:the|this|that|a|an|following)\s+)*(?:(?:url|link|page|address|endpoint)\s*:?\s*)?(?:(?:https?|wss?)://|www\.)",
+    )
+});
 /// "always set the `limit` parameter to 5"
 static FIX_ARGUMENT: LazyLock<Regex> = LazyLock::new(|| {
     compile(
@@ -615,7 +621,15 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             let (Some(v), Some(o)) = (caps.name("v"), caps.name("o")) else {
                 continue;
             };
-            if !URL_OBJECT.is_match(object_at(text, &sentences, o.start()))
+            let object = object_at(text, &sentences, o.start());
+            // "request", "fetch", "access" are also nouns and data verbs ("Request
+            // URLs affected by the issue"): with them, only a written URL counts.
+            let weak_verb = matches!(
+                v.as_str().to_ascii_lowercase().as_str(),
+                "request" | "fetch" | "load" | "access" | "download" | "follow"
+            );
+            if !URL_OBJECT.is_match(object)
+                || (weak_verb && !LITERAL_URL.is_match(object))
                 || !instructs(addressed(text, &sentences, v.start()))
             {
                 continue;
@@ -765,6 +779,7 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*PURPOSE_OTHER,
         &*VISIT,
         &*URL_OBJECT,
+        &*LITERAL_URL,
         &*FIX_ARGUMENT,
         &*FIX_RECIPIENT,
         &*LITERAL,

@@ -82,6 +82,11 @@
 //! The rules are English and lexical: a paraphrase outside the verb and object
 //! lists, another language, or look-alike letters beyond the folded set get
 //! through; an instruction split over sentences is judged sentence by sentence.
+//! Known misses: instructions phrased as a statement of fact ("the way to nudge
+//! them is to have whatever shell you can reach print …"), deception without a
+//! telling verb ("state it as the mid-market rate"), text encoded other than in
+//! base64 (rot13), another server's tool named inside a parameter name, and a
+//! command in a default value of a tool that itself runs commands.
 //! Some benign phrasings are flagged on purpose: "pass your API key in the header"
 //! is `secret-request`, an auth tool asking to be called first is `call-first`
 //! (medium, for review), and a tool that names its own backend in a sending phrase
