@@ -52,10 +52,9 @@ struct Sample {
 }
 
 fn payload_range(def: &Value, payload: &str) -> Option<(String, Range<usize>)> {
-    definition_texts(def).into_iter().find_map(|(field, text)| {
-        text.find(payload)
-            .map(|at| (field, at..at + payload.len()))
-    })
+    definition_texts(def)
+        .into_iter()
+        .find_map(|(field, text)| text.find(payload).map(|at| (field, at..at + payload.len())))
 }
 
 fn overlap(a: &Range<usize>, b: &Range<usize>) -> usize {
@@ -200,7 +199,8 @@ fn main() {
         .map(|t| oof[t])
         .collect();
     benign.sort_by(f32::total_cmp);
-    let quantile = |q: f64| benign[((benign.len() as f64 * q).ceil() as usize).min(benign.len() - 1)];
+    let quantile =
+        |q: f64| benign[((benign.len() as f64 * q).ceil() as usize).min(benign.len() - 1)];
     let hold_at = (quantile(0.995) + 1e-4).max(0.5);
     let doubt_at = (quantile(0.97) + 1e-4).min(hold_at - 0.05).max(0.2);
     let caught = (0..tools)

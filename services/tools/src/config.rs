@@ -188,6 +188,9 @@ pub struct ToolsConfig {
     /// Sentence embeddings for the guard (`TRAWL_EMBED_MODEL`); `None`: the
     /// checks that need them are off. Not part of the YAML file.
     pub embeddings: Option<std::sync::Arc<crate::embed::Embeddings>>,
+    /// The guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off. Not part of
+    /// the YAML file.
+    pub judge: Option<std::sync::Arc<crate::guard::Judge>>,
 }
 
 /// Per-tool access rules.
@@ -409,6 +412,12 @@ impl ToolsConfig {
         self
     }
 
+    /// Gives the guard a model judge for doubtful definitions.
+    pub fn with_judge(mut self, judge: Option<std::sync::Arc<crate::guard::Judge>>) -> ToolsConfig {
+        self.judge = judge;
+        self
+    }
+
     /// Gives the guard sentence embeddings.
     pub fn with_embeddings(
         mut self,
@@ -473,6 +482,7 @@ impl ToolsConfig {
             builtin_scan: file.builtin.map(|b| b.scan).unwrap_or_default(),
             policy,
             embeddings: None,
+            judge: None,
         })
     }
 }

@@ -19,9 +19,10 @@ use trawl_core::ports::{
     ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
 };
 
-use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def};
+use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, assemble_with, tool_search_def};
 use crate::config::{Access, NewTools, Policy, ServerConfig, ToolsConfig};
 use crate::embed::Embeddings;
+use crate::guard::Guard;
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
 use crate::scan::{self, sanitize_result};
@@ -211,12 +212,14 @@ impl ToolLayer {
             Some(store) => Some(store.tool_pins().await?),
             None => None,
         };
-        let (mut catalog, changes) = assemble(&listings, pins.as_deref());
+        let guard = Guard::from_config(&self.config, self.store.clone());
+        let assessment = guard.assess(&listings).await;
+        let (mut catalog, changes) = assemble_with(&listings, pins.as_deref(), &assessment);
         if let (Some(store), false) = (&self.store, changes.is_empty()) {
             store.save_pins(&changes).await?;
             // Again with what was stored, so held tools name their approvals.
             let pins = store.tool_pins().await?;
-            catalog = assemble(&listings, Some(&pins)).0;
+            catalog = assemble_with(&listings, Some(&pins), &assessment).0;
         }
         for r in &catalog.refused {
             tracing::warn!(server = %r.server, tool = %r.tool, error = %r.error, "tool refused");

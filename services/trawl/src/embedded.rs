@@ -22,6 +22,7 @@ use trawl_scheduler::{Scheduler, Submitted};
 use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
+use trawl_tools::guard::Judge;
 use trawl_tools::{Pool, ToolLayer};
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
@@ -184,6 +185,7 @@ pub async fn tool_layer(
         (None, Pool::Standard) => return Ok(ToolLayer::new(provider, cache)),
         (None, Pool::Isolated) => ToolsConfig::default(),
     };
+    let config = config.with_judge(guard_judge()?);
     let (layer, report) = ToolLayer::connect(provider, cache, Some(store), config, pool)
         .await
         .context("reading the tool pins")?;
@@ -191,6 +193,22 @@ pub async fn tool_layer(
         eprintln!("warning: tool server {server} not listed: {e}");
     }
     Ok(layer)
+}
+
+/// The tool guard's model judge, when `TRAWL_GUARD_MODEL` names a model (a
+/// `provider:` prefix picks the provider, as for `TRAWL_MODEL`); off otherwise.
+pub fn guard_judge() -> anyhow::Result<Option<Arc<Judge>>> {
+    let Some(name) = std::env::var("TRAWL_GUARD_MODEL")
+        .ok()
+        .filter(|m| !m.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let models = Models::from_env().map_err(anyhow::Error::msg)?;
+    let resolved = models
+        .resolve(Some(&name))
+        .map_err(|e| anyhow::anyhow!("TRAWL_GUARD_MODEL: {e}"))?;
+    Ok(Some(Arc::new(Judge::new(resolved.client, resolved.model))))
 }
 
 /// The embedded system: store, cache, tools, and the simulator if used.
