@@ -46,16 +46,7 @@ async fn embeddings(
     args: &ToolsArgs,
     store: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Option<Arc<Embeddings>>> {
-    let Some(dir) = &args.embed_model else {
-        return Ok(None);
-    };
-    let e = Embeddings::load(dir, store).await.with_context(|| {
-        format!(
-            "loading the sentence embedding model in {} (TRAWL_EMBED_MODEL)",
-            dir.display()
-        )
-    })?;
-    Ok(Some(Arc::new(e)))
+    crate::embedded::embeddings(args.embed_model.as_deref(), store).await
 }
 
 #[derive(Subcommand, Clone)]
