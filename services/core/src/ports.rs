@@ -413,12 +413,13 @@ pub struct Idempotency {
 pub struct ApprovalRecord {
     pub id: i64,
     /// What is asked: `job_budget`, `tool_change` (a pinned tool's definition
-    /// changed), `new_tool` (a server added a tool and its policy is `approve`) or
+    /// changed), `new_tool` (a server added a tool and its policy is `approve`),
+    /// `tool_review` (the guard found a definition suspect and holds it for a person) or
     /// `tool_call` (a call of a tool whose policy asks for approval per call).
     pub kind: String,
     /// The job, for `job_budget`.
     pub job_id: Option<JobId>,
-    /// The namespaced tool, for `tool_change` and `new_tool`.
+    /// The namespaced tool, for `tool_change`, `new_tool`, `tool_review` and `tool_call`.
     pub tool: Option<String>,
     /// The money at stake, for `job_budget`.
     pub amount: Micros,
@@ -590,8 +591,10 @@ pub enum PinChange {
         definition: Value,
         by: String,
     },
-    /// Hold `definition` back and raise an approval of `kind` (`tool_change` or
-    /// `new_tool`) with `detail`; a pending approval for the tool is replaced.
+    /// Hold `definition` back and raise an approval of `kind` (`tool_change`,
+    /// `new_tool` or `tool_review`) with `detail`; a pending approval for the tool
+    /// is replaced. A `new_tool` hold leaves the tool `awaiting`, the others
+    /// `quarantined`.
     Hold {
         tool: String,
         server: String,
@@ -604,6 +607,22 @@ pub enum PinChange {
     /// The server offers the pinned definition again: the tool is active, and a
     /// pending approval for it is closed as superseded.
     Restore { tool: String },
+}
+
+/// A model judge's verdict on a tool definition (the stage after the scanner's
+/// rules and embeddings), kept so the same definition is never judged twice by
+/// the same model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardVerdict {
+    /// The judging model, as its client names it.
+    pub model: String,
+    /// sha256 of what was judged (a definition's canonical JSON).
+    pub hash: String,
+    /// What the judge decided (`allow`, `block`, …).
+    pub verdict: String,
+    /// Why, in the judge's words.
+    pub reason: String,
+    pub decided_ms: i64,
 }
 
 /// What writing an outcome did.
@@ -878,7 +897,7 @@ pub trait Store: Send + Sync {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError>;
     /// Applies pin changes in one transaction, raising approvals as they ask.
     async fn save_pins(&self, changes: &[PinChange]) -> Result<(), PortError>;
-    /// Decides a pending `tool_change`, `new_tool` or `tool_call` approval; a
+    /// Decides a pending `tool_change`, `new_tool`, `tool_review` or `tool_call` approval; a
     /// decision on a definition is applied to the tool's pin in the same transaction: approving pins the pending definition, rejecting
     /// marks it rejected. `None` when there is no such pending tool approval.
     async fn decide_tool_approval(
@@ -906,6 +925,32 @@ pub trait Store: Send + Sync {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError>;
+
+    // --- the tool layer's guard: cached embeddings and model verdicts
+
+    /// The vectors stored for `model` (an embedder's `model_id`) under any of
+    /// `keys` (sha256 of the embedded text), as (key, vector); keys without one
+    /// are left out, in no particular order.
+    async fn embeddings(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, PortError>;
+    /// Stores vectors of `model` by key. A key already stored for the model keeps
+    /// its vector: the same text under the same weights has the same vector.
+    async fn save_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, Vec<f32>)],
+    ) -> Result<(), PortError>;
+    /// The verdict of judge `model` on the definition of `hash`, if it judged it.
+    async fn guard_verdict(
+        &self,
+        model: &str,
+        hash: &str,
+    ) -> Result<Option<GuardVerdict>, PortError>;
+    /// Stores a verdict, replacing the one of the same model and hash.
+    async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError>;
 
     // --- browser slices: artifacts and the browse replay cache
     //

@@ -336,6 +336,33 @@ impl Store for Hooked {
     ) -> Result<Vec<(i64, trawl_core::model::AuditRecord)>, PortError> {
         self.inner.audit_page(after, limit).await
     }
+    async fn embeddings(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, PortError> {
+        self.inner.embeddings(model, keys).await
+    }
+    async fn save_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, Vec<f32>)],
+    ) -> Result<(), PortError> {
+        self.inner.save_embeddings(model, rows).await
+    }
+    async fn guard_verdict(
+        &self,
+        model: &str,
+        hash: &str,
+    ) -> Result<Option<trawl_core::ports::GuardVerdict>, PortError> {
+        self.inner.guard_verdict(model, hash).await
+    }
+    async fn save_guard_verdict(
+        &self,
+        v: &trawl_core::ports::GuardVerdict,
+    ) -> Result<(), PortError> {
+        self.inner.save_guard_verdict(v).await
+    }
     async fn ping(&self) -> Result<(), PortError> {
         self.inner.ping().await
     }

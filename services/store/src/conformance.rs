@@ -18,8 +18,9 @@ use trawl_core::model::{
     SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, Idempotency, JobOwner,
-    JobRecord, MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, GuardVerdict, Idempotency,
+    JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store,
+    ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -78,6 +79,10 @@ macro_rules! suite {
             an_artifact_over_the_limit_is_refused_and_nothing_is_stored,
             replays_are_stored_replaced_and_dropped,
             a_job_keeps_its_owner,
+            embeddings_round_trip_bit_for_bit_by_model_and_key,
+            saving_an_embedding_again_keeps_the_first,
+            guard_verdicts_round_trip_and_are_replaced,
+            a_tool_held_for_review_is_approved_or_rejected,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -2317,4 +2322,201 @@ pub(crate) async fn replays_are_stored_replaced_and_dropped(f: &dyn Fixture) {
     assert_eq!(store.replay(key).await.unwrap(), None);
     assert_eq!(store.replay("other").await.unwrap(), Some(json!("kept")));
     assert_eq!(store.replay("Other").await.unwrap(), None, "keys are exact");
+}
+
+// ---------------------------------------------------------------------------
+// The tool layer's guard: cached embeddings, model verdicts, held definitions
+
+/// A vector of 384 floats made from `seed`, with values whose bits a lossy
+/// round trip would change: negative zero, subnormals, the extremes.
+fn vector(seed: u32) -> Vec<f32> {
+    let mut v: Vec<f32> = (0..384u32)
+        .map(|i| {
+            f32::from_bits(seed.wrapping_mul(2_654_435_761).wrapping_add(i * 7_919) & 0xbf7f_ffff)
+        })
+        .collect();
+    v[0] = -0.0;
+    v[1] = f32::MIN_POSITIVE / 3.0;
+    v[2] = f32::MAX;
+    v[3] = -f32::MIN_POSITIVE;
+    v
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn by_key(mut rows: Vec<(String, Vec<f32>)>) -> Vec<(String, Vec<u32>)> {
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows.into_iter().map(|(k, v)| (k, bits(&v))).collect()
+}
+
+pub(crate) async fn embeddings_round_trip_bit_for_bit_by_model_and_key(f: &dyn Fixture) {
+    let store = f.store();
+    let keys: Vec<String> = (0..3).map(|i| format!("{i:064x}")).collect();
+    assert!(store.embeddings("m1", &keys).await.unwrap().is_empty());
+    assert!(store.embeddings("m1", &[]).await.unwrap().is_empty());
+    store.save_embeddings("m1", &[]).await.unwrap();
+
+    let rows: Vec<(String, Vec<f32>)> = keys[..2]
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.clone(), vector(i as u32)))
+        .collect();
+    store.save_embeddings("m1", &rows).await.unwrap();
+    // Of three keys asked for, the two stored come back, bit for bit.
+    let found = store.embeddings("m1", &keys).await.unwrap();
+    assert_eq!(by_key(found), by_key(rows.clone()));
+    // Another model's cache is another cache.
+    assert!(store.embeddings("m2", &keys).await.unwrap().is_empty());
+    store
+        .save_embeddings("m2", &[(keys[0].clone(), vector(9))])
+        .await
+        .unwrap();
+    let m2 = store.embeddings("m2", &keys).await.unwrap();
+    assert_eq!(by_key(m2), vec![(keys[0].clone(), bits(&vector(9)))]);
+    let m1 = store.embeddings("m1", &keys[..1]).await.unwrap();
+    assert_eq!(by_key(m1), vec![(keys[0].clone(), bits(&vector(0)))]);
+
+    // Many at once, more than one statement's worth.
+    let many: Vec<(String, Vec<f32>)> = (0..2_500u32)
+        .map(|i| (format!("k{i}"), vector(100 + i)))
+        .collect();
+    store.save_embeddings("m3", &many).await.unwrap();
+    let asked: Vec<String> = many.iter().map(|(k, _)| k.clone()).collect();
+    let back = store.embeddings("m3", &asked).await.unwrap();
+    assert_eq!(by_key(back), by_key(many));
+}
+
+pub(crate) async fn saving_an_embedding_again_keeps_the_first(f: &dyn Fixture) {
+    let store = f.store();
+    let key = "ab".repeat(32);
+    store
+        .save_embeddings("m", &[(key.clone(), vector(1))])
+        .await
+        .unwrap();
+    // Saved again (another worker computed it too), alone and in a batch with a
+    // new key, and twice in one batch: no error, the first vector stays.
+    store
+        .save_embeddings("m", &[(key.clone(), vector(2))])
+        .await
+        .unwrap();
+    store
+        .save_embeddings(
+            "m",
+            &[
+                ("new".into(), vector(3)),
+                (key.clone(), vector(4)),
+                ("new".into(), vector(5)),
+            ],
+        )
+        .await
+        .unwrap();
+    let back = store
+        .embeddings("m", &[key.clone(), "new".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        by_key(back),
+        vec![(key, bits(&vector(1))), ("new".into(), bits(&vector(3)))]
+    );
+}
+
+pub(crate) async fn guard_verdicts_round_trip_and_are_replaced(f: &dyn Fixture) {
+    let store = f.store();
+    let v = GuardVerdict {
+        model: "judge-1".into(),
+        hash: "h1".into(),
+        verdict: "block".into(),
+        reason: "asks the agent to read ~/.ssh".into(),
+        decided_ms: 1_700_000_000_123,
+    };
+    assert_eq!(store.guard_verdict("judge-1", "h1").await.unwrap(), None);
+    store.save_guard_verdict(&v).await.unwrap();
+    assert_eq!(
+        store.guard_verdict("judge-1", "h1").await.unwrap(),
+        Some(v.clone())
+    );
+    // Kept apart by model and by hash.
+    assert_eq!(store.guard_verdict("judge-2", "h1").await.unwrap(), None);
+    assert_eq!(store.guard_verdict("judge-1", "h2").await.unwrap(), None);
+    let again = GuardVerdict {
+        verdict: "allow".into(),
+        reason: "re-judged".into(),
+        decided_ms: v.decided_ms + 1,
+        ..v.clone()
+    };
+    store.save_guard_verdict(&again).await.unwrap();
+    assert_eq!(
+        store.guard_verdict("judge-1", "h1").await.unwrap(),
+        Some(again)
+    );
+}
+
+pub(crate) async fn a_tool_held_for_review_is_approved_or_rejected(f: &dyn Fixture) {
+    let store = f.store();
+    store
+        .save_pins(&[pin("up.a", "a1"), pin("up.b", "b1")])
+        .await
+        .unwrap();
+    // A change of up.a is pending; the guard then holds the definition for review:
+    // one pending approval for the tool, now a review.
+    store
+        .save_pins(&[hold("up.a", "tool_change", "a2")])
+        .await
+        .unwrap();
+    store
+        .save_pins(&[
+            hold("up.a", "tool_review", "a2"),
+            hold("up.b", "tool_review", "b2"),
+        ])
+        .await
+        .unwrap();
+    let pending = store.approvals(true, 10).await.unwrap();
+    assert_eq!(pending.len(), 2, "{pending:?}");
+    assert!(pending.iter().all(|a| a.kind == "tool_review"));
+    let id_of = |tool: &str| {
+        pending
+            .iter()
+            .find(|a| a.tool.as_deref() == Some(tool))
+            .unwrap()
+            .id
+    };
+    let pins = store.tool_pins().await.unwrap();
+    for (tool, pinned, held) in [("up.a", "a1", "a2"), ("up.b", "b1", "b2")] {
+        let p = pin_of(&pins, tool);
+        assert_eq!(p.status, PinStatus::Quarantined, "{tool}");
+        assert_eq!(
+            (p.hash.as_deref(), p.pending_hash.as_deref()),
+            (Some(pinned), Some(held))
+        );
+        assert_eq!(p.approval_id, Some(id_of(tool)));
+    }
+
+    let approved = store
+        .decide_tool_approval(id_of("up.a"), true, "dana")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(approved.kind, "tool_review");
+    let a = pin_of(&store.tool_pins().await.unwrap(), "up.a");
+    assert_eq!(
+        (a.status, a.hash.as_deref(), a.approved_by.as_deref()),
+        (PinStatus::Active, Some("a2"), Some("dana"))
+    );
+    assert_eq!(a.definition, Some(json!({"name": "up.a", "v": "a2"})));
+    assert_eq!((a.pending_hash, a.approval_id), (None, None));
+
+    store
+        .decide_tool_approval(id_of("up.b"), false, "erin")
+        .await
+        .unwrap()
+        .unwrap();
+    let b = pin_of(&store.tool_pins().await.unwrap(), "up.b");
+    assert_eq!(b.status, PinStatus::Rejected);
+    assert_eq!(
+        (b.hash.as_deref(), b.pending_hash.as_deref()),
+        (Some("b1"), Some("b2"))
+    );
+    assert!(store.approvals(true, 10).await.unwrap().is_empty());
 }

@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 7),
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 9),
 //!   applied at open and versioned with `PRAGMA user_version`. Everything goes
 //!   through a single connection: SQLite has one writer, and queueing in the
 //!   process is cheaper than contending through busy handlers. Concurrent `record_outcome` calls are
@@ -16,6 +16,8 @@
 //!   connect (or by `trawl migrate`, through [`postgres::migrate`]) under an advisory
 //!   lock. Each outcome is one statement that claims its slice and inserts its rows
 //!   from arrays.
+//! - `vector` (private): how both adapters store a vector of floats, as
+//!   little-endian f32 bytes.
 //! - `error` (private): how a sqlx error becomes a [`trawl_core::ports::PortError`],
 //!   by what the caller can do next; shared by both adapters.
 //! - `conformance` (tests only): the behaviour every adapter must have, one suite
@@ -39,12 +41,15 @@
 //!   an expired one is closed `approved = false, expired`. Its notices (Slack, the
 //!   outgoing webhook) go out through the row itself, claimed with a lease, and
 //!   are marked sent only after delivery: at least once, never lost.
+//! - A cached embedding is keyed by (model, key) and never replaced: the same text
+//!   under the same weights has the same vector, stored bit for bit.
 
 #[cfg(test)]
 mod conformance;
 mod error;
 pub mod postgres;
 pub mod sqlite;
+mod vector;
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;

@@ -7,6 +7,7 @@
 //! - `rows`: multi-row inserts (`UNNEST` of arrays) and decoding rows back into
 //!   records.
 //! - `browse`: what browser slices keep, artifacts and the browse replay cache.
+//! - `guard`: what the tool layer's guard keeps, embeddings and model verdicts.
 //!
 //! # Schema and migrations
 //!
@@ -68,8 +69,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, JobRecord,
-    PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
+    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -79,6 +80,7 @@ use rows::{
 };
 
 mod browse;
+mod guard;
 mod notices;
 mod outcomes;
 mod rows;
@@ -117,6 +119,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         7,
         "job_owners",
         include_str!("../../../migrations/0007_job_owners.sql"),
+    ),
+    (
+        8,
+        "guard",
+        include_str!("../../../migrations/0008_guard.sql"),
     ),
 ];
 
@@ -890,6 +897,35 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&self.pool, after, limit).await
+    }
+
+    async fn embeddings(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, PortError> {
+        guard::embeddings(&self.pool, model, keys).await
+    }
+
+    #[instrument(skip_all, fields(model = %model, rows = rows.len()))]
+    async fn save_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, Vec<f32>)],
+    ) -> Result<(), PortError> {
+        guard::save_embeddings(&self.pool, model, rows).await
+    }
+
+    async fn guard_verdict(
+        &self,
+        model: &str,
+        hash: &str,
+    ) -> Result<Option<GuardVerdict>, PortError> {
+        guard::guard_verdict(&self.pool, model, hash).await
+    }
+
+    async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError> {
+        guard::save_guard_verdict(&self.pool, v).await
     }
 
     #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]

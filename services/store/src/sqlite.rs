@@ -4,6 +4,7 @@
 //! - `outcomes`: `record_outcome`, with group commit;
 //! - `rows`: multi-row inserts and decoding rows back into records.
 //! - `browse`: what browser slices keep, artifacts and the browse replay cache.
+//! - `guard`: what the tool layer's guard keeps, embeddings and model verdicts.
 //!
 //! Everything goes through one connection behind a fair async mutex, so calls queue
 //! in the process instead of contending for SQLite's one write lock. Transactions
@@ -27,8 +28,8 @@ use trawl_core::model::{
     TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, JobRecord,
-    PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
+    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -38,6 +39,7 @@ use rows::{
 };
 
 mod browse;
+mod guard;
 mod notices;
 mod outcomes;
 mod rows;
@@ -53,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v6.sql"),
     include_str!("sqlite_v7.sql"),
     include_str!("sqlite_v8.sql"),
+    include_str!("sqlite_v9.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -765,6 +768,35 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&mut *self.conn().await?, after, limit).await
+    }
+
+    async fn embeddings(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, PortError> {
+        guard::embeddings(&mut *self.conn().await?, model, keys).await
+    }
+
+    #[instrument(skip_all, fields(model = %model, rows = rows.len()))]
+    async fn save_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, Vec<f32>)],
+    ) -> Result<(), PortError> {
+        guard::save_embeddings(&mut *self.conn().await?, model, rows).await
+    }
+
+    async fn guard_verdict(
+        &self,
+        model: &str,
+        hash: &str,
+    ) -> Result<Option<GuardVerdict>, PortError> {
+        guard::guard_verdict(&mut *self.conn().await?, model, hash).await
+    }
+
+    async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError> {
+        guard::save_guard_verdict(&mut *self.conn().await?, v).await
     }
 
     #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]

@@ -30,7 +30,7 @@ use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
 use crate::canonical::{definition_hash, diff, render};
 use crate::config::{NewTools, ScanAction, ScanPolicy};
 use crate::name::{ServerName, ToolName};
-use crate::scan::{Finding, ScanContext, scan_definitions, strip_definition};
+use crate::scan::{Finding, ScanContext, rules_of, scan_definitions, strip_definition};
 use crate::search::SearchIndex;
 
 /// Where a tool stands.
@@ -530,10 +530,12 @@ pub fn assemble_with(
             .filter(|(s, _)| s != l.server.as_str())
             .map(|(_, n)| n.clone())
             .collect();
+        let own_tools: Vec<String> = tools.iter().map(|(_, n, ..)| n.to_string()).collect();
         let ctx = ScanContext {
             server: l.server.as_str(),
             allow_hosts: &l.allow_hosts,
             other_tools: &other_tools,
+            own_tools: &own_tools,
         };
         let raws: Vec<Value> = tools
             .iter()
@@ -547,16 +549,8 @@ pub fn assemble_with(
             if let Some(more) = assessment.findings.get(&hash) {
                 found.extend(more.iter().cloned());
             }
-            let rules_at = |action: ScanAction| {
-                let mut rules: Vec<&'static str> = found
-                    .iter()
-                    .filter(|f| l.scan.action(f.severity) == action)
-                    .map(|f| f.rule)
-                    .collect();
-                rules.sort_unstable();
-                rules.dedup();
-                rules
-            };
+            let rules_at =
+                |action: ScanAction| rules_of(&found, |f| l.scan.action(f.severity) == action);
             let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
             if worst >= Some(ScanAction::Strip) && worst < Some(ScanAction::Block) {
                 let strip: Vec<Finding> = found

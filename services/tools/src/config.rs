@@ -185,6 +185,12 @@ pub struct ToolsConfig {
     /// Scanning policy of the built-in tools.
     pub builtin_scan: ScanPolicy,
     pub policy: Policy,
+    /// Sentence embeddings for the guard (`TRAWL_EMBED_MODEL`); `None`: the
+    /// checks that need them are off. Not part of the YAML file.
+    pub embeddings: Option<std::sync::Arc<crate::embed::Embeddings>>,
+    /// The guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off. Not part of
+    /// the YAML file.
+    pub judge: Option<std::sync::Arc<crate::guard::Judge>>,
 }
 
 /// Per-tool access rules.
@@ -406,6 +412,21 @@ impl ToolsConfig {
         self
     }
 
+    /// Gives the guard a model judge for doubtful definitions.
+    pub fn with_judge(mut self, judge: Option<std::sync::Arc<crate::guard::Judge>>) -> ToolsConfig {
+        self.judge = judge;
+        self
+    }
+
+    /// Gives the guard sentence embeddings.
+    pub fn with_embeddings(
+        mut self,
+        embeddings: Option<std::sync::Arc<crate::embed::Embeddings>>,
+    ) -> ToolsConfig {
+        self.embeddings = embeddings;
+        self
+    }
+
     /// The server named `name`.
     pub fn server(&self, name: &str) -> Option<&ServerConfig> {
         self.servers.iter().find(|s| s.name.as_str() == name)
@@ -460,6 +481,8 @@ impl ToolsConfig {
             servers,
             builtin_scan: file.builtin.map(|b| b.scan).unwrap_or_default(),
             policy,
+            embeddings: None,
+            judge: None,
         })
     }
 }

@@ -19,8 +19,10 @@ use trawl_core::ports::{
     ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
 };
 
-use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, tool_search_def};
+use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, assemble_with, tool_search_def};
 use crate::config::{Access, NewTools, Policy, ServerConfig, ToolsConfig};
+use crate::embed::Embeddings;
+use crate::guard::Guard;
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
 use crate::scan::{self, sanitize_result};
@@ -127,6 +129,18 @@ impl ToolLayer {
         }
     }
 
+    /// Gives the guard sentence embeddings (a layer from [`ToolLayer::connect`]
+    /// takes them from its config, [`ToolsConfig::with_embeddings`]).
+    pub fn with_embeddings(mut self, embeddings: Option<Arc<Embeddings>>) -> ToolLayer {
+        self.config.embeddings = embeddings;
+        self
+    }
+
+    /// The guard's sentence embeddings, when `TRAWL_EMBED_MODEL` gave a model.
+    pub fn embeddings(&self) -> Option<&Arc<Embeddings>> {
+        self.config.embeddings.as_ref()
+    }
+
     /// The configuration the layer was built with.
     pub fn config(&self) -> &ToolsConfig {
         &self.config
@@ -198,12 +212,14 @@ impl ToolLayer {
             Some(store) => Some(store.tool_pins().await?),
             None => None,
         };
-        let (mut catalog, changes) = assemble(&listings, pins.as_deref());
+        let guard = Guard::from_config(&self.config, self.store.clone());
+        let assessment = guard.assess(&listings).await;
+        let (mut catalog, changes) = assemble_with(&listings, pins.as_deref(), &assessment);
         if let (Some(store), false) = (&self.store, changes.is_empty()) {
             store.save_pins(&changes).await?;
             // Again with what was stored, so held tools name their approvals.
             let pins = store.tool_pins().await?;
-            catalog = assemble(&listings, Some(&pins)).0;
+            catalog = assemble_with(&listings, Some(&pins), &assessment).0;
         }
         for r in &catalog.refused {
             tracing::warn!(server = %r.server, tool = %r.tool, error = %r.error, "tool refused");
@@ -370,6 +386,7 @@ impl ToolLayer {
             server: "page",
             allow_hosts: &[],
             other_tools: &[],
+            own_tools: &[],
         };
         let findings: Vec<scan::Finding> = scan::scan_text("page", &clean.text, &ctx)
             .into_iter()
@@ -378,11 +395,10 @@ impl ToolLayer {
         if findings.is_empty() && clean.invisible_removed == 0 {
             return clean.text;
         }
-        let mut rules: Vec<&str> = findings.iter().map(|f| f.rule).collect();
-        if clean.invisible_removed > 0 {
+        let mut rules = scan::rules_of(&findings, |_| true);
+        if clean.invisible_removed > 0 && !rules.contains(&"invisible-unicode") {
             rules.push("invisible-unicode");
         }
-        rules.dedup();
         let out = replace_spans(&clean.text, &findings);
         let digest = trawl_core::digest(&[source, text]);
         let reason = format!(

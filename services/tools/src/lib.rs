@@ -9,6 +9,9 @@
 //!   quarantines the tool and raises a `tool_change` approval with the diff);
 //!   [`scan`] finds poisoned descriptions and sanitizes results; [`config`] holds
 //!   the per-server and per-tool policies; every call is audited.
+//! - [`embed`]: sentence embeddings of tool text (a local model, cached in the
+//!   process and the store), for the guard's semantic detector and tool search;
+//!   present only when `TRAWL_EMBED_MODEL` names a model folder.
 //! - [`search`]: BM25 over the catalog behind the `tool_search` meta-tool;
 //!   [`tokens`] counts what a model would be shown.
 //! - the call itself, here: the content cache with coalescing, bounded retries
@@ -24,7 +27,9 @@ pub mod auth;
 pub mod canonical;
 pub mod catalog;
 pub mod config;
+pub mod embed;
 pub mod forward;
+pub mod guard;
 mod layer;
 pub mod mcp;
 pub mod name;

@@ -313,6 +313,11 @@ struct DeployArgs {
     /// Upstream MCP servers and tool policies (YAML).
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
+    /// The sentence embedding model folder (all-MiniLM-L6-v2: config.json,
+    /// tokenizer.json, model.safetensors) of the tool guard's semantic detector;
+    /// without it the detector is off.
+    #[arg(long, env = "TRAWL_EMBED_MODEL")]
+    embed_model: Option<PathBuf>,
     /// How often workers list the upstream servers and read the tool pins again.
     #[arg(long, env = "TRAWL_TOOLS_REFRESH", default_value = "60s", value_parser = humantime::parse_duration)]
     tools_refresh: Duration,
@@ -422,6 +427,10 @@ impl DeployArgs {
                     Path::to_path_buf,
                 ),
             )?,
+            embed_model: self
+                .embed_model
+                .clone()
+                .filter(|p| !p.as_os_str().is_empty()),
             tools_refresh: self.tools_refresh,
             oauth: self.oauth()?,
             mcp_allowed_hosts: self
@@ -607,6 +616,10 @@ struct RunArgs {
     /// Upstream MCP servers and tool policies (YAML).
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
+    /// The sentence embedding model folder of the tool guard's semantic
+    /// detector; without it the detector is off.
+    #[arg(long, env = "TRAWL_EMBED_MODEL")]
+    embed_model: Option<PathBuf>,
     #[command(flatten)]
     sim: SimArgs,
 }
@@ -627,6 +640,11 @@ impl RunArgs {
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
             .with_queue(QueueConfig::default())
             .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?)
+            .with_embed_model(
+                self.embed_model
+                    .clone()
+                    .filter(|p| !p.as_os_str().is_empty()),
+            )
             .with_models(Some(crate::deployed::models()?))
             .with_browsers(Arc::new(run_browsers(prices)?)))
     }

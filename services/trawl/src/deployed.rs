@@ -65,6 +65,9 @@ pub struct Settings {
     /// Upstream MCP servers and tool policies (`TRAWL_TOOLS_CONFIG`); without
     /// it, the built-in tools under the default policy.
     pub tools: Option<ToolsConfig>,
+    /// The sentence embedding model folder of the tool guard
+    /// (`TRAWL_EMBED_MODEL`); `None`: its semantic detector is off.
+    pub embed_model: Option<PathBuf>,
     /// How often a worker lists the upstream servers and reads the pins again,
     /// so a decided tool approval reaches it.
     pub tools_refresh: Duration,
@@ -134,6 +137,7 @@ async fn tool_layers(
         );
     }
     let provider = Arc::new(provider);
+    let embeddings = crate::embedded::embeddings(s.embed_model.as_deref(), Some(store.clone())).await?;
     let mut layers = Vec::new();
     for &pool in pools {
         let layer = tool_layer(
@@ -141,6 +145,7 @@ async fn tool_layers(
             cache.clone(),
             store.clone(),
             s.tools.as_ref(),
+            embeddings.clone(),
             pool,
         )
         .await?;

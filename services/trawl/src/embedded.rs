@@ -22,6 +22,8 @@ use trawl_scheduler::{Scheduler, Submitted};
 use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
+use trawl_tools::guard::Judge;
+use trawl_tools::embed::Embeddings;
 use trawl_tools::{Pool, ToolLayer};
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
@@ -62,6 +64,9 @@ pub struct Options {
     pub models: Option<Arc<Models>>,
     /// Where browse slices open browsers (a local Chromium unless configured).
     pub browsers: Arc<Browsers>,
+    /// The sentence embedding model folder of the tool guard
+    /// (`TRAWL_EMBED_MODEL`); `None`: its semantic detector is off.
+    pub embed_model: Option<PathBuf>,
 }
 
 impl Options {
@@ -76,7 +81,13 @@ impl Options {
             tools: None,
             models: None,
             browsers: Arc::new(Browsers::local()),
+            embed_model: None,
         }
+    }
+
+    pub fn with_embed_model(mut self, dir: Option<PathBuf>) -> Self {
+        self.embed_model = dir;
+        self
     }
 
     pub fn with_browsers(mut self, b: Arc<Browsers>) -> Self {
@@ -177,13 +188,19 @@ pub async fn tool_layer(
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
     config: Option<&ToolsConfig>,
+    embeddings: Option<Arc<Embeddings>>,
     pool: Pool,
 ) -> anyhow::Result<ToolLayer> {
     let config = match (config, pool) {
         (Some(c), _) => c.clone(),
-        (None, Pool::Standard) => return Ok(ToolLayer::new(provider, cache)),
+        (None, Pool::Standard) => {
+            return Ok(ToolLayer::new(provider, cache).with_embeddings(embeddings));
+        }
         (None, Pool::Isolated) => ToolsConfig::default(),
     };
+    let config = config
+        .with_embeddings(embeddings)
+        .with_judge(guard_judge()?);
     let (layer, report) = ToolLayer::connect(provider, cache, Some(store), config, pool)
         .await
         .context("reading the tool pins")?;
@@ -191,6 +208,49 @@ pub async fn tool_layer(
         eprintln!("warning: tool server {server} not listed: {e}");
     }
     Ok(layer)
+}
+
+/// The tool guard's model judge, when `TRAWL_GUARD_MODEL` names a model (a
+/// `provider:` prefix picks the provider, as for `TRAWL_MODEL`); off otherwise.
+pub fn guard_judge() -> anyhow::Result<Option<Arc<Judge>>> {
+    let Some(name) = std::env::var("TRAWL_GUARD_MODEL")
+        .ok()
+        .filter(|m| !m.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    let models = Models::from_env().map_err(anyhow::Error::msg)?;
+    let resolved = models
+        .resolve(Some(&name))
+        .map_err(|e| anyhow::anyhow!("TRAWL_GUARD_MODEL: {e}"))?;
+    Ok(Some(Arc::new(Judge::new(resolved.client, resolved.model))))
+}
+
+/// The tool guard's sentence embeddings from the model folder `dir`
+/// (`TRAWL_EMBED_MODEL`), cached in `store`; `None`, said in a log line, when no
+/// folder is set.
+pub async fn embeddings(
+    dir: Option<&Path>,
+    store: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Option<Arc<Embeddings>>> {
+    let Some(dir) = dir else {
+        tracing::info!(
+            "TRAWL_EMBED_MODEL is not set: no sentence embeddings, the tool guard's semantic detector is off"
+        );
+        return Ok(None);
+    };
+    let embeddings = Embeddings::load(dir, store).await.with_context(|| {
+        format!(
+            "loading the sentence embedding model in {} (TRAWL_EMBED_MODEL)",
+            dir.display()
+        )
+    })?;
+    tracing::info!(
+        dir = %dir.display(),
+        model_id = embeddings.embedder().model_id(),
+        "sentence embeddings on: the tool guard's semantic detector can run"
+    );
+    Ok(Some(Arc::new(embeddings)))
 }
 
 /// The embedded system: store, cache, tools, and the simulator if used.
@@ -219,11 +279,13 @@ impl Embedded {
         let store = Arc::new(store);
         let provider = Arc::new(provider);
         let cache: Arc<dyn ContentCache> = Arc::new(cache);
+        let embeddings = embeddings(options.embed_model.as_deref(), Some(store.clone())).await?;
         let tools = tool_layer(
             provider.clone(),
             cache.clone(),
             store.clone(),
             options.tools.as_ref(),
+            embeddings,
             Pool::Standard,
         )
         .await?;
@@ -346,6 +408,7 @@ impl Embedded {
                 self.cache.clone(),
                 self.store.clone(),
                 self.options.tools.as_ref(),
+                self.tools.embeddings().cloned(),
                 Pool::Isolated,
             )
             .await?;

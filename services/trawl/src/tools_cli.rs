@@ -10,8 +10,11 @@ use serde_json::{Value, json};
 use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_core::model::now_ms;
 use trawl_core::ports::{ContentCache, Store};
-use trawl_tools::catalog::{Listing, Offered, assemble};
+use trawl_tools::catalog::{Listing, Offered, assemble_with};
+use trawl_tools::config::ToolsConfig;
 use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy};
+use trawl_tools::embed::Embeddings;
+use trawl_tools::guard::Guard;
 use trawl_tools::name::ServerName;
 use trawl_tools::{Catalog, Pool, ToolLayer, ToolState};
 
@@ -30,8 +33,20 @@ pub struct ToolsArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// The sentence embedding model folder of the guard's semantic detector;
+    /// without it the detector is off.
+    #[arg(long, env = "TRAWL_EMBED_MODEL", global = true)]
+    embed_model: Option<PathBuf>,
     #[command(subcommand)]
     command: ToolsCommand,
+}
+
+/// The guard's embeddings, when a model folder is given (cached in `store`).
+async fn embeddings(
+    args: &ToolsArgs,
+    store: Option<Arc<dyn Store>>,
+) -> anyhow::Result<Option<Arc<Embeddings>>> {
+    crate::embedded::embeddings(args.embed_model.as_deref(), store).await
 }
 
 #[derive(Subcommand, Clone)]
@@ -101,7 +116,18 @@ async fn scan(
     allow_hosts: &[String],
 ) -> anyhow::Result<u8> {
     match (server, file) {
-        (None, Some(file)) => scan_file(file, allow_hosts, args.json),
+        (None, Some(file)) => {
+            let config = ToolsConfig::default()
+                .with_embeddings(embeddings(args, None).await?)
+                .with_judge(crate::embedded::guard_judge()?);
+            scan_file(
+                file,
+                allow_hosts,
+                &Guard::from_config(&config, None),
+                args.json,
+            )
+            .await
+        }
         (None, None) => anyhow::bail!("trawl tools scan: give --server NAME or a FILE.json"),
         (Some(server), _) => {
             // Looking, not trusting: no store, so nothing is pinned.
@@ -245,7 +271,10 @@ async fn store(args: &ToolsArgs) -> anyhow::Result<Arc<dyn Store>> {
 }
 
 async fn layer(args: &ToolsArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<ToolLayer> {
-    let config = crate::cli::tools_config(args.config.as_deref(), &args.state)?.unwrap_or_default();
+    let config = crate::cli::tools_config(args.config.as_deref(), &args.state)?
+        .unwrap_or_default()
+        .with_embeddings(embeddings(args, store.clone()).await?)
+        .with_judge(crate::embedded::guard_judge()?);
     // These commands make no Bright Data call; the configuration only prices the
     // built-in tools.
     let bd = BrightDataConfig::from_lookup(|k| std::env::var(k).ok())
@@ -404,7 +433,12 @@ fn print_scan(catalog: &Catalog, server: Option<&str>, as_json: bool) -> u8 {
     if blocking { BLOCKING } else { OK }
 }
 
-fn scan_file(path: &Path, allow_hosts: &[String], as_json: bool) -> anyhow::Result<u8> {
+async fn scan_file(
+    path: &Path,
+    allow_hosts: &[String],
+    guard: &Guard,
+    as_json: bool,
+) -> anyhow::Result<u8> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let doc: Value =
@@ -437,6 +471,8 @@ fn scan_file(path: &Path, allow_hosts: &[String], as_json: bool) -> anyhow::Resu
         result_max_bytes: RESULT_MAX_BYTES,
         error: None,
     };
-    let (catalog, _) = assemble(&[listing], None);
+    let listings = [listing];
+    let assessment = guard.assess(&listings).await;
+    let (catalog, _) = assemble_with(&listings, None, &assessment);
     Ok(print_scan(&catalog, None, as_json))
 }

@@ -62,7 +62,7 @@ pub(super) async fn save_pins(pool: &PgPool, changes: &[PinChange]) -> Result<()
                 let approval: i64 = sqlx::query_scalar(
                     "INSERT INTO approvals (kind, tool, reason, detail, requested_ms) \
                      VALUES ($1, $2, $3, $4::jsonb, $5) \
-                     ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool') \
+                     ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool', 'tool_review') \
                      DO UPDATE SET \
                      kind = EXCLUDED.kind, reason = EXCLUDED.reason, detail = EXCLUDED.detail, \
                      requested_ms = EXCLUDED.requested_ms, \

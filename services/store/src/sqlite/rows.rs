@@ -127,6 +127,32 @@ const COSTS: Insert = Insert {
     tail: SKIP,
 };
 
+const EMBEDDINGS: Insert = Insert {
+    head: "INSERT INTO embeddings (model, key, vector, created_ms)",
+    row: "(?, ?, ?, ?)",
+    params: 4,
+    tail: SKIP,
+};
+
+/// Inserts vectors of `model` by key; a key already stored keeps its vector.
+pub(super) async fn insert_embeddings(
+    conn: &mut SqliteConnection,
+    model: &str,
+    rows: &[(String, Vec<f32>)],
+    now: i64,
+) -> Result<(), PortError> {
+    let bind = |q: Query<'static>, (key, v): &(String, Vec<f32>)| {
+        Ok(q.bind(model.to_owned())
+            .bind(key.clone())
+            .bind(crate::vector::to_bytes(v))
+            .bind(now))
+    };
+    for q in EMBEDDINGS.statements(rows, bind) {
+        q?.execute(&mut *conn).await.port()?;
+    }
+    Ok(())
+}
+
 pub(super) fn to_json<T: serde::Serialize + ?Sized>(v: &T) -> Result<String, PortError> {
     serde_json::to_string(v).map_err(|e| PortError::Corrupt(format!("cannot encode: {e}")))
 }

@@ -66,7 +66,7 @@ pub(super) async fn save_pins(
                 let approval: i64 = sqlx::query_scalar(
                     "INSERT INTO approvals (kind, tool, reason, detail, requested_ms) \
                      VALUES (?, ?, ?, ?, ?) \
-                     ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool') \
+                     ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool', 'tool_review') \
                      DO UPDATE SET \
                      kind = excluded.kind, reason = excluded.reason, detail = excluded.detail, \
                      requested_ms = excluded.requested_ms, \

@@ -54,8 +54,7 @@ pub fn root() -> PathBuf {
 }
 
 fn jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Vec<T> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
@@ -70,12 +69,7 @@ impl Corpus {
         let root = root();
         let benign = root.join("benign");
         let mut servers: Vec<Server> = std::fs::read_dir(&benign)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: {e}; run tests/guard/collect first",
-                    benign.display()
-                )
-            })
+            .unwrap_or_else(|e| panic!("{}: {e}; run tests/guard/collect first", benign.display()))
             .filter_map(Result::ok)
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .map(|e| {

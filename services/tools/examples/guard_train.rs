@@ -1,0 +1,314 @@
+//! Trains the semantic detector's head (`services/tools/src/guard_head.json`)
+//! on the train split of the development corpus (`tests/guard/`).
+//!
+//! ```text
+//! tests/models/fetch && tests/guard/collect
+//! cargo run --release -p trawl-tools --example guard_train
+//! ```
+//!
+//! Sentences are labelled from the corpus: a sentence of a poisoned definition
+//! that overlaps its payload by half or more is of the payload's class; every
+//! other sentence of a poisoned definition, every sentence of a benign server's
+//! tool and of an `allow` look-alike is benign (`hold-ok` look-alikes are left
+//! out: holding them is acceptable, so they teach nothing either way; so is the
+//! `encoded` class, which the rules' carriers catch and which is not language).
+//! The head is a softmax regression over the sentence embeddings, trained with
+//! Adam, classes weighted to balance. Thresholds are calibrated out of fold:
+//! five folds by server, each scored by a head trained on the other four;
+//! `hold_at` is the lowest score that holds at most 0.5 % of the benign tools
+//! out of fold (and at least 0.5), `doubt_at` the one that flags at most 3 %.
+//! Only the train split is read.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod guard_corpus;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use guard_corpus::Corpus;
+use serde_json::Value;
+use trawl_tools::guard::{Head, chunks};
+use trawl_tools::scan::definition_texts;
+
+const CLASSES: [&str; 7] = [
+    "benign",
+    "act-outside",
+    "change-arguments",
+    "conceal",
+    "override",
+    "tool-choice",
+    "context-request",
+];
+
+/// One labelled sentence: text, class, the group it belongs to (for folds) and
+/// the tool it is part of (for tool-level calibration).
+struct Sample {
+    text: String,
+    class: usize,
+    group: String,
+    tool: usize,
+}
+
+fn payload_range(def: &Value, payload: &str) -> Option<(String, Range<usize>)> {
+    definition_texts(def)
+        .into_iter()
+        .find_map(|(field, text)| text.find(payload).map(|at| (field, at..at + payload.len())))
+}
+
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> usize {
+    a.end.min(b.end).saturating_sub(a.start.max(b.start))
+}
+
+fn model_dir() -> PathBuf {
+    std::env::var_os("TRAWL_EMBED_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| guard_corpus::root().join("../models/all-minilm-l6-v2"))
+}
+
+fn main() {
+    let corpus = Corpus::load();
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut tools = 0usize;
+    // Whether each tool is benign (for calibration), by tool index.
+    let mut tool_benign: Vec<bool> = Vec::new();
+    let mut missing = 0;
+    for p in corpus.poisoned.iter().filter(|p| p.split == "train") {
+        let Some(class) = CLASSES.iter().position(|c| *c == p.class) else {
+            continue;
+        };
+        let Some((field, range)) = payload_range(&p.tool, &p.payload) else {
+            missing += 1;
+            continue;
+        };
+        for c in chunks(&p.tool) {
+            let len = c.span.len().max(1);
+            let positive = c.field == field && overlap(&c.span, &range) * 2 >= len;
+            samples.push(Sample {
+                text: c.text,
+                class: if positive { class } else { 0 },
+                group: format!("poisoned:{}", p.id),
+                tool: tools,
+            });
+        }
+        tool_benign.push(false);
+        tools += 1;
+    }
+    for l in corpus
+        .lookalikes
+        .iter()
+        .filter(|l| l.split == "train" && l.expect == "allow")
+    {
+        for c in chunks(&l.tool) {
+            samples.push(Sample {
+                text: c.text,
+                class: 0,
+                group: format!("lookalike:{}", l.id),
+                tool: tools,
+            });
+        }
+        tool_benign.push(true);
+        tools += 1;
+    }
+    for s in corpus.servers.iter().filter(|s| s.split == "train") {
+        for t in &s.tools {
+            for c in chunks(t) {
+                samples.push(Sample {
+                    text: c.text,
+                    class: 0,
+                    group: format!("server:{}", s.server),
+                    tool: tools,
+                });
+            }
+            tool_benign.push(true);
+            tools += 1;
+        }
+    }
+    let mut per_class = [0usize; CLASSES.len()];
+    for s in &samples {
+        per_class[s.class] += 1;
+    }
+    eprintln!(
+        "{} sentences of {tools} tools; per class {:?}; {missing} payloads not found in their tool",
+        samples.len(),
+        CLASSES.iter().zip(per_class).collect::<Vec<_>>()
+    );
+
+    let embedder = trawl_embed::Embedder::load(&model_dir()).expect("the embedding model");
+    let mut unique: Vec<&str> = samples.iter().map(|s| s.text.as_str()).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    let started = std::time::Instant::now();
+    let vectors = embedder.embed(&unique).expect("embeddings");
+    eprintln!(
+        "embedded {} sentences in {:.1} s",
+        unique.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let at: HashMap<&str, usize> = unique.iter().enumerate().map(|(i, t)| (*t, i)).collect();
+    let x: Vec<&[f32]> = samples
+        .iter()
+        .map(|s| vectors[at[s.text.as_str()]].as_slice())
+        .collect();
+    let y: Vec<usize> = samples.iter().map(|s| s.class).collect();
+
+    if let Some(dump) = std::env::var_os("GUARD_DUMP") {
+        // For experiments outside: vectors (f32 LE, row-major) and the labels.
+        let mut bytes = Vec::with_capacity(x.len() * x[0].len() * 4);
+        for v in &x {
+            for f in v.iter() {
+                bytes.extend_from_slice(&f.to_le_bytes());
+            }
+        }
+        let dump = PathBuf::from(dump);
+        std::fs::write(dump.with_extension("f32"), bytes).unwrap();
+        let meta: Vec<serde_json::Value> = samples
+            .iter()
+            .map(|s| serde_json::json!({"class": s.class, "group": s.group, "tool": s.tool, "text": s.text}))
+            .collect();
+        let benign: Vec<bool> = tool_benign.clone();
+        std::fs::write(
+            dump.with_extension("json"),
+            serde_json::json!({"samples": meta, "tool_benign": benign}).to_string(),
+        )
+        .unwrap();
+    }
+    // Out-of-fold scores per tool, five folds by group.
+    let fold_of = |g: &str| {
+        let h = g.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        (h % 5) as usize
+    };
+    let mut oof = vec![0f32; tools];
+    for fold in 0..5 {
+        let train: Vec<usize> = (0..samples.len())
+            .filter(|&i| fold_of(&samples[i].group) != fold)
+            .collect();
+        let head = fit(&x, &y, &train, embedder.model_id());
+        for (i, s) in samples.iter().enumerate() {
+            if fold_of(&s.group) == fold {
+                let (score, _) = head.score(x[i]);
+                oof[s.tool] = oof[s.tool].max(score);
+            }
+        }
+    }
+    let mut benign: Vec<f32> = (0..tools)
+        .filter(|&t| tool_benign[t])
+        .map(|t| oof[t])
+        .collect();
+    benign.sort_by(f32::total_cmp);
+    let quantile =
+        |q: f64| benign[((benign.len() as f64 * q).ceil() as usize).min(benign.len() - 1)];
+    let hold_at = (quantile(0.995) + 1e-4).max(0.5);
+    let doubt_at = (quantile(0.97) + 1e-4).min(hold_at - 0.05).max(0.2);
+    let caught = (0..tools)
+        .filter(|&t| !tool_benign[t] && oof[t] >= hold_at)
+        .count();
+    let poisoned = tool_benign.iter().filter(|b| !**b).count();
+    eprintln!(
+        "out of fold: hold_at {hold_at:.3}, doubt_at {doubt_at:.3}; poisoned tools held by the detector alone {caught}/{poisoned}; benign tools {}",
+        benign.len()
+    );
+
+    let all: Vec<usize> = (0..samples.len()).collect();
+    let mut head = fit(&x, &y, &all, embedder.model_id());
+    head.hold_at = hold_at;
+    head.doubt_at = doubt_at;
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/guard_head.json");
+    let mut text = serde_json::to_string(&round(head)).expect("head as JSON");
+    text.push('\n');
+    std::fs::write(&out, text).expect("writing the head");
+    eprintln!("wrote {}", out.display());
+}
+
+/// Weights rounded to 6 decimals, so the file is small and stable.
+fn round(mut head: Head) -> Head {
+    let r = |v: f32| (v * 1e6).round() / 1e6;
+    for row in &mut head.weights {
+        for w in row.iter_mut() {
+            *w = r(*w);
+        }
+    }
+    for b in &mut head.bias {
+        *b = r(*b);
+    }
+    head
+}
+
+/// Softmax regression with class weights and L2, full-batch Adam.
+fn fit(x: &[&[f32]], y: &[usize], rows: &[usize], model_id: &str) -> Head {
+    let k = CLASSES.len();
+    let d = x[0].len();
+    let mut count = vec![0f32; k];
+    for &i in rows {
+        count[y[i]] += 1.0;
+    }
+    let present = count.iter().filter(|c| **c > 0.0).count() as f32;
+    let n = rows.len() as f32;
+    // Benign weighs half, the attack classes share the other half.
+    let weight: Vec<f32> = count
+        .iter()
+        .enumerate()
+        .map(|(c, &m)| {
+            if m == 0.0 {
+                0.0
+            } else if c == 0 {
+                0.5 * n / m
+            } else {
+                0.5 * n / ((present - 1.0).max(1.0) * m)
+            }
+        })
+        .collect();
+    let mut w = vec![vec![0f32; d]; k];
+    let mut b = vec![0f32; k];
+    let (mut mw, mut vw) = (vec![vec![0f32; d]; k], vec![vec![0f32; d]; k]);
+    let (mut mb, mut vb) = (vec![0f32; k], vec![0f32; k]);
+    let (lr, b1, b2, eps, l2) = (0.05f32, 0.9f32, 0.999f32, 1e-8f32, 1e-4f32);
+    for step in 1..=400 {
+        let mut gw = vec![vec![0f32; d]; k];
+        let mut gb = vec![0f32; k];
+        for &i in rows {
+            let xi = x[i];
+            let logits: Vec<f32> = (0..k)
+                .map(|c| w[c].iter().zip(xi).map(|(a, v)| a * v).sum::<f32>() + b[c])
+                .collect();
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let e: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+            let s: f32 = e.iter().sum();
+            let sw = weight[y[i]] / n;
+            for c in 0..k {
+                let g = (e[c] / s - if c == y[i] { 1.0 } else { 0.0 }) * sw;
+                gb[c] += g;
+                for (gj, v) in gw[c].iter_mut().zip(xi) {
+                    *gj += g * v;
+                }
+            }
+        }
+        let t = step as i32;
+        for c in 0..k {
+            for j in 0..d {
+                let g = gw[c][j] + l2 * w[c][j];
+                mw[c][j] = b1 * mw[c][j] + (1.0 - b1) * g;
+                vw[c][j] = b2 * vw[c][j] + (1.0 - b2) * g * g;
+                let mh = mw[c][j] / (1.0 - b1.powi(t));
+                let vh = vw[c][j] / (1.0 - b2.powi(t));
+                w[c][j] -= lr * mh / (vh.sqrt() + eps);
+            }
+            mb[c] = b1 * mb[c] + (1.0 - b1) * gb[c];
+            vb[c] = b2 * vb[c] + (1.0 - b2) * gb[c] * gb[c];
+            let mh = mb[c] / (1.0 - b1.powi(t));
+            let vh = vb[c] / (1.0 - b2.powi(t));
+            b[c] -= lr * mh / (vh.sqrt() + eps);
+        }
+    }
+    Head {
+        model_id: model_id.to_owned(),
+        classes: CLASSES.iter().map(|c| (*c).to_owned()).collect(),
+        weights: w,
+        bias: b,
+        hold_at: 0.5,
+        doubt_at: 0.3,
+    }
+}

@@ -1,0 +1,140 @@
+"""Shared helpers for the hand-written parts of the corpus: building tool definitions,
+the carriers' encoders, the split rule and the JSON writer."""
+
+import base64
+import codecs
+import copy
+import json
+import unicodedata
+import urllib.parse
+
+PLACES = ("description", "param_description", "param_name", "enum", "default", "examples",
+          "title", "annotations_title")
+CLASSES = ("act-outside", "change-arguments", "conceal", "override", "tool-choice",
+           "context-request", "encoded")
+
+
+def split_of(n):
+    """The split rule: the n-th entry (1-based) of a class (or of the look-alikes) is
+    train when n is odd and dev when n is even. Entries are numbered in the order they are
+    written, and neighbours are usually of one wording family, so every family lands on
+    both sides."""
+    return "train" if n % 2 == 1 else "dev"
+
+
+def schema(params):
+    props, required = {}, []
+    for name, sch, req in params:
+        props[name] = copy.deepcopy(sch)
+        if req:
+            required.append(name)
+    out = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out
+
+
+def tool(name, description, params=(), title=None, annotations=None):
+    t = {"name": name}
+    if title is not None:
+        t["title"] = title
+    t["description"] = description
+    t["inputSchema"] = schema(params)
+    if annotations is not None:
+        t["annotations"] = annotations
+    return t
+
+
+def insert(text, payload, pos):
+    """Put payload into text at the start, the end, or between two sentences in the middle."""
+    if not text or pos == "only":
+        return payload
+    if pos == "start":
+        return payload + " " + text
+    if pos == "end":
+        return text + " " + payload
+    if pos == "para":  # a paragraph of its own at the end
+        return text + "\n\n" + payload
+    if pos == "middle":
+        cuts = [i + 2 for i in range(len(text) - 2) if text[i] == "." and text[i + 1] == " "]
+        if not cuts:
+            return text + " " + payload
+        cut = cuts[(len(cuts) - 1) // 2]
+        return text[:cut] + payload + " " + text[cut:]
+    raise ValueError(pos)
+
+
+# --- carriers of hidden text -------------------------------------------------------
+
+def tags(s):
+    """Unicode tag characters (U+E0000 block): invisible in most renderers."""
+    return "".join(chr(0xE0000 + ord(c)) for c in s)
+
+
+def zw_bits(s):
+    """Each byte as 8 zero-width characters (U+200B = 0, U+200C = 1)."""
+    return "".join("\u200b" if b == "0" else "\u200c"
+                   for ch in s.encode() for b in format(ch, "08b"))
+
+
+def zw_split(s):
+    """Zero-width space between every letter: reads normally, matches no plain keyword."""
+    return "\u200b".join(s)
+
+
+def rlo(s):
+    """Right-to-left override: stored reversed, displayed in reading order."""
+    return "\u202e" + s[::-1] + "\u202c"
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def hexs(s):
+    return s.encode().hex()
+
+
+def rot13(s):
+    return codecs.encode(s, "rot13")
+
+
+def urlenc(s):
+    return urllib.parse.quote(s, safe="")
+
+
+# --- writer --------------------------------------------------------------------------
+
+def _escape_invisible(text):
+    out = []
+    for ch in text:
+        cp = ord(ch)
+        cat = unicodedata.category(ch)
+        if cat in ("Cf", "Cc", "Co", "Cs", "Zl", "Zp") or 0xFE00 <= cp <= 0xFE0F or cp >= 0xE0000:
+            if cp > 0xFFFF:
+                v = cp - 0x10000
+                out.append("\\u%04x\\u%04x" % (0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF)))
+            else:
+                out.append("\\u%04x" % cp)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def dumps(obj):
+    """One JSON line; readable non-ASCII text stays as it is, invisible and control
+    characters are written as \\u escapes."""
+    return _escape_invisible(json.dumps(obj, ensure_ascii=False))
+
+
+def strings_of(value):
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from strings_of(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from strings_of(v)
