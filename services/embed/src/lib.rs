@@ -63,7 +63,7 @@ const WEIGHTS: &str = "model.safetensors";
 pub enum EmbedError {
     /// A file of the model folder is missing or unreadable: the setting points at
     /// the wrong folder, or the model was not fetched.
-    #[error("{}: cannot read: {source}", path.display())]
+    #[error("{}: cannot read", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -75,7 +75,7 @@ pub enum EmbedError {
     #[error("tokenizing: {0}")]
     Tokenize(String),
     /// The forward pass failed: a bug or an exhausted machine, not the input.
-    #[error("running the model: {0}")]
+    #[error("running the model")]
     Model(#[from] candle_core::Error),
 }
 
