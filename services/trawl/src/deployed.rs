@@ -137,7 +137,8 @@ async fn tool_layers(
         );
     }
     let provider = Arc::new(provider);
-    let embeddings = crate::embedded::embeddings(s.embed_model.as_deref(), Some(store.clone())).await?;
+    let embeddings =
+        crate::embedded::embeddings(s.embed_model.as_deref(), Some(store.clone())).await?;
     let mut layers = Vec::new();
     for &pool in pools {
         let layer = tool_layer(
