@@ -600,12 +600,28 @@ mod tests {
         }
     }
 
+    /// A store in a temporary folder and a client of the scripted model.
+    async fn judge_rig(
+        model: &trawl_model::testing::ScriptedModel,
+    ) -> (tempfile::TempDir, Arc<dyn Store>, trawl_model::OpenAiClient) {
+        use trawl_model::{ClientConfig, OpenAiClient};
+        let client =
+            OpenAiClient::new(ClientConfig::openai().with_base_url(model.openai_url())).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            trawl_store::SqliteStore::open(&dir.path().join("s.db"))
+                .await
+                .unwrap(),
+        );
+        (dir, store, client)
+    }
+
     /// The judge is asked only about doubtful definitions the rules do not
     /// already hold, once per definition: its verdict is stored and reused.
     #[tokio::test]
     async fn the_judge_sees_only_doubtful_definitions_and_its_verdicts_are_kept() {
+        use trawl_model::Usage;
         use trawl_model::testing::{Reply, ScriptedModel};
-        use trawl_model::{ClientConfig, OpenAiClient, Usage};
         let model = ScriptedModel::start(|_, body| {
             let asked = body.to_string();
             let verdict = if asked.contains("quietly") {
@@ -617,14 +633,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let client =
-            OpenAiClient::new(ClientConfig::openai().with_base_url(model.openai_url())).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            trawl_store::SqliteStore::open(&dir.path().join("s.db"))
-                .await
-                .unwrap(),
-        );
+        let (_dir, store, client) = judge_rig(&model).await;
         let guard = Guard::rules_only().with_judge(
             Arc::new(Judge::new(Arc::new(client), "judge-1")),
             Some(store.clone()),
@@ -677,21 +686,14 @@ mod tests {
     /// A judge that answers nonsense gives no verdict, and nothing is stored.
     #[tokio::test]
     async fn an_unreadable_verdict_is_not_kept() {
+        use trawl_model::Usage;
         use trawl_model::testing::{Reply, ScriptedModel};
-        use trawl_model::{ClientConfig, OpenAiClient, Usage};
         let model = ScriptedModel::start(|_, _| {
             Reply::openai_text(r#"{"verdict": "maybe"}"#, Usage::default())
         })
         .await
         .unwrap();
-        let client =
-            OpenAiClient::new(ClientConfig::openai().with_base_url(model.openai_url())).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            trawl_store::SqliteStore::open(&dir.path().join("s.db"))
-                .await
-                .unwrap(),
-        );
+        let (_dir, store, client) = judge_rig(&model).await;
         let guard = Guard::rules_only().with_judge(
             Arc::new(Judge::new(Arc::new(client), "j")),
             Some(store.clone()),
