@@ -62,12 +62,30 @@ pub fn unique(prefix: &str) -> String {
 }
 
 /// A TCP port that was free a moment ago.
+///
+/// The port is below the kernel's ephemeral range (32768 and up here), so an
+/// outgoing connection of any process cannot take it between this check and the
+/// role's bind, as a port the kernel handed out for `:0` could be. Ports are
+/// handed out in turn from a start that depends on the process, so tests running
+/// at once in one binary never get the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7_919) % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN);
 }
 
 /// Waits until something accepts connections on `port`.

@@ -37,7 +37,7 @@
 //! | `prompt-role` | (g) | high / medium | chat-template tokens (`<\|im_start\|>`, `[INST]`, `<<SYS>>`) and `<user>…</user>` turn blocks are high; a line opening with a turn label (`Human:`, `SYSTEM:`) is medium |
 //! | `shadowing` | catalog | high / low | another server's tool named inside an instruction ("when you call send_email, …", "before using X", "instead of X", "X is deprecated"): **high**; a plain mention: **low** |
 //! | `near-name` | catalog | medium | a tool whose name is close to another server's tool (`send_emai1`, `sendEmail` next to `mail.send_email`): the same after folding case, separators and look-alike digits, or one character dropped, added (not a plural) or swapped. Identical names are common and not a finding. Field `name` |
-//! | `builtin-redeclared` | catalog | high | a tool of another server named (or nearly) as a built-in tool: the tools of [`BUILTIN_SERVER`] in `other_tools`, and the meta-tools `tool_search` and `browser`. Field `name` |
+//! | `builtin-redeclared` | catalog | high, low | a tool of another server named nearly as a built-in tool (high), or exactly (low: the namespace keeps it apart, as for two servers' same-named tools): the tools of [`BUILTIN_SERVER`] in `other_tools`, and the meta-tools `tool_search` and `browser`. Field `name` |
 //!
 //! # How text is matched
 //!

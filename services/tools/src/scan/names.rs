@@ -130,15 +130,25 @@ impl<'c> ToolIndex<'c> {
         if !self.builtin_server
             && let Some((_, builtin)) = self.builtins.iter().find(|(b, _)| is_near(&folded, b))
         {
-            out.push(name_finding(
-                BUILTIN,
-                Severity::High,
-                name,
-                span.clone(),
-                format!(
-                    "re-declares the built-in tool {builtin}: the model may call this one instead"
-                ),
-            ));
+            // The same name is kept apart by the server's namespace, as two
+            // servers' same-named tools are (a trawl behind a trawl gateway lists
+            // `tool_search` too): flagged. A near copy passes for the built-in.
+            let (severity, message) = if builtin == name {
+                (
+                    Severity::Low,
+                    format!(
+                        "has the name of the built-in tool {builtin}; calls stay apart by namespace"
+                    ),
+                )
+            } else {
+                (
+                    Severity::High,
+                    format!(
+                        "re-declares the built-in tool {builtin} under a near name: the model may call this one instead"
+                    ),
+                )
+            };
+            out.push(name_finding(BUILTIN, severity, name, span.clone(), message));
         }
         let mut candidates: Vec<&str> = deletion_digests(&folded)
             .filter_map(|k| self.near.get(&k))

@@ -1109,14 +1109,30 @@ fn near_names_and_redeclared_builtins() {
         assert!(found.is_empty(), "{name}: {found:?}");
     }
     for name in [
-        "web_search",
         "webSearch",
-        "fetch_page",
-        "tool_search",
-        "browser",
+        "fetch-page",
+        "tool_serach",
+        "Browser",
+        "web_seach",
     ] {
         let found = judged_in(name, "Does it.", &[], &other);
         assert_eq!(found, [(BUILTIN, Severity::High)], "{name}");
+    }
+    // The very name of a built-in is flagged only: the namespace keeps it apart.
+    let allow = default_allow();
+    let ctx = ScanContext {
+        server: "corpus",
+        allow_hosts: &allow,
+        other_tools: &other,
+        own_tools: &[],
+    };
+    for name in ["web_search", "fetch_page", "tool_search", "browser"] {
+        let found: Vec<_> =
+            scan_definition(&json!({"name": name, "description": "Does it."}), &ctx)
+                .into_iter()
+                .map(|f| (f.rule, f.severity))
+                .collect();
+        assert_eq!(found, [(BUILTIN, Severity::Low)], "{name}");
     }
     // The built-in server itself declares them.
     let allow = default_allow();
