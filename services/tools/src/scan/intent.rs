@@ -128,6 +128,14 @@ impl Sentences {
         }
     }
 
+    /// Every sentence, in order.
+    pub(super) fn spans(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.starts.iter().enumerate().map(|(i, &start)| {
+            let end = self.starts.get(i + 1).copied().unwrap_or(self.len);
+            start..end
+        })
+    }
+
     /// The sentence holding byte `pos`.
     pub(super) fn around(&self, pos: usize) -> Range<usize> {
         let i = self.starts.partition_point(|&s| s <= pos).saturating_sub(1);

@@ -64,6 +64,16 @@
 //! invisible characters, the name lists of `context-request` and
 //! `secret-request`); [`strip_definition`] cannot strip a key and leaves them.
 //!
+//! Besides the fixed phrasings above, the cue rules (`cues.rs`) give a **medium**
+//! finding (a review) of `conceal-from-user`, `override-instructions`,
+//! `tool-preference`, `context-request` and `argument-override` when one sentence
+//! holds two kinds of words that a description seldom puts together: something
+//! kept quiet ("an implementation detail", "doesn't need to hear") and the person
+//! or what the model says; the model's instructions and their replacement ("earlier
+//! guidance you received is outdated"); other tools and a reason to shun them;
+//! handing over and the model's context ("every tool definition you have been
+//! given"); a value set whatever the user asked.
+//!
 //! Findings of one rule whose spans overlap in one field are merged into one (the
 //! union of the spans, the highest severity and its message), so each rule is
 //! listed once per span; [`rules_of`] gives the distinct rules of a tool's findings.
@@ -105,6 +115,7 @@ use serde_json::Value;
 use crate::config::BUILTIN_SERVER;
 use blobs::base64_blobs;
 use blocks::hidden_blocks;
+use cues::cues;
 use intent::{Profile, Sentences, authority, intents, markers};
 use names::{Mentions, ToolIndex};
 use params::parameter_names;
@@ -479,6 +490,7 @@ fn scan_hits(
     let words = spaced.as_deref().unwrap_or(&folded.text);
     phrases(words, &mut phrase_hits);
     intents(words, profile, &mut phrase_hits);
+    cues(words, &mut phrase_hits);
     secret_requests(&folded.text, profile, &mut phrase_hits);
     urls(&folded.text, ctx, &mut phrase_hits);
     for mut hit in phrase_hits {
@@ -756,6 +768,7 @@ fn all_strings<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec<T
 
 mod blobs;
 mod blocks;
+mod cues;
 mod intent;
 mod names;
 mod params;
