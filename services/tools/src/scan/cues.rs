@@ -122,6 +122,12 @@ pub(super) fn cues(text: &str, hits: &mut Vec<Hit>) {
                 let t = sentence.trim_end();
                 let lead = t.len() - t.trim_start().len();
                 let span = span.start + lead..span.start + t.len();
+                // A phrase rule already said it, more precisely.
+                if hits.iter().any(|h| {
+                    h.rule == cue.rule && h.span.start < span.end && span.start < h.span.end
+                }) {
+                    continue;
+                }
                 hits.push(Hit::new(cue.rule, Severity::Medium, span, cue.message));
             }
         }

@@ -77,7 +77,12 @@ impl<'p> Profile<'p> {
     /// its server's tools.
     fn is_own(&self, reference: &str) -> bool {
         let bare = reference.rsplit_once('.').map_or(reference, |(_, b)| b);
-        let same = |n: &str| n.eq_ignore_ascii_case(reference) || n.eq_ignore_ascii_case(bare);
+        // `own` may be namespaced (`mongodb.collection-indexes`), as the catalog
+        // gives it.
+        let same = |n: &str| {
+            let n_bare = n.rsplit_once('.').map_or(n, |(_, b)| b);
+            n.eq_ignore_ascii_case(reference) || n_bare.eq_ignore_ascii_case(bare)
+        };
         same(self.name) || self.own.iter().any(|n| same(n))
     }
 }
@@ -737,7 +742,10 @@ pub(super) fn authority(text: &str, markers: &[Range<usize>], hits: &[Hit]) -> V
         let scope = marker_scope(text, marker);
         let Some(outside) = hits
             .iter()
-            .find(|h| h.outside && h.severity >= Severity::Medium && scope.contains(&h.span.start))
+            .filter(|h| {
+                h.outside && h.severity >= Severity::Medium && scope.contains(&h.span.start)
+            })
+            .max_by_key(|h| h.severity)
         else {
             continue;
         };

@@ -133,7 +133,9 @@ impl<'c> ToolIndex<'c> {
             // The same name is kept apart by the server's namespace, as two
             // servers' same-named tools are (a trawl behind a trawl gateway lists
             // `tool_search` too): flagged. A near copy passes for the built-in.
-            let (severity, message) = if builtin == name {
+            let (severity, message) = if *builtin == name
+                || (fold_name(builtin) == folded && !lookalike_digits(name))
+            {
                 (
                     Severity::Low,
                     format!(
@@ -159,7 +161,14 @@ impl<'c> ToolIndex<'c> {
         candidates.dedup();
         for other in candidates {
             let bare = split_name(other).1;
-            if bare == name || !is_near(&folded, &fold_name(bare)) {
+            let other_folded = fold_name(bare);
+            // The same name in other case or separators (`list-databases`,
+            // `list_databases`) is the same name, as two servers' same-named
+            // tools are: not a copy. Look-alike digits (`send_emai1`) are.
+            if bare == name
+                || !is_near(&folded, &other_folded)
+                || (other_folded == folded && !lookalike_digits(name))
+            {
                 continue;
             }
             // Of a pair that differs by look-alike digits (`send_emai1`), only the

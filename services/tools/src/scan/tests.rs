@@ -1094,25 +1094,29 @@ fn near_names_and_redeclared_builtins() {
         "brightdata.web_search",
         "brightdata.fetch_page",
     ]);
-    for name in [
-        "send_emai1",
-        "sendEmail",
-        "send-email",
-        "send_emial",
-        "Send_Email",
-    ] {
+    for name in ["send_emai1", "send_emial", "sendEmial", "snd_email"] {
         let found = judged_in(name, "Sends an email.", &[], &other);
         assert_eq!(found, [(NEAR_NAME, Severity::Medium)], "{name}");
     }
-    for name in ["get_issues", "send_sms", "get_issue", "send_email"] {
+    // The same name in other case or separators is the same name (two database
+    // servers' `list-databases` and `list_databases`), as an exact one is.
+    for name in [
+        "get_issues",
+        "send_sms",
+        "get_issue",
+        "send_email",
+        "sendEmail",
+        "send-email",
+        "Send_Email",
+    ] {
         let found = judged_in(name, "Does it.", &[], &other);
         assert!(found.is_empty(), "{name}: {found:?}");
     }
     for name in [
-        "webSearch",
-        "fetch-page",
+        "web_serach",
+        "fetch_paeg",
         "tool_serach",
-        "Browser",
+        "br0wser",
         "web_seach",
     ] {
         let found = judged_in(name, "Does it.", &[], &other);
@@ -1126,7 +1130,14 @@ fn near_names_and_redeclared_builtins() {
         other_tools: &other,
         own_tools: &[],
     };
-    for name in ["web_search", "fetch_page", "tool_search", "browser"] {
+    for name in [
+        "web_search",
+        "fetch_page",
+        "tool_search",
+        "browser",
+        "webSearch",
+        "Fetch-Page",
+    ] {
         let found: Vec<_> =
             scan_definition(&json!({"name": name, "description": "Does it."}), &ctx)
                 .into_iter()
@@ -1669,4 +1680,18 @@ fn cue_rules_catch_requests_worded_freely_and_spare_look_alikes() {
         let found = judged_in(name, text, &[], &[]);
         assert!(found.is_empty(), "{name}: {found:?}");
     }
+}
+
+#[test]
+fn own_tools_named_with_their_namespace_are_own() {
+    // The catalog gives a server's tools namespaced: a usage hint under a marker
+    // to call one of them is a review, not another server's tool.
+    let own = names(&["mongodb.aggregate", "mongodb.collection-indexes"]);
+    let found = judged_in(
+        "aggregate",
+        "Runs an aggregation. Note to LLM: If unsure, you must first use the `collection-indexes` tool to check the index.",
+        &own,
+        &[],
+    );
+    assert_eq!(found, [(CALL_FIRST, Severity::Medium)]);
 }
