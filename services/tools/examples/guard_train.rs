@@ -286,7 +286,7 @@ fn fit(x: &[&[f32]], y: &[usize], rows: &[usize], model_id: &str) -> Head {
                 }
             }
         }
-        let t = step as i32;
+        let t = step;
         for c in 0..k {
             for j in 0..d {
                 let g = gw[c][j] + l2 * w[c][j];
