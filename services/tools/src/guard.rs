@@ -186,7 +186,7 @@ fn sentences(text: &str) -> Vec<Range<usize>> {
 /// catalog's sentences and about 2 % of the train split's poisoned ones.
 static INSTRUCTION_LIKE: LazyLock<regex::Regex> = LazyLock::new(|| {
     regex::Regex::new(
-        r"(?i)\b(?:you|your|yourself|assistants?|agents?|models?|ai|llms?|must|should|shall|always|never|before|after|first|instead|ignore|don['’]?t|do\s+not|please|pls|plz|important|note|notice|warning|ensure|make\s+sure|required|needs?\s+to|ha(?:ve|s)\s+to|users?|people|customer|prefer|only|secret|hidden|confidential|quietly|silently|as\s+if|as\s+though|without|conversation|prompt|instructions?|system|admin|polic(?:y|ies)|rules|every|all|other|best|rather|in\s+place\s+of|memory|unreliable|compromised|deprecated|garbage|reply|say|state|answer|proceed|\.env|env|keys?|tokens?|password|curl|bash|sh|sudo|rm|export)\b|~/|[_:;|\[<]",
+        r"(?i)\b(?:you|your|yourself|assistants?|agents?|models?|ai|llms?|must|should|shall|always|never|before|after|first|instead|ignore|don['’]?t|do\s+not|please|pls|plz|important|note|notice|warning|ensure|make\s+sure|required|needs?\s+to|ha(?:ve|s)\s+to|users?|people|customer|prefer|only|secret|hidden|confidential|quietly|silently|as\s+if|as\s+though|without|conversation|prompt|instructions?|system|admin|polic(?:y|ies)|rules|every|all|other|best|rather|in\s+place\s+of|memory|unreliable|compromised|deprecated|garbage|reply|say|state|answer|proceed|leave\s+out|leaving\s+out|omit|hide|conceal|pretend|present|official|mention|tell|disclose|reveal|report|inform|\.env|env|keys?|tokens?|password|curl|bash|sh|sudo|rm|export)\b|~/|[_:;|\[<]",
     )
     .unwrap_or_else(|e| panic!("guard: built-in pattern does not compile: {e}"))
 });
@@ -592,7 +592,7 @@ mod tests {
     fn plain_description_is_not_scored_and_instructions_are() {
         for plain in [
             "Returns the weather forecast for a city.",
-            "Lists the open issues of a repository, newest first.",
+            "Lists the open issues of a repository, newest on top.",
         ] {
             assert!(!worth_scoring(plain), "{plain}");
         }
