@@ -128,13 +128,14 @@ impl<'c> ToolIndex<'c> {
         let folded = fold_name(name);
         let span = 0..name.len();
         if !self.builtin_server
-            && let Some((_, builtin)) = self.builtins.iter().find(|(b, _)| is_near(&folded, b))
+            && let Some((builtin_folded, builtin)) =
+                self.builtins.iter().find(|(b, _)| is_near(&folded, b))
         {
             // The same name is kept apart by the server's namespace, as two
             // servers' same-named tools are (a trawl behind a trawl gateway lists
             // `tool_search` too): flagged. A near copy passes for the built-in.
             let (severity, message) = if *builtin == name
-                || (fold_name(builtin) == folded && !lookalike_digits(name))
+                || (*builtin_folded == folded && !lookalike_digits(name))
             {
                 (
                     Severity::Low,
