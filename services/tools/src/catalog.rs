@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jsonschema::Draft;
 use serde::Serialize;
@@ -30,7 +31,9 @@ use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
 use crate::canonical::{definition_hash, diff, render};
 use crate::config::{NewTools, ScanAction, ScanPolicy};
 use crate::name::{ServerName, ToolName};
-use crate::scan::{Finding, ScanContext, rules_of, scan_definitions, strip_definition};
+use crate::scan::{
+    Finding, NameIndex, ScanContext, rules_of, scan_catalog_server, strip_definition,
+};
 use crate::search::SearchIndex;
 
 /// Where a tool stands.
@@ -475,6 +478,70 @@ pub fn assemble(listings: &[Listing], pins: Option<&[ToolPin]>) -> (Catalog, Vec
     assemble_with(listings, pins, &Assessment::default())
 }
 
+/// A server's tools that registered: (index in its listing, name, definition,
+/// input validator).
+type Registered = Vec<(usize, ToolName, ToolDef, jsonschema::Validator)>;
+
+/// The scanner's findings for every registered tool of every server, in order.
+/// The servers are scanned on as many threads as the machine has cores: the
+/// scan is pure, and it is most of a large catalog's assembly.
+fn scan_servers(
+    listings: &[Listing],
+    registered: &[Registered],
+    names: &NameIndex,
+) -> Vec<Vec<Vec<Finding>>> {
+    let scan = |i: usize| {
+        let (Some(l), Some(tools)) = (listings.get(i), registered.get(i)) else {
+            return Vec::new();
+        };
+        let own_tools: Vec<String> = tools.iter().map(|(_, n, ..)| n.to_string()).collect();
+        let ctx = ScanContext {
+            server: l.server.as_str(),
+            allow_hosts: &l.allow_hosts,
+            // The catalog's index takes their place (`scan_catalog_server`).
+            other_tools: &[],
+            own_tools: &own_tools,
+        };
+        let raws: Vec<Value> = tools
+            .iter()
+            .map(|(i, ..)| l.tools[*i].raw.clone())
+            .collect();
+        scan_catalog_server(&raws, &ctx, names)
+    };
+    let servers = registered.len();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(servers);
+    if threads <= 1 {
+        return (0..servers).map(scan).collect();
+    }
+    // Each thread takes the next server not yet taken, so one large server
+    // does not leave the other threads idle.
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Vec<Vec<Finding>>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= servers {
+                            return out;
+                        }
+                        out.push((i, scan(i)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, f)| f).collect()
+}
+
 /// [`assemble`], with what the later stages of the guard found.
 pub fn assemble_with(
     listings: &[Listing],
@@ -492,7 +559,7 @@ pub fn assemble_with(
     let known_servers: HashSet<&str> = pins.values().map(|p| p.server.as_str()).collect();
 
     // Register first: shadowing is judged against every other server's tools.
-    let mut registered: Vec<Vec<(usize, ToolName, ToolDef, jsonschema::Validator)>> = Vec::new();
+    let mut registered: Vec<Registered> = Vec::new();
     for l in listings {
         let mut ok = Vec::new();
         let mut seen = HashSet::new();
@@ -509,39 +576,21 @@ pub fn assemble_with(
         }
         registered.push(ok);
     }
-    let all_names: Vec<(String, String)> = listings
+    let all_names: Vec<String> = registered
         .iter()
-        .zip(&registered)
-        .flat_map(|(l, r)| {
-            r.iter()
-                .map(|(_, n, ..)| (l.server.to_string(), n.to_string()))
-        })
+        .flat_map(|r| r.iter().map(|(_, n, ..)| n.to_string()))
         .collect();
+    let names = NameIndex::new(all_names.iter().map(String::as_str));
 
-    for (l, tools) in listings.iter().zip(registered) {
+    let scanned = scan_servers(listings, &registered, &names);
+
+    for ((l, tools), findings) in listings.iter().zip(registered).zip(scanned) {
         catalog.servers.push(ServerState {
             name: l.server.to_string(),
             transport: l.transport,
             error: l.error.clone(),
             tools: tools.len(),
         });
-        let other_tools: Vec<String> = all_names
-            .iter()
-            .filter(|(s, _)| s != l.server.as_str())
-            .map(|(_, n)| n.clone())
-            .collect();
-        let own_tools: Vec<String> = tools.iter().map(|(_, n, ..)| n.to_string()).collect();
-        let ctx = ScanContext {
-            server: l.server.as_str(),
-            allow_hosts: &l.allow_hosts,
-            other_tools: &other_tools,
-            own_tools: &own_tools,
-        };
-        let raws: Vec<Value> = tools
-            .iter()
-            .map(|(i, ..)| l.tools[*i].raw.clone())
-            .collect();
-        let findings = scan_definitions(&raws, &ctx);
         let server_known = known_servers.contains(l.server.as_str());
         for ((i, name, mut def, validator), mut found) in tools.into_iter().zip(findings) {
             let offered = &l.tools[i];

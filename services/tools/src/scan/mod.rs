@@ -84,8 +84,9 @@
 //! namespaced name, or its bare name unless that is this tool's own name, one of
 //! this server's, shared by several servers (`write_file`, `read_file`), a plain
 //! lower-case word (`search`, `fetch`) or shorter than 6 bytes. [`scan_definitions`]
-//! indexes the catalog once for a whole server; [`scan_definition`] and
-//! [`scan_text`] index it per call.
+//! indexes `other_tools` once for a whole server; [`scan_definition`] and
+//! [`scan_text`] index it per call; [`scan_catalog_server`] takes a [`NameIndex`]
+//! of the whole catalog, built once for all its servers (the catalog's way).
 //!
 //! # Limits
 //!
@@ -108,7 +109,7 @@ use std::fmt::Write as _;
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use regex::{Regex, RegexSet};
+use regex::Regex;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -117,6 +118,7 @@ use blobs::base64_blobs;
 use blocks::hidden_blocks;
 use cues::cues;
 use intent::{Profile, Sentences, authority, intents, markers};
+pub use names::NameIndex;
 use names::{Mentions, ToolIndex};
 use params::parameter_names;
 use phrases::{phrases, squeezed_phrases};
@@ -269,6 +271,21 @@ pub fn scan_definition(def: &Value, ctx: &ScanContext) -> Vec<Finding> {
 /// costs time in proportion to its size rather than to size × `other_tools`.
 pub fn scan_definitions(defs: &[Value], ctx: &ScanContext) -> Vec<Vec<Finding>> {
     let index = ToolIndex::new(ctx);
+    defs.iter()
+        .map(|def| scan_definition_with(def, ctx, &index))
+        .collect()
+}
+
+/// [`scan_definitions`] for one server of a catalog whose names are indexed in
+/// `names` (every server's tools, this one's included): `ctx.other_tools` is not
+/// read, the names of `names` that are not of `ctx.server` take its place. A
+/// catalog of many servers is indexed once rather than once per server.
+pub fn scan_catalog_server(
+    defs: &[Value],
+    ctx: &ScanContext,
+    names: &NameIndex,
+) -> Vec<Vec<Finding>> {
+    let index = ToolIndex::with(ctx, Cow::Borrowed(names));
     defs.iter()
         .map(|def| scan_definition_with(def, ctx, &index))
         .collect()

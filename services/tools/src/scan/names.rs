@@ -8,6 +8,7 @@
 //! bytes. A mention is `shadowing` of high severity inside an instruction ("when you
 //! call send_email, …", "instead of web_search", "X is deprecated"), else low.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::*;
@@ -19,20 +20,82 @@ const META_TOOLS: &[&str] = &["tool_search", "browser"];
 /// Shortest bare name that counts as a mention.
 const MIN_BARE: usize = 6;
 
-/// `ctx.other_tools` indexed once: mention keys, names shared by several servers,
-/// and the folded forms for near names.
-pub(super) struct ToolIndex<'c> {
-    /// Lower-case mention key → (namespaced name, whether the key is the bare part).
-    keys: HashMap<String, Vec<(&'c str, bool)>>,
-    /// Lower-case bare names that several servers have (this one counted).
-    shared: HashSet<String>,
-    /// Lower-case bare names of this server's tools.
-    own: HashSet<String>,
-    /// Digest of a folded name and of each of its one-character deletions → other
-    /// tools (candidates; [`is_near`] decides).
-    near: HashMap<u64, Vec<&'c str>>,
+/// The tool names of a catalog, indexed once for the scans of all its servers:
+/// mention keys, the servers of each bare name, and the folded forms for near
+/// names. Each server's scan ([`ToolIndex`]) leaves its own server's names out,
+/// so one index serves every server of the catalog; building it per server made
+/// a catalog of many servers cost servers × tools.
+#[derive(Clone, Debug, Default)]
+pub struct NameIndex {
+    /// Namespaced names ("mail.send_email", or a bare name with no namespace),
+    /// with the lower-case namespace.
+    names: Vec<(String, String)>,
+    /// Lower-case mention key → (index into `names`, whether the key is the bare part).
+    keys: HashMap<String, Vec<(usize, bool)>>,
+    /// Lower-case bare name → the lower-case namespaces that have it.
+    servers: HashMap<String, HashSet<String>>,
+    /// Digest of a folded name and of each of its one-character deletions →
+    /// indexes into `names` (candidates; [`is_near`] decides). Built-ins are not here.
+    near: HashMap<u64, Vec<usize>>,
     /// Folded bare names of the built-in tools, with the name shown.
     builtins: Vec<(String, String)>,
+}
+
+impl NameIndex {
+    /// Indexes namespaced tool names (`server.tool`); a name without a namespace
+    /// is of no server in particular.
+    pub fn new<'n>(names: impl IntoIterator<Item = &'n str>) -> NameIndex {
+        let mut index = NameIndex::default();
+        for name in names {
+            let i = index.names.len();
+            let (ns, bare) = split_name(name);
+            let ns = ns.to_ascii_lowercase();
+            index
+                .servers
+                .entry(bare.to_ascii_lowercase())
+                .or_default()
+                .insert(ns.clone());
+            if !ns.is_empty() {
+                index
+                    .keys
+                    .entry(name.to_ascii_lowercase())
+                    .or_default()
+                    .push((i, false));
+            }
+            if bare.len() >= MIN_BARE {
+                index
+                    .keys
+                    .entry(bare.to_ascii_lowercase())
+                    .or_default()
+                    .push((i, true));
+            }
+            let folded = fold_name(bare);
+            if ns.eq_ignore_ascii_case(BUILTIN_SERVER) {
+                index.builtins.push((folded, bare.to_owned()));
+            } else {
+                for key in deletion_digests(&folded) {
+                    let at = index.near.entry(key).or_default();
+                    if at.last() != Some(&i) {
+                        at.push(i);
+                    }
+                }
+            }
+            index.names.push((name.to_owned(), ns));
+        }
+        for meta in META_TOOLS {
+            index.builtins.push((fold_name(meta), (*meta).to_owned()));
+        }
+        index
+    }
+}
+
+/// The catalog's names as one server's scan sees them: its own tools apart.
+pub(super) struct ToolIndex<'c> {
+    names: Cow<'c, NameIndex>,
+    /// The server scanned, lower case.
+    server: String,
+    /// Lower-case bare names of this server's tools.
+    own: HashSet<String>,
     /// Whether the server scanned is the built-in one.
     builtin_server: bool,
 }
@@ -47,75 +110,45 @@ fn plain_word(bare: &str) -> bool {
 }
 
 impl<'c> ToolIndex<'c> {
-    pub(super) fn new(ctx: &ScanContext<'c>) -> ToolIndex<'c> {
-        let builtin_server = ctx.server.eq_ignore_ascii_case(BUILTIN_SERVER);
-        let own: HashSet<String> = ctx
-            .own_tools
-            .iter()
-            .map(|n| split_name(n).1.to_ascii_lowercase())
-            .collect();
-        // Servers per bare name.
-        let mut servers: HashMap<String, HashSet<String>> = HashMap::new();
-        for name in ctx.other_tools {
-            let (ns, bare) = split_name(name);
-            servers
-                .entry(bare.to_ascii_lowercase())
-                .or_default()
-                .insert(ns.to_ascii_lowercase());
-        }
-        for bare in &own {
-            servers
-                .entry(bare.clone())
-                .or_default()
-                .insert(ctx.server.to_ascii_lowercase());
-        }
-        let shared = servers
-            .into_iter()
-            .filter(|(_, s)| s.len() >= 2)
-            .map(|(b, _)| b)
-            .collect();
+    /// `ctx.other_tools` indexed for this scan alone.
+    pub(super) fn new(ctx: &ScanContext<'_>) -> ToolIndex<'c> {
+        let names = NameIndex::new(ctx.other_tools.iter().map(String::as_str));
+        ToolIndex::with(ctx, Cow::Owned(names))
+    }
 
-        let mut keys: HashMap<String, Vec<(&'c str, bool)>> = HashMap::new();
-        let mut near: HashMap<u64, Vec<&'c str>> = HashMap::new();
-        let mut builtins = Vec::new();
-        for name in ctx.other_tools {
-            let (ns, bare) = split_name(name);
-            if !ns.is_empty() && ns.eq_ignore_ascii_case(ctx.server) {
-                continue;
-            }
-            if !ns.is_empty() {
-                keys.entry(name.to_ascii_lowercase())
-                    .or_default()
-                    .push((name, false));
-            }
-            if bare.len() >= MIN_BARE {
-                keys.entry(bare.to_ascii_lowercase())
-                    .or_default()
-                    .push((name, true));
-            }
-            if ns.eq_ignore_ascii_case(BUILTIN_SERVER) {
-                builtins.push((fold_name(bare), bare.to_owned()));
-                continue;
-            }
-            let folded = fold_name(bare);
-            for key in deletion_digests(&folded) {
-                let names = near.entry(key).or_default();
-                if names.last() != Some(&name.as_str()) {
-                    names.push(name);
-                }
-            }
-        }
-        for meta in META_TOOLS {
-            builtins.push((fold_name(meta), (*meta).to_owned()));
-        }
+    /// The catalog's index, as `ctx.server` sees it.
+    pub(super) fn with(ctx: &ScanContext<'_>, names: Cow<'c, NameIndex>) -> ToolIndex<'c> {
         ToolIndex {
-            keys,
-            shared,
-            own,
-            near,
-            builtins,
-            builtin_server,
+            names,
+            server: ctx.server.to_ascii_lowercase(),
+            own: ctx
+                .own_tools
+                .iter()
+                .map(|n| split_name(n).1.to_ascii_lowercase())
+                .collect(),
+            builtin_server: ctx.server.eq_ignore_ascii_case(BUILTIN_SERVER),
         }
+    }
+
+    /// The namespaced name at `i` of the index, unless it is of the server scanned.
+    fn other(&self, i: usize) -> Option<&str> {
+        let (name, ns) = self.names.names.get(i)?;
+        (ns.is_empty() || *ns != self.server).then_some(name.as_str())
+    }
+
+    /// Whether several servers have a tool of this (lower-case) bare name, this
+    /// one counted.
+    fn shared(&self, bare: &str) -> bool {
+        let mut servers: HashSet<&str> = self
+            .names
+            .servers
+            .get(bare)
+            .map(|s| s.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        if self.own.contains(bare) {
+            servers.insert(&self.server);
+        }
+        servers.len() >= 2
     }
 
     /// Near-name duplicates and re-declared built-ins for a tool named `name`
@@ -128,8 +161,11 @@ impl<'c> ToolIndex<'c> {
         let folded = fold_name(name);
         let span = 0..name.len();
         if !self.builtin_server
-            && let Some((builtin_folded, builtin)) =
-                self.builtins.iter().find(|(b, _)| is_near(&folded, b))
+            && let Some((builtin_folded, builtin)) = self
+                .names
+                .builtins
+                .iter()
+                .find(|(b, _)| is_near(&folded, b))
         {
             // The same name is kept apart by the server's namespace, as two
             // servers' same-named tools are (a trawl behind a trawl gateway lists
@@ -154,9 +190,9 @@ impl<'c> ToolIndex<'c> {
             out.push(name_finding(BUILTIN, severity, name, span.clone(), message));
         }
         let mut candidates: Vec<&str> = deletion_digests(&folded)
-            .filter_map(|k| self.near.get(&k))
+            .filter_map(|k| self.names.near.get(&k))
             .flatten()
-            .copied()
+            .filter_map(|&i| self.other(i))
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
@@ -194,7 +230,7 @@ impl<'c> ToolIndex<'c> {
     fn counts(&self, key: &str, own_name: &str) -> bool {
         !key.eq_ignore_ascii_case(own_name)
             && !self.own.contains(key)
-            && !self.shared.contains(key)
+            && !self.shared(key)
             && !plain_word(key)
     }
 }
@@ -376,12 +412,13 @@ impl<'t> Mentions<'t> {
             key.clear();
             key.push_str(&text[r.clone()]);
             key.make_ascii_lowercase();
-            let Some(names) = index.keys.get(&key) else {
+            let Some(names) = index.names.keys.get(&key) else {
                 continue;
             };
-            let Some(&(name, _)) = names
+            let Some(name) = names
                 .iter()
-                .find(|&&(_, bare)| !bare || index.counts(&key, own_name))
+                .filter(|&&(_, bare)| !bare || index.counts(&key, own_name))
+                .find_map(|&(i, _)| index.other(i))
             else {
                 continue;
             };
