@@ -946,6 +946,37 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
     );
     assert_eq!(code, 0, "{err}\n{}", dev.log());
     assert!(out.contains("Oslo"), "{out}");
+    // A 2026-07-28 client gets the upstream's result (a 2025-11-25 server's,
+    // without `resultType`) with the `resultType` its version requires.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "up.read", "arguments": {"city": "Oslo"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let res = reqwest::Client::new()
+        .post(&resource)
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "up.read")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), reqwest::StatusCode::OK);
+    let text = res.text().await.unwrap();
+    let answer: Value = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"));
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert!(
+        answer["result"]["content"].to_string().contains("Oslo"),
+        "{answer}"
+    );
     let (code, out, err) = node_client(
         &resource,
         Some(&token),

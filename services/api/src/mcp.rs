@@ -603,9 +603,12 @@ impl Gateway {
                     return structured(v);
                 }
                 // An upstream tool's result, as the upstream gave it (sanitized).
-                serde_json::from_value::<CallToolResult>(v.clone()).unwrap_or_else(|_| {
-                    CallToolResult::success(vec![ContentBlock::text(v.to_string())])
-                })
+                let mut r =
+                    serde_json::from_value::<CallToolResult>(v.clone()).unwrap_or_else(|_| {
+                        CallToolResult::success(vec![ContentBlock::text(v.to_string())])
+                    });
+                complete(&mut r.result_type);
+                r
             }
             Err(e) => tool_error(&e),
         }
@@ -776,6 +779,14 @@ fn template_matches(template: &str, uri: &str) -> bool {
     rest.is_empty()
 }
 
+/// Marks an upstream's result `complete` when it has no `resultType`. An
+/// upstream speaks 2025-11-25, whose results have none; 2026-07-28 requires it
+/// on every result (clients reject one without it), and rmcp strips `complete`
+/// again for clients of earlier versions.
+fn complete(result_type: &mut Option<rmcp::model::ResultType>) {
+    result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+}
+
 /// A result with `structuredContent` (and the same JSON as text, for hosts that
 /// read only `content`).
 fn structured(v: Value) -> CallToolResult {
@@ -882,7 +893,9 @@ impl ServerHandler for Gateway {
             result.as_ref().err().map(|e| e.message.to_string()),
         )
         .await;
-        Ok(result?.into())
+        let mut result = result?;
+        complete(&mut result.result_type);
+        Ok(result.into())
     }
 
     async fn list_resources(
@@ -935,7 +948,9 @@ impl ServerHandler for Gateway {
             result.as_ref().err().map(|e| e.message.to_string()),
         )
         .await;
-        Ok(result?.into())
+        let mut result = result?;
+        complete(&mut result.result_type);
+        Ok(result.into())
     }
 
     #[allow(deprecated)]
@@ -985,7 +1000,9 @@ impl ServerHandler for Gateway {
             return Ok(rmcp::model::CompleteResult::default());
         };
         let up = self.connection(&server)?;
-        bounded(&up, up.peer().complete(request)).await
+        let mut result = bounded(&up, up.peer().complete(request)).await?;
+        complete(&mut result.result_type);
+        Ok(result)
     }
 
     #[allow(deprecated)]
