@@ -937,6 +937,33 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
     for hidden in ["up.wipe", "up.browser_open", "up.forecast"] {
         assert!(!found.contains(&hidden), "{hidden} found: {found:?}");
     }
+    // What tool_search finds over /mcp is what /mcp lists and accepts: never the
+    // built-in Bright Data tools (a job's, with its budget), whatever the query.
+    for query in [
+        "search the web for a query",
+        "fetch a web page",
+        "browser",
+        "weather",
+    ] {
+        let (code, out, err) = node_client(
+            &resource,
+            Some(&token),
+            &[
+                "call",
+                "tool_search",
+                &json!({"query": query, "limit": 50}).to_string(),
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let found: Value = serde_json::from_str(out.trim()).unwrap();
+        let found = found["structuredContent"]["tools"].as_array().unwrap();
+        for name in found.iter().map(|t| t["name"].as_str().unwrap()) {
+            assert!(
+                listed.iter().any(|l| l == name),
+                "{query}: {name} is not listed: {listed:?}"
+            );
+        }
+    }
 
     // An allowed call runs upstream; a denied one is refused, named or not listed.
     let (code, out, err) = node_client(

@@ -80,6 +80,7 @@ impl Rig {
             retry: RetryPolicy::new(1),
             max_age: Duration::from_secs(60),
             budget: &budget,
+            offer_builtins: true,
         };
         let rec = Recorder::detached("test");
         let r = self.layer.call(tool, &args, &opts, &rec).await;
@@ -646,6 +647,7 @@ async fn a_batch_is_called_one_item_at_a_time_each_cached_and_audited() {
         retry: RetryPolicy::new(1),
         max_age: Duration::from_secs(60),
         budget: &budget,
+        offer_builtins: true,
     };
     let rec = Recorder::detached("test");
     let body = rig

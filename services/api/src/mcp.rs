@@ -380,6 +380,22 @@ impl Gateway {
         tools
     }
 
+    /// A `tool_search` result with each tool under the name `/mcp` lists it by
+    /// (bare, for a server exposed with `bare_names`), so that what a client
+    /// finds is what it can call.
+    fn as_listed(&self, mut found: Value) -> Value {
+        let bare = self.bare_names();
+        if let Some(tools) = found.get_mut("tools").and_then(Value::as_array_mut) {
+            for t in tools {
+                let full = t.get("name").and_then(Value::as_str).unwrap_or_default();
+                if let Some((b, _)) = bare.iter().find(|(_, f)| f.as_str() == full) {
+                    t["name"] = Value::String(b.clone());
+                }
+            }
+        }
+        found
+    }
+
     /// Servers configured with `expose` of `what`, in configuration order.
     fn exposing(&self, what: fn(&Expose) -> bool) -> Vec<String> {
         self.layer().map_or_else(Vec::new, |l| {
@@ -592,6 +608,8 @@ impl Gateway {
             retry: RetryPolicy::new(1),
             max_age: Duration::ZERO,
             budget: &budget,
+            // /mcp neither lists nor accepts the built-in tools.
+            offer_builtins: false,
         };
         let result = layer.call(tool, &args, &opts, &rec).await;
         self.write_audit(rec).await;
@@ -600,7 +618,7 @@ impl Gateway {
                 let v: Value = serde_json::from_slice(&body)
                     .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
                 if tool == TOOL_SEARCH {
-                    return structured(v);
+                    return structured(self.as_listed(v));
                 }
                 // An upstream tool's result, as the upstream gave it (sanitized).
                 let mut r =

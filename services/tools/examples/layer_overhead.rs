@@ -188,6 +188,7 @@ async fn main() {
         retry: RetryPolicy::new(1),
         max_age: Duration::from_secs(3600),
         budget: &budget,
+        offer_builtins: true,
     };
     let job = JobId::generate(1, 1);
     let slice = SliceId::from_stored("s_bench".into());

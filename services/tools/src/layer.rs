@@ -482,7 +482,9 @@ impl ToolLayer {
         rec: &Recorder,
     ) -> (&'static str, String, Result<Vec<u8>, ToolError>) {
         if tool == TOOL_SEARCH {
-            let found = tool_search(catalog, args, |e| self.offers(e.name.as_str()));
+            let found = tool_search(catalog, args, |e| {
+                self.offers(e.name.as_str()) && (opts.offer_builtins || !e.builtin)
+            });
             return ("allow", "meta-tool".into(), found);
         }
         let Some(entry) = catalog.get(tool) else {

@@ -404,6 +404,10 @@ pub struct CallOptions<'a> {
     /// Cached answers younger than this are used; zero bypasses the cache.
     pub max_age: Duration,
     pub budget: &'a Budget,
+    /// Whether `tool_search` offers the built-in tools. A job's sub-agent calls
+    /// them; the `/mcp` gateway neither lists nor accepts them (they spend a
+    /// job's budget), so what it searches must leave them out too.
+    pub offer_builtins: bool,
 }
 
 #[cfg(test)]
@@ -493,6 +497,7 @@ mod tests {
             retry: RetryPolicy::new(max_attempts),
             max_age: Duration::from_secs(60),
             budget,
+            offer_builtins: true,
         };
         let r = layer
             .call("brightdata.t", &json!({"a": 1}), &opts, &rec)

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use trawl_core::model::{Item, ItemKind, Rejection, SliceKind, SliceOutcome, SliceSpec};
 use trawl_core::plan::follow_ups;
 use trawl_core::ports::ToolError;
-use trawl_tools::{CallOptions, Recorder, ToolLayer};
+use trawl_tools::{Recorder, ToolLayer};
 
 use crate::JobContext;
 
@@ -23,11 +23,7 @@ pub async fn run_slice(
     slice: &SliceSpec,
 ) -> (SliceOutcome, bool) {
     let rec = Recorder::new(job.id.clone(), slice.id.clone());
-    let opts = CallOptions {
-        retry: job.retry,
-        max_age: job.spec.max_age,
-        budget: &job.budget,
-    };
+    let opts = crate::research::opts(job);
     let mut out = SliceOutcome::default();
     let result = match &slice.kind {
         SliceKind::Search {

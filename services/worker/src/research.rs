@@ -680,12 +680,14 @@ impl Cx {
     }
 }
 
-/// How a slice's tool calls are made: the job's retries, cache age and budget.
-fn opts(job: &JobContext) -> CallOptions<'_> {
+/// How a slice's tool calls are made: the job's retries, cache age and budget;
+/// its sub-agent calls the built-in tools, so its `tool_search` offers them.
+pub(crate) fn opts(job: &JobContext) -> CallOptions<'_> {
     CallOptions {
         retry: job.retry,
         max_age: job.spec.max_age,
         budget: &job.budget,
+        offer_builtins: true,
     }
 }
 
