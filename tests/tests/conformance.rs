@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use trawl_sim::SimConfig;
 use trawl_tests::{Deployment, free_port, wait_for_port};
 
@@ -122,4 +123,268 @@ async fn mcp_conformance_suite_passes_its_baseline() {
             "{scenario} did not pass:\n{stdout}"
         );
     }
+}
+
+/// A 2025-11-25 session on `/mcp` that declares `capabilities`: its id.
+async fn open_session(http: &reqwest::Client, url: &str, capabilities: Value) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities,
+        "clientInfo": {"name": "routing-test", "version": "1"}}});
+    let res = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "initialize: {}", res.status());
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let _ = res.text().await.unwrap();
+    let res = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "initialized: {}", res.status());
+    session
+}
+
+/// A tools/call in `session`: every JSON-RPC message of its response stream,
+/// the answer last. The client answers nothing the server asks on the stream.
+async fn call_in(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    tool: &str,
+    arguments: Value,
+) -> Vec<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    let text = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|l| serde_json::from_str(l.trim()).ok())
+        .collect()
+}
+
+/// A stateless 2026-07-28 tools/call with `meta` added to its `_meta`: every
+/// JSON-RPC message of its response, the answer last.
+async fn call_modern(
+    http: &reqwest::Client,
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+) -> Vec<Value> {
+    let mut m = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    if let (Some(m), Some(extra)) = (m.as_object_mut(), meta.as_object()) {
+        m.extend(extra.clone());
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": m}});
+    let text = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn logs(messages: &[Value]) -> usize {
+    methods(messages)
+        .iter()
+        .filter(|m| **m == "notifications/message")
+        .count()
+}
+
+fn methods(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .collect()
+}
+
+/// What an upstream sends during a call reaches the client that made it, and
+/// only one that declared the capability; a client that never answers, and the
+/// call it leaves to time out, break nothing for the clients after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_answers_breaks_no_other_client() {
+    let port = free_port();
+    let config = tempfile::tempdir().unwrap();
+    let tools = config.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!(
+            "servers:\n  fixture:\n    command: {FIXTURE}\n    timeout: 2s\n    \
+             expose: {{bare_names: true}}\n"
+        ),
+    )
+    .unwrap();
+    let dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
+    let mut dev = dep.spawn("dev", "dev");
+    dev.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    // A bound on every request of this test: before, a client that did not
+    // answer held its call (and the upstream's routing) for good.
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+
+    // A client without the sampling capability is never asked: the upstream's
+    // request is refused, and the call ends with the upstream's error.
+    let plain = open_session(&http, &url, json!({})).await;
+    let got = call_in(
+        &http,
+        &url,
+        &plain,
+        "test_sampling",
+        json!({"prompt": "hi"}),
+    )
+    .await;
+    assert!(
+        !methods(&got).contains(&"sampling/createMessage"),
+        "{got:?}\n{}",
+        dev.log()
+    );
+    let answer = got.last().unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer
+            .to_string()
+            .contains("did not declare the sampling capability"),
+        "{answer}"
+    );
+
+    // A client that declares sampling is asked, never answers; the upstream
+    // call times out (2 s) and the client gets the timeout.
+    let mute = open_session(&http, &url, json!({"sampling": {}})).await;
+    let got = call_in(&http, &url, &mute, "test_sampling", json!({"prompt": "hi"})).await;
+    assert!(
+        methods(&got).contains(&"sampling/createMessage"),
+        "{got:?}\n{}",
+        dev.log()
+    );
+    let answer = got.last().unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(answer.to_string().contains("timeout"), "{answer}");
+
+    // Then and later, the others' log messages still reach them, each its own.
+    for round in 0..2 {
+        let other = open_session(&http, &url, json!({})).await;
+        let got = call_in(&http, &url, &other, "test_tool_with_logging", json!({})).await;
+        assert_eq!(logs(&got), 3, "round {round}: {got:?}\n{}", dev.log());
+        assert_ne!(got.last().unwrap()["result"]["isError"], true, "{got:?}");
+    }
+}
+
+/// Upstream log messages reach a client at the level it asked for: a
+/// 2025-11-25 session with `logging/setLevel`, a 2026-07-28 request with
+/// `_meta` `logLevel` (and none at all without it, as that version requires).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_logs_follow_the_level_each_client_asked_for() {
+    let port = free_port();
+    let config = tempfile::tempdir().unwrap();
+    let tools = config.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true}}\n"),
+    )
+    .unwrap();
+    let dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
+    let mut dev = dep.spawn("dev", "dev");
+    dev.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let tool = "test_tool_with_logging";
+
+    // 2025-11-25: every level until the session sets one; then that level up.
+    let quiet = open_session(&http, &url, json!({})).await;
+    let loud = open_session(&http, &url, json!({})).await;
+    assert_eq!(
+        logs(&call_in(&http, &url, &quiet, tool, json!({})).await),
+        3
+    );
+    let res = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &quiet)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+                "params": {"level": "error"}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success());
+    let _ = res.text().await.unwrap();
+    let got = call_in(&http, &url, &quiet, tool, json!({})).await;
+    assert_eq!(logs(&got), 0, "{got:?}\n{}", dev.log());
+    assert_ne!(got.last().unwrap()["result"]["isError"], true, "{got:?}");
+    // Another session's level is its own.
+    assert_eq!(logs(&call_in(&http, &url, &loud, tool, json!({})).await), 3);
+
+    // 2026-07-28: none without a level; at or above the one asked for.
+    let got = call_modern(&http, &url, tool, json!({}), json!({})).await;
+    assert_eq!(logs(&got), 0, "{got:?}");
+    assert_eq!(
+        got.last().unwrap()["result"]["resultType"],
+        "complete",
+        "{got:?}"
+    );
+    let level = |l: &str| json!({"io.modelcontextprotocol/logLevel": l});
+    let got = call_modern(&http, &url, tool, json!({}), level("info")).await;
+    assert_eq!(logs(&got), 3, "{got:?}\n{}", dev.log());
+    let got = call_modern(&http, &url, tool, json!({}), level("warning")).await;
+    assert_eq!(logs(&got), 0, "{got:?}");
 }

@@ -1012,6 +1012,108 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
     assert_ne!(code, 0, "a denied tool ran: {out}");
     assert!(format!("{out}{err}").contains("up.wipe"), "{out}{err}");
 
+    // 2026-07-28 capabilities mean what they say: no prompts or resources are
+    // exposed here, so none are declared and their methods are not served;
+    // `resources.subscribe` (listen's `resourceSubscriptions`) is never declared.
+    let modern = |method: &str, id: u64, params: Value| {
+        let mut params = params;
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}});
+        reqwest::Client::new()
+            .post(&resource)
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .body(
+                json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+            )
+    };
+    let first_message = |text: &str| -> Value {
+        text.lines()
+            .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"))
+    };
+    let text = modern("server/discover", 1, json!({}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let caps = first_message(&text)["result"]["capabilities"].clone();
+    assert_eq!(caps["tools"]["listChanged"], true, "{caps}");
+    assert!(
+        caps.get("prompts").is_none() && caps.get("resources").is_none(),
+        "{caps}"
+    );
+    for method in ["prompts/list", "resources/list"] {
+        let text = modern(method, 2, json!({}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(
+            first_message(&text)["error"]["code"],
+            -32601,
+            "{method}: {text}"
+        );
+    }
+    // subscriptions/listen: acknowledged with what trawl honours (the tool
+    // list), then a tools/list_changed when the listing changes (below).
+    let mut listen = modern(
+        "subscriptions/listen",
+        3,
+        json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}}),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(listen.status(), StatusCode::OK);
+    let mut heard = String::new();
+    // The next JSON-RPC message of the listen stream (SSE frames end in a
+    // blank line; priming frames without data are skipped).
+    let mut next_message = async || -> Value {
+        loop {
+            if let Some(end) = heard.find("\n\n") {
+                let frame: String = heard.drain(..end + 2).collect();
+                let data: String = frame
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .collect();
+                if let Ok(v) = serde_json::from_str(data.trim()) {
+                    return v;
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), listen.chunk())
+                .await
+                .expect("a message on the listen stream within 30 s")
+                .unwrap()
+                .expect("the listen stream stays open");
+            heard.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+        }
+    };
+    let ack = next_message().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 3,
+        "{ack}"
+    );
+
     // Rug pull: the upstream changes `read`'s description. The tool drops out
     // of /mcp at the next listing, pending a tool_change approval.
     let changed = tool(
@@ -1038,6 +1140,16 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
         &["call", "up.read", r#"{"city": "Bergen"}"#],
     );
     assert_ne!(code, 0, "a quarantined tool ran: {out}");
+    // The listener heard that the tool list changed.
+    let changed = next_message().await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 3,
+        "{changed}"
+    );
 
     // Every call above was audited, under the token's subject.
     let store = trawl_store::SqliteStore::open(&dep.state.path().join("store.db"))

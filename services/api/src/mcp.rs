@@ -22,6 +22,7 @@
 //! `MCP-Protocol-Version` (400 for an unknown one), `Accept` and `Content-Type`.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -171,12 +172,16 @@ pub fn service(
         .enforce_origin_validation()
         .with_max_request_body_bytes(state.body_limit)
         .with_cancellation_token(cancel);
-    let gateway = Gateway {
-        state: state.clone(),
-    };
+    let manager = state.sessions.manager.clone();
+    let state = state.clone();
     StreamableHttpService::new(
-        move || Ok(gateway.clone()),
-        state.sessions.manager.clone(),
+        move || {
+            Ok(Gateway {
+                state: state.clone(),
+                log_level: Arc::new(AtomicU8::new(0)),
+            })
+        },
+        manager,
         cfg,
     )
 }
@@ -185,6 +190,9 @@ pub fn service(
 #[derive(Clone)]
 pub struct Gateway {
     state: ApiState,
+    /// The session's `logging/setLevel` (2025-11-25), as `LoggingLevel as u8`:
+    /// upstream log messages less severe are not passed on. Debug (0) until set.
+    log_level: Arc<AtomicU8>,
 }
 
 /// The scope a tool needs.
@@ -396,6 +404,19 @@ impl Gateway {
         found
     }
 
+    /// `method` is served only when a server exposes what it is about (and the
+    /// capability is declared): otherwise -32601, as for any method not served.
+    fn declared(&self, method: &str, what: fn(&Expose) -> bool) -> Result<(), ErrorData> {
+        if self.exposing(what).is_empty() {
+            return Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("{method}: no server here exposes them"),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
     /// Servers configured with `expose` of `what`, in configuration order.
     fn exposing(&self, what: fn(&Expose) -> bool) -> Vec<String> {
         self.layer().map_or_else(Vec::new, |l| {
@@ -480,9 +501,10 @@ impl Gateway {
                 return Ok(server.clone());
             }
         }
+        // The URI in `data` (SEP-2164: SHOULD).
         Err(ErrorData::resource_not_found(
             format!("no resource {uri}"),
-            None,
+            Some(json!({"uri": uri})),
         ))
     }
 
@@ -636,22 +658,33 @@ impl Gateway {
     /// elicitation) through this request's client, and passing its progress (with
     /// this client's token) and log messages on: from this task, so rmcp sends
     /// them on this request's own stream.
+    ///
+    /// A request the client did not declare the capability for is refused
+    /// without reaching it (2025-11-25: only negotiated capabilities are used).
+    /// The client's answers are awaited alongside the call, never instead of
+    /// it: a client that does not answer holds up neither the call, whose
+    /// upstream timeout still ends it, nor what else the upstream sends; each
+    /// answer is awaited at most [`FORWARDED_TIMEOUT`], and whatever is still
+    /// unanswered when the call ends is dropped with it (the upstream gets an
+    /// error).
     #[allow(deprecated)] // Sampling and logging: deprecated by 2026-07-28, part of 2025-11-25.
     async fn forwarding(
         &self,
         context: &RequestContext<RoleServer>,
         call: impl std::future::Future<Output = CallToolResult>,
     ) -> CallToolResult {
+        use futures_util::StreamExt as _;
+        use futures_util::future::BoxFuture;
+        use futures_util::stream::FuturesUnordered;
         use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
         use trawl_tools::forward::{FORWARD, Forwarded};
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         let call = FORWARD.scope(tx, call);
         tokio::pin!(call);
         let token = context.meta.get_progress_token();
-        let failed = |e: rmcp::ServiceError| match e {
-            rmcp::ServiceError::McpError(e) => e,
-            other => ErrorData::internal_error(format!("the client did not answer: {other}"), None),
-        };
+        let logs = self.wanted_logs(context);
+        let declared = context.client_capabilities().unwrap_or_default();
+        let mut answering: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
         loop {
             tokio::select! {
                 // What the upstream sent before its answer is in `rx` before
@@ -659,29 +692,67 @@ impl Gateway {
                 biased;
                 Some(msg) = rx.recv() => match msg {
                     Forwarded::Sampling { params, reply } => {
-                        let answer = context.peer.create_message(params).await.map_err(failed);
-                        let _ = reply.send(answer);
+                        if declared.sampling.is_none() {
+                            let _ = reply.send(Err(undeclared("sampling")));
+                            continue;
+                        }
+                        let peer = context.peer.clone();
+                        answering.push(Box::pin(async move {
+                            let asked = peer.create_message(params);
+                            let answer = match tokio::time::timeout(FORWARDED_TIMEOUT, asked).await {
+                                Ok(answer) => answer.map_err(client_failed),
+                                Err(_) => Err(unanswered("sampling/createMessage")),
+                            };
+                            let _ = reply.send(answer);
+                        }));
                     }
                     Forwarded::Elicitation { params, reply } => {
-                        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-                        let answer = match context.peer.send_request(request).await {
-                            Ok(ClientResult::ElicitResult(r)) => Ok(r),
-                            Ok(_) => Err(ErrorData::internal_error("elicitation/create: unexpected answer", None)),
-                            Err(e) => Err(failed(e)),
-                        };
-                        let _ = reply.send(answer);
+                        if declared.elicitation.is_none() {
+                            let _ = reply.send(Err(undeclared("elicitation")));
+                            continue;
+                        }
+                        let peer = context.peer.clone();
+                        answering.push(Box::pin(async move {
+                            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+                            let asked = peer.send_request(request);
+                            let answer = match tokio::time::timeout(FORWARDED_TIMEOUT, asked).await {
+                                Ok(Ok(ClientResult::ElicitResult(r))) => Ok(r),
+                                Ok(Ok(_)) => Err(ErrorData::internal_error("elicitation/create: unexpected answer", None)),
+                                Ok(Err(e)) => Err(client_failed(e)),
+                                Err(_) => Err(unanswered("elicitation/create")),
+                            };
+                            let _ = reply.send(answer);
+                        }));
                     }
-                    Forwarded::Progress(p) => notify(context, token.as_ref(), Forwarded::Progress(p)).await,
-                    Forwarded::Log(p) => notify(context, token.as_ref(), Forwarded::Log(p)).await,
+                    other => notify(context, token.as_ref(), logs, other).await,
                 },
+                Some(()) = answering.next(), if !answering.is_empty() => {}
                 result = &mut call => {
                     // Notifications read in the instant before the answer.
                     while let Ok(msg) = rx.try_recv() {
-                        notify(context, token.as_ref(), msg).await;
+                        notify(context, token.as_ref(), logs, msg).await;
                     }
                     return result;
                 }
             }
+        }
+    }
+
+    /// The least severe level (`LoggingLevel as u8`) of the upstream log
+    /// messages this request's client gets; `None`: none. A 2026-07-28 request
+    /// asks per request (`_meta["io.modelcontextprotocol/logLevel"]`; without
+    /// it, no log message may be sent); a 2025-11-25 session, with
+    /// `logging/setLevel`.
+    #[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
+    fn wanted_logs(&self, context: &RequestContext<RoleServer>) -> Option<u8> {
+        let modern = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
+        if modern {
+            context.meta.log_level().map(|l| l as u8)
+        } else {
+            Some(self.log_level.load(Ordering::Relaxed))
         }
     }
 
@@ -797,6 +868,36 @@ fn template_matches(template: &str, uri: &str) -> bool {
     rest.is_empty()
 }
 
+/// How long a client gets to answer a sampling or elicitation request that an
+/// upstream sent during a call. The call's own upstream timeout usually ends
+/// it first.
+const FORWARDED_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The error an upstream gets for a request the client did not declare the
+/// capability for.
+fn undeclared(capability: &str) -> ErrorData {
+    ErrorData::invalid_request(
+        format!("the client did not declare the {capability} capability"),
+        None,
+    )
+}
+
+/// The error an upstream gets when the client's answer failed.
+fn client_failed(e: rmcp::ServiceError) -> ErrorData {
+    match e {
+        rmcp::ServiceError::McpError(e) => e,
+        other => ErrorData::internal_error(format!("the client did not answer: {other}"), None),
+    }
+}
+
+/// The error an upstream gets when the client did not answer in time.
+fn unanswered(method: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("{method}: the client did not answer within {FORWARDED_TIMEOUT:?}"),
+        None,
+    )
+}
+
 /// Marks an upstream's result `complete` when it has no `resultType`. An
 /// upstream speaks 2025-11-25, whose results have none; 2026-07-28 requires it
 /// on every result (clients reject one without it), and rmcp strips `complete`
@@ -871,12 +972,73 @@ impl ServerHandler for Gateway {
         )
     }
 
+    /// 2026-07-28 discovery: what [`Self::get_info`] declares, but
+    /// `resources.subscribe`, which 2026-07-28 serves through
+    /// `subscriptions/listen` (`resourceSubscriptions`): trawl does not forward
+    /// those, so it does not declare them. (2025-11-25 sessions do get it:
+    /// `resources/subscribe` is forwarded to the resource's server.)
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        let mut info = self.get_info();
+        if let Some(resources) = &mut info.capabilities.resources {
+            resources.subscribe = None;
+        }
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            info,
+        ))
+    }
+
+    /// `subscriptions/listen` (2026-07-28): changes to the tool list, which
+    /// trawl declares (`tools.listChanged`) and follows (a refresh that lists
+    /// other tools). Nothing else is honoured, and the acknowledgment says so.
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        let Some(layer) = self.layer() else {
+            context.cancelled().await;
+            return Ok(());
+        };
+        if context.accepted().tools_list_changed != Some(true) {
+            context.cancelled().await;
+            return Ok(());
+        }
+        let mut changes = layer.listing_changes();
+        changes.mark_unchanged();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // The layer is gone: the server is shutting down.
+                        return Ok(());
+                    }
+                    if context.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
         need(&context, SCOPE_TOOLS)?;
+        self.declared("prompts/list", |e| e.prompts)?;
         let bare = self.exposing(|e| e.bare_names);
         let mut all = Vec::new();
         for server in self.exposing(|e| e.prompts) {
@@ -897,6 +1059,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
         let caller = need(&context, SCOPE_TOOLS)?;
+        self.declared("prompts/get", |e| e.prompts)?;
         let started = Instant::now();
         let (server, name) = self.prompt_owner(&request.name).await?;
         let up = self.connection(&server)?;
@@ -922,6 +1085,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
         need(&context, SCOPE_TOOLS)?;
+        self.declared("resources/list", |e| e.resources)?;
         let mut all = Vec::new();
         for server in self.exposing(|e| e.resources) {
             let up = self.connection(&server)?;
@@ -936,6 +1100,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
         need(&context, SCOPE_TOOLS)?;
+        self.declared("resources/templates/list", |e| e.resources)?;
         let mut all = Vec::new();
         for server in self.exposing(|e| e.resources) {
             let up = self.connection(&server)?;
@@ -952,6 +1117,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
         let caller = need(&context, SCOPE_TOOLS)?;
+        self.declared("resources/read", |e| e.resources)?;
         let started = Instant::now();
         let server = self.resource_owner(&request.uri).await?;
         let up = self.connection(&server)?;
@@ -978,6 +1144,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         need(&context, SCOPE_TOOLS)?;
+        self.declared("resources/subscribe", |e| e.resources)?;
         let server = self.resource_owner(&request.uri).await?;
         let up = self.connection(&server)?;
         bounded(&up, up.peer().subscribe(request)).await
@@ -990,6 +1157,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         need(&context, SCOPE_TOOLS)?;
+        self.declared("resources/unsubscribe", |e| e.resources)?;
         let server = self.resource_owner(&request.uri).await?;
         let up = self.connection(&server)?;
         bounded(&up, up.peer().unsubscribe(request)).await
@@ -1023,12 +1191,16 @@ impl ServerHandler for Gateway {
         Ok(result)
     }
 
+    /// The session's level for the upstream log messages passed on to it. The
+    /// upstreams are shared by every session, so it is applied here, per
+    /// session, rather than sent to them.
     #[allow(deprecated)]
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
+        request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        self.log_level.store(request.level as u8, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1787,13 +1959,14 @@ async fn open_session(
 }
 
 /// Passes a forwarded progress (with the client's own token, when it gave one)
-/// or log notification on to the client of the call. A request cannot be
-/// pending once the call has answered; one that is gets dropped, which its
-/// upstream sees as no answer.
+/// or log notification (when its level is at least `logs`; none when `None`)
+/// on to the client of the call. A request cannot be pending once the call has
+/// answered; one that is gets dropped, which its upstream sees as no answer.
 #[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
 async fn notify(
     context: &RequestContext<RoleServer>,
     token: Option<&rmcp::model::ProgressToken>,
+    logs: Option<u8>,
     msg: trawl_tools::forward::Forwarded,
 ) {
     use trawl_tools::forward::Forwarded;
@@ -1805,7 +1978,9 @@ async fn notify(
             }
         }
         Forwarded::Log(p) => {
-            let _ = context.peer.notify_logging_message(p).await;
+            if logs.is_some_and(|least| p.level as u8 >= least) {
+                let _ = context.peer.notify_logging_message(p).await;
+            }
         }
         Forwarded::Sampling { .. } | Forwarded::Elicitation { .. } => {}
     }

@@ -75,19 +75,42 @@ pub(crate) struct Routes {
     inner: Arc<Mutex<HashMap<RequestId, (ProgressToken, Forwarder)>>>,
 }
 
+/// A call's route, removed when dropped: a call that ends in any way (its
+/// answer, a timeout, its future dropped) leaves no route behind to take other
+/// calls' messages or to make "the only call in flight" ambiguous.
+pub(crate) struct Route {
+    routes: Routes,
+    id: RequestId,
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        self.routes
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
 impl Routes {
-    pub(crate) fn add(&self, id: RequestId, token: ProgressToken, to: Forwarder) {
+    /// Routes what the upstream sends for request `id` (or with `token`) to
+    /// `to`, for as long as the returned [`Route`] lives.
+    pub(crate) fn enter(&self, id: RequestId, token: ProgressToken, to: Forwarder) -> Route {
         self.inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, (token, to));
+            .insert(id.clone(), (token, to));
+        Route {
+            routes: self.clone(),
+            id,
+        }
     }
 
-    pub(crate) fn remove(&self, id: &RequestId) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+    /// How many calls are routed now.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The call a message belongs to: by the request it came on, else the only
@@ -242,5 +265,47 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Routed<T> {
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// A route goes with its call, however the call ends: a call cut short by a
+    /// timeout (its future dropped mid-wait) leaves no route behind.
+    #[tokio::test]
+    async fn a_route_is_released_when_its_call_ends_in_any_way() {
+        let routes = Routes::default();
+        let (to, _rx) = mpsc::channel(1);
+        let id = RequestId::Number(1);
+        let token = ProgressToken(id.clone());
+        {
+            let _route = routes.enter(id.clone(), token.clone(), to.clone());
+            assert_eq!(routes.len(), 1);
+            assert!(routes.by_origin(None).is_some(), "the only call in flight");
+        }
+        assert_eq!(routes.len(), 0);
+
+        let call = {
+            let routes = routes.clone();
+            let to = to.clone();
+            async move {
+                let _route = routes.enter(RequestId::Number(2), token, to);
+                std::future::pending::<()>().await;
+            }
+        };
+        let cut = tokio::time::timeout(std::time::Duration::from_millis(10), call).await;
+        assert!(cut.is_err());
+        assert_eq!(routes.len(), 0, "a timed-out call left its route");
+
+        // With the stale route gone, the next call is again the only one.
+        let _route = routes.enter(
+            RequestId::Number(3),
+            ProgressToken(RequestId::Number(3)),
+            to,
+        );
+        assert!(routes.by_origin(None).is_some());
     }
 }

@@ -60,6 +60,9 @@ pub struct ToolLayer {
     pool: Pool,
     upstreams: RwLock<HashMap<String, Arc<Upstream>>>,
     catalog: RwLock<Arc<Catalog>>,
+    /// The listed tools (name and definition hash of each), sent on whenever a
+    /// swapped catalog lists other ones: what `tools/list_changed` follows.
+    listing: tokio::sync::watch::Sender<Vec<(String, String)>>,
     refreshing: tokio::sync::Mutex<()>,
 }
 
@@ -74,6 +77,7 @@ impl ToolLayer {
             pool: Pool::Standard,
             upstreams: RwLock::new(HashMap::new()),
             catalog: RwLock::new(Arc::new(Catalog::default())),
+            listing: tokio::sync::watch::Sender::new(Vec::new()),
             refreshing: tokio::sync::Mutex::new(()),
         };
         let (catalog, _) = assemble(&[layer.builtin_listing()], None);
@@ -156,7 +160,25 @@ impl ToolLayer {
     }
 
     fn swap(&self, catalog: Catalog) {
+        let listed: Vec<(String, String)> = catalog
+            .listed()
+            .map(|e| (e.name.to_string(), e.hash.clone()))
+            .collect();
         *self.catalog.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(catalog);
+        self.listing.send_if_modified(|was| {
+            let changed = *was != listed;
+            if changed {
+                *was = listed;
+            }
+            changed
+        });
+    }
+
+    /// Changes to the listed tools: the receiver sees a change whenever a
+    /// refresh lists tools other than before (one added, removed, changed,
+    /// quarantined or approved), not on a refresh that changes nothing.
+    pub fn listing_changes(&self) -> tokio::sync::watch::Receiver<Vec<(String, String)>> {
+        self.listing.subscribe()
     }
 
     fn builtin_listing(&self) -> Listing {

@@ -307,32 +307,37 @@ impl Upstream {
             ));
         };
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
-        // `Peer::call_tool` makes one round: a server that asks for input
-        // mid-call (SEP-2322) gets `UnexpectedResponse`, as trawl has no user
-        // to ask. A caller that can answer sampling, elicitation and
+        // One round: a server that asks for input mid-call (SEP-2322) gets
+        // `UnexpectedResponse`, as trawl has no user to ask. The request carries
+        // the timeout, so rmcp sends `notifications/cancelled` upstream when it
+        // runs out. A caller that can answer sampling, elicitation and
         // notifications (the /mcp gateway) has set a forwarder: the call is
-        // registered under its request id and progress token while it runs.
+        // routed by its request id and progress token while it runs, and the
+        // route is released however the call ends (an answer, the timeout, or
+        // this future dropped by its caller).
         let made = async {
-            let Some(to) = crate::forward::current() else {
-                return self.service.peer().call_tool(params).await;
-            };
+            let mut options = PeerRequestOptions::no_options();
+            options.timeout = Some(self.timeout);
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
             let handle = self
                 .service
                 .peer()
-                .send_request_with_option(request, PeerRequestOptions::default())
+                .send_request_with_option(request, options)
                 .await?;
-            let routes = &self.service.service().routes;
-            let id = handle.id.clone();
-            routes.add(id.clone(), handle.progress_token.clone(), to);
-            let answer = handle.await_response().await;
-            routes.remove(&id);
-            match answer? {
+            let _route = crate::forward::current().map(|to| {
+                self.service.service().routes.enter(
+                    handle.id.clone(),
+                    handle.progress_token.clone(),
+                    to,
+                )
+            });
+            match handle.await_response().await? {
                 ServerResult::CallToolResult(r) => Ok(r),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
         };
-        let result = tokio::time::timeout(self.timeout, made)
+        // A backstop: the request's own timeout ends it first.
+        let result = tokio::time::timeout(self.timeout + EXIT_GRACE, made)
             .await
             .map_err(|_| {
                 ToolError::transient(
