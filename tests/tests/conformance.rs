@@ -326,7 +326,7 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
     let tools = config.path().join("tools.yaml");
     std::fs::write(
         &tools,
-        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true}}\n"),
+        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true, resources: true}}\n"),
     )
     .unwrap();
     let dep = Deployment::new(BIN, SimConfig::default())
@@ -373,6 +373,32 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
     assert_ne!(got.last().unwrap()["result"]["isError"], true, "{got:?}");
     // Another session's level is its own.
     assert_eq!(logs(&call_in(&http, &url, &loud, tool, json!({})).await), 3);
+
+    // (A resource no server has: the error names its URI.)
+    let res = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &loud)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 6, "method": "resources/read",
+                "params": {"uri": "test://no-such-resource"}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let text = res.text().await.unwrap();
+    let error: Value = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .find_map(|l| serde_json::from_str(l.trim()).ok())
+        .unwrap_or_else(|| panic!("no answer in {text:?}"));
+    assert_eq!(
+        error["error"]["data"]["uri"], "test://no-such-resource",
+        "{error}"
+    );
 
     // 2026-07-28: none without a level; at or above the one asked for.
     let got = call_modern(&http, &url, tool, json!({}), json!({})).await;
