@@ -70,9 +70,21 @@ pub(crate) fn current() -> Option<Forwarder> {
 }
 
 /// The calls of one upstream that forward, by request id and progress token.
+///
+/// A call's route is entered *before* its request is sent (the upstream may
+/// ask for input, or log, as soon as it reads the request: before the sender
+/// learns the request's id) and bound to the id and token once they are
+/// known. Until then it is found as the only call in flight.
 #[derive(Clone, Default)]
 pub(crate) struct Routes {
-    inner: Arc<Mutex<HashMap<RequestId, (ProgressToken, Forwarder)>>>,
+    inner: Arc<Mutex<RouteTable>>,
+}
+
+#[derive(Default)]
+struct RouteTable {
+    next: u64,
+    /// Slot → the call's request id and progress token (once sent), forwarder.
+    calls: HashMap<u64, (Option<(RequestId, ProgressToken)>, Forwarder)>,
 }
 
 /// A call's route, removed when dropped: a call that ends in any way (its
@@ -80,59 +92,81 @@ pub(crate) struct Routes {
 /// calls' messages or to make "the only call in flight" ambiguous.
 pub(crate) struct Route {
     routes: Routes,
-    id: RequestId,
+    slot: u64,
+}
+
+impl Route {
+    /// The request id and progress token the call was sent with.
+    pub(crate) fn bind(&self, id: RequestId, token: ProgressToken) {
+        if let Some(call) = self.routes.table().calls.get_mut(&self.slot) {
+            call.0 = Some((id, token));
+        }
+    }
 }
 
 impl Drop for Route {
     fn drop(&mut self) {
-        self.routes
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+        self.routes.table().calls.remove(&self.slot);
     }
 }
 
 impl Routes {
-    /// Routes what the upstream sends for request `id` (or with `token`) to
-    /// `to`, for as long as the returned [`Route`] lives.
-    pub(crate) fn enter(&self, id: RequestId, token: ProgressToken, to: Forwarder) -> Route {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), (token, to));
+    fn table(&self) -> std::sync::MutexGuard<'_, RouteTable> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Routes what the upstream sends for the call about to be sent to `to`,
+    /// for as long as the returned [`Route`] lives; [`Route::bind`] it to the
+    /// request once sent.
+    pub(crate) fn enter(&self, to: Forwarder) -> Route {
+        let mut table = self.table();
+        table.next += 1;
+        let slot = table.next;
+        table.calls.insert(slot, (None, to));
         Route {
             routes: self.clone(),
-            id,
+            slot,
         }
     }
 
     /// How many calls are routed now.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.table().calls.len()
     }
 
     /// The call a message belongs to: by the request it came on, else the only
     /// call in flight.
     fn by_origin(&self, origin: Option<&InboundStreamOrigin>) -> Option<Forwarder> {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let table = self.table();
         if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin
-            && let Some((_, to)) = g.get(id)
+            && let Some((_, to)) = table
+                .calls
+                .values()
+                .find(|(bound, _)| bound.as_ref().is_some_and(|(i, _)| i == id))
         {
             return Some(to.clone());
         }
-        if g.len() == 1 {
-            return g.values().next().map(|(_, to)| to.clone());
+        if table.calls.len() == 1 {
+            return table.calls.values().next().map(|(_, to)| to.clone());
         }
         None
     }
 
+    /// The call a progress token belongs to, else the only call in flight.
     fn by_token(&self, token: &ProgressToken) -> Option<Forwarder> {
-        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.values()
-            .find(|(t, _)| t == token)
-            .map(|(_, to)| to.clone())
+        let table = self.table();
+        if let Some((_, to)) = table
+            .calls
+            .values()
+            .find(|(bound, _)| bound.as_ref().is_some_and(|(_, t)| t == token))
+        {
+            return Some(to.clone());
+        }
+        if table.calls.len() == 1 {
+            return table.calls.values().next().map(|(_, to)| to.clone());
+        }
+        None
     }
 
     /// The forwarding call a progress or log notification belongs to, with
@@ -279,12 +313,19 @@ mod tests {
     async fn a_route_is_released_when_its_call_ends_in_any_way() {
         let routes = Routes::default();
         let (to, _rx) = mpsc::channel(1);
-        let id = RequestId::Number(1);
-        let token = ProgressToken(id.clone());
         {
-            let _route = routes.enter(id.clone(), token.clone(), to.clone());
+            // Found before it is bound (the upstream may ask first), then by id.
+            let route = routes.enter(to.clone());
             assert_eq!(routes.len(), 1);
             assert!(routes.by_origin(None).is_some(), "the only call in flight");
+            let id = RequestId::Number(1);
+            route.bind(id.clone(), ProgressToken(id.clone()));
+            let other = routes.enter(to.clone());
+            assert!(routes.by_origin(None).is_none(), "two calls: not guessed");
+            let origin = InboundStreamOrigin::OutboundRequest(id.clone());
+            assert!(routes.by_origin(Some(&origin)).is_some());
+            assert!(routes.by_token(&ProgressToken(id)).is_some());
+            drop(other);
         }
         assert_eq!(routes.len(), 0);
 
@@ -292,7 +333,7 @@ mod tests {
             let routes = routes.clone();
             let to = to.clone();
             async move {
-                let _route = routes.enter(RequestId::Number(2), token, to);
+                let _route = routes.enter(to);
                 std::future::pending::<()>().await;
             }
         };
@@ -301,11 +342,7 @@ mod tests {
         assert_eq!(routes.len(), 0, "a timed-out call left its route");
 
         // With the stale route gone, the next call is again the only one.
-        let _route = routes.enter(
-            RequestId::Number(3),
-            ProgressToken(RequestId::Number(3)),
-            to,
-        );
+        let _route = routes.enter(to);
         assert!(routes.by_origin(None).is_some());
     }
 }

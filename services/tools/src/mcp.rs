@@ -319,18 +319,17 @@ impl Upstream {
             let mut options = PeerRequestOptions::no_options();
             options.timeout = Some(self.timeout);
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            // Entered before the request goes out: the upstream may ask or log
+            // as soon as it reads it.
+            let route = crate::forward::current().map(|to| self.service.service().routes.enter(to));
             let handle = self
                 .service
                 .peer()
                 .send_request_with_option(request, options)
                 .await?;
-            let _route = crate::forward::current().map(|to| {
-                self.service.service().routes.enter(
-                    handle.id.clone(),
-                    handle.progress_token.clone(),
-                    to,
-                )
-            });
+            if let Some(route) = &route {
+                route.bind(handle.id.clone(), handle.progress_token.clone());
+            }
             match handle.await_response().await? {
                 ServerResult::CallToolResult(r) => Ok(r),
                 _ => Err(ServiceError::UnexpectedResponse),
