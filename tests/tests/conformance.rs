@@ -241,6 +241,7 @@ fn methods(messages: &[Value]) -> Vec<&str> {
 /// call it leaves to time out, break nothing for the clients after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_answers_breaks_no_other_client() {
+    trawl_brightdata::ensure_crypto_provider();
     let port = free_port();
     let config = tempfile::tempdir().unwrap();
     let tools = config.path().join("tools.yaml");
@@ -307,20 +308,29 @@ async fn a_client_that_never_answers_breaks_no_other_client() {
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert!(answer.to_string().contains("timeout"), "{answer}");
 
-    // Then and later, the others' log messages still reach them, each its own.
+    // Then and later, the others' log messages still reach them (2026-07-28
+    // requests: a 2025-11-25 session gets its log messages on its standalone
+    // stream, not on the call's).
     for round in 0..2 {
-        let other = open_session(&http, &url, json!({})).await;
-        let got = call_in(&http, &url, &other, "test_tool_with_logging", json!({})).await;
+        let got = call_modern(
+            &http,
+            &url,
+            "test_tool_with_logging",
+            json!({}),
+            json!({"io.modelcontextprotocol/logLevel": "info"}),
+        )
+        .await;
         assert_eq!(logs(&got), 3, "round {round}: {got:?}\n{}", dev.log());
         assert_ne!(got.last().unwrap()["result"]["isError"], true, "{got:?}");
     }
 }
 
-/// Upstream log messages reach a client at the level it asked for: a
-/// 2025-11-25 session with `logging/setLevel`, a 2026-07-28 request with
-/// `_meta` `logLevel` (and none at all without it, as that version requires).
+/// Upstream log messages reach a 2026-07-28 client at the level its request
+/// asked for (`_meta` `logLevel`), and none at all without one, as that version
+/// requires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_logs_follow_the_level_each_client_asked_for() {
+    trawl_brightdata::ensure_crypto_provider();
     let port = free_port();
     let config = tempfile::tempdir().unwrap();
     let tools = config.path().join("tools.yaml");
@@ -345,34 +355,26 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
         .unwrap();
     let tool = "test_tool_with_logging";
 
-    // 2025-11-25: every level until the session sets one; then that level up.
-    let quiet = open_session(&http, &url, json!({})).await;
+    // 2025-11-25: `logging/setLevel` is accepted (the session's level; its
+    // log messages go on its standalone stream).
     let loud = open_session(&http, &url, json!({})).await;
-    assert_eq!(
-        logs(&call_in(&http, &url, &quiet, tool, json!({})).await),
-        3
-    );
     let res = http
         .post(&url)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &quiet)
+        .header("mcp-session-id", &loud)
         .header("mcp-protocol-version", "2025-11-25")
         .body(
             json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
-                "params": {"level": "error"}})
+                "params": {"level": "info"}})
             .to_string(),
         )
         .send()
         .await
         .unwrap();
     assert!(res.status().is_success());
-    let _ = res.text().await.unwrap();
-    let got = call_in(&http, &url, &quiet, tool, json!({})).await;
-    assert_eq!(logs(&got), 0, "{got:?}\n{}", dev.log());
-    assert_ne!(got.last().unwrap()["result"]["isError"], true, "{got:?}");
-    // Another session's level is its own.
-    assert_eq!(logs(&call_in(&http, &url, &loud, tool, json!({})).await), 3);
+    let text = res.text().await.unwrap();
+    assert!(text.contains("\"result\""), "{text}");
 
     // (A resource no server has: the error names its URI.)
     let res = http

@@ -853,6 +853,7 @@ async fn both_protocol_versions_are_spoken_behind_oauth() {
 /// caller's identity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
+    trawl_brightdata::ensure_crypto_provider();
     let port = free_port();
     let resource = format!("http://127.0.0.1:{port}/mcp");
     let auth = auth_server(&resource, "http://127.0.0.1:1/other");
