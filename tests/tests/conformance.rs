@@ -16,10 +16,45 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use trawl_sim::SimConfig;
-use trawl_tests::{Deployment, free_port, wait_for_port};
+use trawl_tests::{Deployment, Role, free_port, wait_for_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
 const FIXTURE: &str = env!("CARGO_BIN_EXE_trawl-conformance-fixture");
+
+/// `trawl dev` with `/mcp` open on loopback (no keys, no OAuth) and the fixture
+/// upstream behind it; `settings` are the fixture's lines after its command.
+struct OpenGateway {
+    dev: Role,
+    port: u16,
+    _dep: Deployment,
+    _config: tempfile::TempDir,
+}
+
+async fn open_gateway(settings: &str) -> OpenGateway {
+    let port = free_port();
+    let config = tempfile::tempdir().unwrap();
+    let tools = config.path().join("tools.yaml");
+    std::fs::write(
+        &tools,
+        format!("servers:\n  fixture:\n    command: {FIXTURE}\n{settings}"),
+    )
+    .unwrap();
+    let dep = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
+    let mut dev = dep.spawn("dev", "dev");
+    dev.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+    OpenGateway {
+        dev,
+        port,
+        _dep: dep,
+        _config: config,
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_conformance_suite_passes_its_baseline() {
@@ -30,28 +65,11 @@ async fn mcp_conformance_suite_passes_its_baseline() {
         suite.exists() && node22.exists(),
         "the conformance suite is not installed: npm ci --prefix tests/conformance"
     );
-    let port = free_port();
-    let config = tempfile::tempdir().unwrap();
-    let tools = config.path().join("tools.yaml");
-    std::fs::write(
-        &tools,
-        format!(
-            "servers:\n  fixture:\n    command: {FIXTURE}\n    \
-             expose: {{bare_names: true, prompts: true, resources: true}}\n"
-        ),
-    )
-    .unwrap();
     // The suite sends no token: /mcp runs open, on loopback, as `trawl dev` does
     // without keys or OAuth.
-    let dep = Deployment::new(BIN, SimConfig::default())
-        .await
-        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
-        .with_env("TRAWL_API_KEYS", "")
-        .with_env("TRAWL_ADMIN_KEYS", "")
-        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
-    let mut dev = dep.spawn("dev", "dev");
-    dev.api_url().await;
-    wait_for_port(port, Duration::from_secs(10)).await;
+    let gateway =
+        open_gateway("    expose: {bare_names: true, prompts: true, resources: true}\n").await;
+    let (dev, port) = (&gateway.dev, gateway.port);
 
     let path = format!(
         "{}:{}",
@@ -242,26 +260,8 @@ fn methods(messages: &[Value]) -> Vec<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_answers_breaks_no_other_client() {
     trawl_brightdata::ensure_crypto_provider();
-    let port = free_port();
-    let config = tempfile::tempdir().unwrap();
-    let tools = config.path().join("tools.yaml");
-    std::fs::write(
-        &tools,
-        format!(
-            "servers:\n  fixture:\n    command: {FIXTURE}\n    timeout: 2s\n    \
-             expose: {{bare_names: true}}\n"
-        ),
-    )
-    .unwrap();
-    let dep = Deployment::new(BIN, SimConfig::default())
-        .await
-        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
-        .with_env("TRAWL_API_KEYS", "")
-        .with_env("TRAWL_ADMIN_KEYS", "")
-        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
-    let mut dev = dep.spawn("dev", "dev");
-    dev.api_url().await;
-    wait_for_port(port, Duration::from_secs(10)).await;
+    let gateway = open_gateway("    timeout: 2s\n    expose: {bare_names: true}\n").await;
+    let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
     // A bound on every request of this test: before, a client that did not
     // answer held its call (and the upstream's routing) for good.
@@ -331,23 +331,8 @@ async fn a_client_that_never_answers_breaks_no_other_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_logs_follow_the_level_each_client_asked_for() {
     trawl_brightdata::ensure_crypto_provider();
-    let port = free_port();
-    let config = tempfile::tempdir().unwrap();
-    let tools = config.path().join("tools.yaml");
-    std::fs::write(
-        &tools,
-        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true, resources: true}}\n"),
-    )
-    .unwrap();
-    let dep = Deployment::new(BIN, SimConfig::default())
-        .await
-        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
-        .with_env("TRAWL_API_KEYS", "")
-        .with_env("TRAWL_ADMIN_KEYS", "")
-        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
-    let mut dev = dep.spawn("dev", "dev");
-    dev.api_url().await;
-    wait_for_port(port, Duration::from_secs(10)).await;
+    let gateway = open_gateway("    expose: {bare_names: true, resources: true}\n").await;
+    let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
