@@ -138,35 +138,31 @@ impl Routes {
     /// The call a message belongs to: by the request it came on, else the only
     /// call in flight.
     fn by_origin(&self, origin: Option<&InboundStreamOrigin>) -> Option<Forwarder> {
-        let table = self.table();
-        if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin
-            && let Some((_, to)) = table
-                .calls
-                .values()
-                .find(|(bound, _)| bound.as_ref().is_some_and(|(i, _)| i == id))
-        {
-            return Some(to.clone());
-        }
-        if table.calls.len() == 1 {
-            return table.calls.values().next().map(|(_, to)| to.clone());
-        }
-        None
+        let id = match origin {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
+            _ => None,
+        };
+        self.find(|(i, _)| Some(i) == id)
     }
 
     /// The call a progress token belongs to, else the only call in flight.
     fn by_token(&self, token: &ProgressToken) -> Option<Forwarder> {
+        self.find(|(_, t)| t == token)
+    }
+
+    /// The bound call that `is` picks, else the only call in flight (bound or
+    /// not yet), else none.
+    fn find(&self, is: impl Fn(&(RequestId, ProgressToken)) -> bool) -> Option<Forwarder> {
         let table = self.table();
-        if let Some((_, to)) = table
+        let picked = table
             .calls
             .values()
-            .find(|(bound, _)| bound.as_ref().is_some_and(|(_, t)| t == token))
-        {
-            return Some(to.clone());
+            .find(|(bound, _)| bound.as_ref().is_some_and(&is));
+        match picked {
+            Some((_, to)) => Some(to.clone()),
+            None if table.calls.len() == 1 => table.calls.values().next().map(|(_, to)| to.clone()),
+            None => None,
         }
-        if table.calls.len() == 1 {
-            return table.calls.values().next().map(|(_, to)| to.clone());
-        }
-        None
     }
 
     /// The forwarding call a progress or log notification belongs to, with
