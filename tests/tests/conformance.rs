@@ -400,4 +400,199 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
     assert_eq!(logs(&got), 3, "{got:?}\n{}", dev.log());
     let got = call_modern(&http, &url, tool, json!({}), level("warning")).await;
     assert_eq!(logs(&got), 0, "{got:?}");
+
+    // The upstream session a call runs on is asked for that level too
+    // (`logging/setLevel`), and for none (emergency only) without one.
+    let asked = |got: &[Value]| got.last().unwrap()["result"]["content"][0]["text"].clone();
+    for wanted in ["warning", "debug"] {
+        let got = call_modern(&http, &url, "test_log_level", json!({}), level(wanted)).await;
+        assert_eq!(asked(&got), wanted, "{got:?}\n{}", dev.log());
+    }
+    // (A progress token: a call that can receive something runs on a session
+    // of its own.)
+    let token = json!({"progressToken": "p1"});
+    let got = call_modern(&http, &url, "test_log_level", json!({}), token).await;
+    assert_eq!(asked(&got), "emergency", "{got:?}");
+}
+
+/// A tools/call in `session` whose client answers what the server asks on the
+/// call's stream with `answer(request)` (posted back as JSON-RPC responses):
+/// every message of the stream, the answer last.
+async fn call_answering(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    tool: &str,
+    arguments: Value,
+    answer: impl Fn(&Value) -> Value,
+) -> Vec<Value> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}});
+    let mut res = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut messages = Vec::new();
+    let mut buffer = String::new();
+    while let Some(chunk) = res.chunk().await.unwrap() {
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find('\n') {
+            let line: String = buffer.drain(..=end).collect();
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            if message["method"].is_string() && !message["id"].is_null() {
+                let reply = json!({"jsonrpc": "2.0", "id": message["id"],
+                    "result": answer(&message)});
+                let posted = http
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-session-id", session)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(reply.to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(posted.status().is_success(), "{}", posted.status());
+            }
+            messages.push(message);
+        }
+    }
+    messages
+}
+
+/// Many clients of one stdio upstream at once, each on a session of its own
+/// (see `trawl_tools::forward`): every client is asked only its own sampling
+/// and elicitation requests and gets its own answers back; a client that never
+/// answers, and its call that times out, change nothing for the others, then
+/// or after the timeout. Fewer sessions than clients: calls wait for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_of_one_stdio_upstream_each_get_only_their_own_requests() {
+    const CLIENTS: usize = 8;
+    trawl_brightdata::ensure_crypto_provider();
+    let gateway =
+        open_gateway("    timeout: 6s\n    sessions: 4\n    expose: {bare_names: true}\n").await;
+    let (dev, port) = (&gateway.dev, gateway.port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let both = json!({"sampling": {}, "elicitation": {}});
+    let mute = open_session(&http, &url, both.clone()).await;
+    let mut sessions = Vec::new();
+    for _ in 0..CLIENTS {
+        sessions.push(open_session(&http, &url, both.clone()).await);
+    }
+
+    // Client `i` answers sampling with `answer-i` and elicitation with
+    // `user-i`, and only requests that carry its own prompt or message.
+    let round = |sessions: &[String]| {
+        let calls = sessions.iter().enumerate().map(|(i, session)| {
+            let (http, url) = (http.clone(), url.clone());
+            let session = session.clone();
+            async move {
+                let answer = move |request: &Value| match request["method"].as_str() {
+                    Some("sampling/createMessage") => json!({"role": "assistant",
+                        "content": {"type": "text", "text": format!("answer-{i}")},
+                        "model": "test"}),
+                    Some("elicitation/create") => json!({"action": "accept",
+                        "content": {"username": format!("user-{i}"), "email": "a@b.example"}}),
+                    _ => json!({}),
+                };
+                let sampled = call_answering(
+                    &http,
+                    &url,
+                    &session,
+                    "test_sampling",
+                    json!({"prompt": format!("prompt-{i}")}),
+                    answer,
+                )
+                .await;
+                let elicited = call_answering(
+                    &http,
+                    &url,
+                    &session,
+                    "test_elicitation",
+                    json!({"message": format!("message-{i}")}),
+                    answer,
+                )
+                .await;
+                (i, sampled, elicited)
+            }
+        });
+        futures_util::future::join_all(calls)
+    };
+    let check = |results: Vec<(usize, Vec<Value>, Vec<Value>)>, when: &str| {
+        for (i, sampled, elicited) in results {
+            let asked: Vec<&Value> = sampled
+                .iter()
+                .filter(|m| m["method"] == "sampling/createMessage")
+                .collect();
+            assert_eq!(
+                asked.len(),
+                1,
+                "{when}: client {i}: {sampled:?}\n{}",
+                dev.log()
+            );
+            assert_eq!(
+                asked[0]["params"]["messages"][0]["content"]["text"],
+                format!("prompt-{i}"),
+                "{when}: client {i} was asked another client's request"
+            );
+            let text = sampled.last().unwrap()["result"]["content"][0]["text"].clone();
+            assert_eq!(
+                text,
+                format!("LLM response: answer-{i}"),
+                "{when}: client {i}"
+            );
+
+            let asked: Vec<&Value> = elicited
+                .iter()
+                .filter(|m| m["method"] == "elicitation/create")
+                .collect();
+            assert_eq!(asked.len(), 1, "{when}: client {i}: {elicited:?}");
+            assert_eq!(asked[0]["params"]["message"], format!("message-{i}"));
+            let text = elicited.last().unwrap()["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            assert!(
+                text.contains(&format!("\"username\":\"user-{i}\"")),
+                "{when}: client {i} got {text}"
+            );
+        }
+    };
+
+    // All at once, while the mute client's call holds a session until its
+    // upstream timeout ends it.
+    let mute_call = call_in(
+        &http,
+        &url,
+        &mute,
+        "test_sampling",
+        json!({"prompt": "mute"}),
+    );
+    let (muted, results) = tokio::join!(mute_call, round(&sessions));
+    check(results, "with a mute client");
+    assert!(
+        methods(&muted).contains(&"sampling/createMessage"),
+        "{muted:?}"
+    );
+    let answer = muted.last().unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(answer.to_string().contains("timeout"), "{answer}");
+
+    // After the timeout, the same again.
+    check(round(&sessions).await, "after the timeout");
 }

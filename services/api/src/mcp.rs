@@ -22,7 +22,6 @@
 //! `MCP-Protocol-Version` (400 for an unknown one), `Accept` and `Content-Type`.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +36,9 @@ use rmcp::model::{
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
+// Logging: deprecated by 2026-07-28 (SEP-2577), part of 2025-11-25.
+#[allow(deprecated)]
+use rmcp::model::LoggingLevel;
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, SessionConfig};
@@ -178,7 +180,8 @@ pub fn service(
         move || {
             Ok(Gateway {
                 state: state.clone(),
-                log_level: Arc::new(AtomicU8::new(0)),
+                #[allow(deprecated)] // Logging: part of 2025-11-25.
+                log_level: Arc::new(std::sync::Mutex::new(LoggingLevel::Debug)),
             })
         },
         manager,
@@ -188,11 +191,12 @@ pub fn service(
 
 /// The MCP server handler: one per session, sharing the API's state.
 #[derive(Clone)]
+#[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
 pub struct Gateway {
     state: ApiState,
-    /// The session's `logging/setLevel` (2025-11-25), as `LoggingLevel as u8`:
-    /// upstream log messages less severe are not passed on. Debug (0) until set.
-    log_level: Arc<AtomicU8>,
+    /// The session's `logging/setLevel` (2025-11-25): upstream log messages
+    /// less severe are not passed on. Debug until set.
+    log_level: Arc<std::sync::Mutex<LoggingLevel>>,
 }
 
 /// The scope a tool needs.
@@ -677,13 +681,22 @@ impl Gateway {
         use futures_util::future::BoxFuture;
         use futures_util::stream::FuturesUnordered;
         use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
-        use trawl_tools::forward::{FORWARD, Forwarded};
-        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let call = FORWARD.scope(tx, call);
-        tokio::pin!(call);
+        use trawl_tools::forward::{FORWARD, Forwarded, Forwarder};
         let token = context.meta.get_progress_token();
         let logs = self.wanted_logs(context);
         let declared = context.client_capabilities().unwrap_or_default();
+        // A client that can receive nothing an upstream sends during a call
+        // needs no session of its own: its call shares the main one.
+        let receives = token.is_some()
+            || logs.is_some()
+            || declared.sampling.is_some()
+            || declared.elicitation.is_some();
+        if !receives {
+            return call.await;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let call = FORWARD.scope(Forwarder { to: tx, logs }, call);
+        tokio::pin!(call);
         let mut answering: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
         loop {
             tokio::select! {
@@ -738,21 +751,21 @@ impl Gateway {
         }
     }
 
-    /// The least severe level (`LoggingLevel as u8`) of the upstream log
-    /// messages this request's client gets; `None`: none. A 2026-07-28 request
+    /// The least severe level of the upstream log messages this request's
+    /// client gets; `None`: none. A 2026-07-28 request
     /// asks per request (`_meta["io.modelcontextprotocol/logLevel"]`; without
     /// it, no log message may be sent); a 2025-11-25 session, with
     /// `logging/setLevel`.
     #[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
-    fn wanted_logs(&self, context: &RequestContext<RoleServer>) -> Option<u8> {
+    fn wanted_logs(&self, context: &RequestContext<RoleServer>) -> Option<LoggingLevel> {
         let modern = context
             .meta
             .protocol_version()
             .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
         if modern {
-            context.meta.log_level().map(|l| l as u8)
+            context.meta.log_level()
         } else {
-            Some(self.log_level.load(Ordering::Relaxed))
+            Some(*self.log_level.lock().unwrap_or_else(|p| p.into_inner()))
         }
     }
 
@@ -1191,16 +1204,15 @@ impl ServerHandler for Gateway {
         Ok(result)
     }
 
-    /// The session's level for the upstream log messages passed on to it. The
-    /// upstreams are shared by every session, so it is applied here, per
-    /// session, rather than sent to them.
+    /// The session's level for the upstream log messages passed on to it:
+    /// applied here, and asked of the upstream session each call runs on.
     #[allow(deprecated)]
     async fn set_level(
         &self,
         request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.log_level.store(request.level as u8, Ordering::Relaxed);
+        *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = request.level;
         Ok(())
     }
 
@@ -1966,7 +1978,7 @@ async fn open_session(
 async fn notify(
     context: &RequestContext<RoleServer>,
     token: Option<&rmcp::model::ProgressToken>,
-    logs: Option<u8>,
+    logs: Option<LoggingLevel>,
     msg: trawl_tools::forward::Forwarded,
 ) {
     use trawl_tools::forward::Forwarded;
@@ -1978,7 +1990,7 @@ async fn notify(
             }
         }
         Forwarded::Log(p) => {
-            if logs.is_some_and(|least| p.level as u8 >= least) {
+            if logs.is_some_and(|least| p.level as u8 >= least as u8) {
                 let _ = context.peer.notify_logging_message(p).await;
             }
         }

@@ -299,6 +299,8 @@ struct ServerFile {
     result_max_bytes: Option<usize>,
     /// Per request, e.g. `30s`.
     timeout: Option<String>,
+    /// Sessions for calls from MCP clients, one call each at a time.
+    sessions: Option<usize>,
     /// trawl's own OAuth credential for an HTTP server.
     auth: Option<AuthFile>,
     /// What `/mcp` shows of this server besides its namespaced tools.
@@ -402,6 +404,9 @@ fn allow() -> Access {
 pub const RESULT_MAX_BYTES: usize = 256 * 1024;
 /// The default per-request timeout of an upstream server.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default bound on an upstream server's sessions for calls from MCP
+/// clients (see [`crate::forward`]).
+pub const UPSTREAM_SESSIONS: usize = 8;
 
 impl ToolsConfig {
     /// Keeps `auth: login` grants in `vault`.
@@ -552,11 +557,17 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         Some(t) => humantime::parse_duration(&t).map_err(|e| format!("timeout {t:?}: {e}"))?,
         None => UPSTREAM_TIMEOUT,
     };
+    let sessions = match s.sessions {
+        Some(0) => return Err("sessions must be at least 1".into()),
+        Some(n) => n,
+        None => UPSTREAM_SESSIONS,
+    };
     Ok(ServerConfig {
         upstream: UpstreamConfig {
             server: name.to_owned(),
             transport,
             timeout,
+            sessions,
             vault: None,
         },
         name: server,

@@ -3,36 +3,51 @@
 //! that made the call.
 //!
 //! The caller (the `/mcp` gateway) runs [`ToolLayer::call`](crate::ToolLayer::call)
-//! inside [`FORWARD`]`.scope(sender, …)` and answers what arrives on the receiver
-//! from its own task, so that rmcp sends the requests on that call's own stream.
-//! The upstream's client handler ([`UpstreamHandler`]) finds the call an
-//! incoming request belongs to by the request id it came with (Streamable HTTP
-//! tags it), by the progress token for progress, and otherwise, when exactly one
-//! call of that upstream is in flight, by that (stdio has no such tag). A
-//! request that belongs to no forwarding call is refused, as trawl has no user of
-//! its own to ask.
+//! inside [`FORWARD`]`.scope(forwarder, …)` and answers what arrives on the
+//! receiver from its own task, so that rmcp sends the requests on that call's
+//! own stream.
 //!
-//! Progress and log notifications are routed the same way, but by [`Routed`],
-//! the upstream's transport, as they are read: rmcp runs notification handlers
-//! on tasks of their own, which may run after the call's answer has come back
-//! and the call has stopped listening. Routed as they are read, they are in the
-//! call's channel before its answer is, and the caller passes them on first.
+//! # Routing by construction
+//!
+//! A call that forwards runs on an upstream session of its own: one leased from
+//! the server's pool for the length of the call ([`crate::mcp::Upstream`]), never
+//! shared with another call while it is held. Whatever that session sends while
+//! the call holds it (a request, a log message, progress) is the call's, by
+//! construction: there is no id to match and nothing to guess. A stdio server's
+//! messages carry no tag naming the call they belong to, and a Streamable HTTP
+//! server may send them on its standalone stream; routing by request id or by
+//! "the only call in flight" breaks as soon as two clients call one server. A
+//! session that has no holder (the server's main session, which lists tools and
+//! runs calls that forward nothing, or a pooled one between calls) refuses every
+//! request and drops its notifications, as trawl has no user of its own to ask.
+//!
+//! Sessions are leased per call, not per client session: a client that is
+//! connected but idle holds no process, the pool's bound caps concurrent
+//! forwarding calls rather than connected clients, and a client's concurrent
+//! calls are told apart too. A session goes back to the pool only after its call
+//! got its answer; one whose call timed out or was dropped is closed, so that a
+//! late message from it cannot reach the next holder.
+//!
+//! Progress and log notifications are handed over by [`Routed`], the session's
+//! transport, as they are read: rmcp runs notification handlers on tasks of
+//! their own, which may run after the call's answer has come back and the call
+//! has stopped listening. Routed as they are read, they are in the call's
+//! channel before its answer is, and the caller passes them on first.
 
 // Sampling and logging are deprecated by MCP 2026-07-28 (SEP-2577) but are part
 // of 2025-11-25, which upstreams and clients still speak.
 #![allow(deprecated)]
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ElicitationCapability, Implementation,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    RequestId, SamplingCapability,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, Implementation, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+    SamplingCapability,
 };
 use rmcp::model::{JsonRpcMessage, JsonRpcNotification, ServerNotification};
-use rmcp::service::{InboundStreamOrigin, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use tokio::sync::{mpsc, oneshot};
@@ -56,8 +71,15 @@ pub enum Forwarded {
     Log(LoggingMessageNotificationParam),
 }
 
-/// Where a call's forwarded messages go.
-pub type Forwarder = mpsc::Sender<Forwarded>;
+/// Where a call's forwarded messages go, and what its client wants of them.
+#[derive(Clone, Debug)]
+pub struct Forwarder {
+    pub to: mpsc::Sender<Forwarded>,
+    /// The least severe log message the client wants (`None`: none). Sent to
+    /// the upstream as `logging/setLevel` on the call's session, so that the
+    /// server does not produce what nobody reads.
+    pub logs: Option<LoggingLevel>,
+}
 
 tokio::task_local! {
     /// Set by a caller that can answer what an upstream asks during its calls.
@@ -69,119 +91,64 @@ pub(crate) fn current() -> Option<Forwarder> {
     FORWARD.try_with(Clone::clone).ok()
 }
 
-/// The calls of one upstream that forward, by request id and progress token.
-///
-/// A call's route is entered *before* its request is sent (the upstream may
-/// ask for input, or log, as soon as it reads the request: before the sender
-/// learns the request's id) and bound to the id and token once they are
-/// known. Until then it is found as the only call in flight.
+/// The call holding an upstream session, if one does: where everything the
+/// session sends goes.
 #[derive(Clone, Default)]
-pub(crate) struct Routes {
-    inner: Arc<Mutex<RouteTable>>,
+pub(crate) struct Holder {
+    inner: Arc<Mutex<Option<mpsc::Sender<Forwarded>>>>,
 }
 
-#[derive(Default)]
-struct RouteTable {
-    next: u64,
-    /// Slot → the call's request id and progress token (once sent), forwarder.
-    calls: HashMap<u64, (Option<(RequestId, ProgressToken)>, Forwarder)>,
+/// A call's hold on its session, released when dropped: a call that ends in
+/// any way (its answer, a timeout, its future dropped) leaves no holder behind.
+pub(crate) struct Hold {
+    holder: Holder,
 }
 
-/// A call's route, removed when dropped: a call that ends in any way (its
-/// answer, a timeout, its future dropped) leaves no route behind to take other
-/// calls' messages or to make "the only call in flight" ambiguous.
-pub(crate) struct Route {
-    routes: Routes,
-    slot: u64,
-}
-
-impl Route {
-    /// The request id and progress token the call was sent with.
-    pub(crate) fn bind(&self, id: RequestId, token: ProgressToken) {
-        if let Some(call) = self.routes.table().calls.get_mut(&self.slot) {
-            call.0 = Some((id, token));
-        }
-    }
-}
-
-impl Drop for Route {
+impl Drop for Hold {
     fn drop(&mut self) {
-        self.routes.table().calls.remove(&self.slot);
+        *self.holder.slot() = None;
     }
 }
 
-impl Routes {
-    fn table(&self) -> std::sync::MutexGuard<'_, RouteTable> {
+impl Holder {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<mpsc::Sender<Forwarded>>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Routes what the upstream sends for the call about to be sent to `to`,
-    /// for as long as the returned [`Route`] lives; [`Route::bind`] it to the
-    /// request once sent.
-    pub(crate) fn enter(&self, to: Forwarder) -> Route {
-        let mut table = self.table();
-        table.next += 1;
-        let slot = table.next;
-        table.calls.insert(slot, (None, to));
-        Route {
-            routes: self.clone(),
-            slot,
+    /// Routes what the session sends to `to` for as long as the returned
+    /// [`Hold`] lives. Entered before the call's request goes out: the upstream
+    /// may ask or log as soon as it reads it.
+    pub(crate) fn hold(&self, to: mpsc::Sender<Forwarded>) -> Hold {
+        *self.slot() = Some(to);
+        Hold {
+            holder: self.clone(),
         }
     }
 
-    /// How many calls are routed now.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.table().calls.len()
+    /// The holding call's channel, if a call holds the session.
+    fn to(&self) -> Option<mpsc::Sender<Forwarded>> {
+        self.slot().clone()
     }
 
-    /// The call a message belongs to: by the request it came on, else the only
-    /// call in flight.
-    fn by_origin(&self, origin: Option<&InboundStreamOrigin>) -> Option<Forwarder> {
-        let id = match origin {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id),
-            _ => None,
-        };
-        self.find(|(i, _)| Some(i) == id)
-    }
-
-    /// The call a progress token belongs to, else the only call in flight.
-    fn by_token(&self, token: &ProgressToken) -> Option<Forwarder> {
-        self.find(|(_, t)| t == token)
-    }
-
-    /// The bound call that `is` picks, else the only call in flight (bound or
-    /// not yet), else none.
-    fn find(&self, is: impl Fn(&(RequestId, ProgressToken)) -> bool) -> Option<Forwarder> {
-        let table = self.table();
-        let picked = table
-            .calls
-            .values()
-            .find(|(bound, _)| bound.as_ref().is_some_and(&is));
-        match picked {
-            Some((_, to)) => Some(to.clone()),
-            None if table.calls.len() == 1 => table.calls.values().next().map(|(_, to)| to.clone()),
-            None => None,
-        }
-    }
-
-    /// The forwarding call a progress or log notification belongs to, with
-    /// what to send it; `None` (and the message untouched) for anything else.
+    /// The holding call and what to send it, for a progress or log
+    /// notification; `None` (and the message untouched) for anything else, or
+    /// when no call holds the session.
     fn claim(
         &self,
         msg: &mut Option<RxJsonRpcMessage<RoleClient>>,
-    ) -> Option<(Forwarder, Forwarded)> {
+    ) -> Option<(mpsc::Sender<Forwarded>, Forwarded)> {
         let Some(JsonRpcMessage::Notification(JsonRpcNotification { notification, .. })) = msg
         else {
             return None;
         };
-        let to = match notification {
-            ServerNotification::ProgressNotification(n) => self.by_token(&n.params.progress_token),
-            ServerNotification::LoggingMessageNotification(n) => {
-                self.by_origin(n.extensions.get::<InboundStreamOrigin>())
-            }
-            _ => None,
-        }?;
+        if !matches!(
+            notification,
+            ServerNotification::ProgressNotification(_)
+                | ServerNotification::LoggingMessageNotification(_)
+        ) {
+            return None;
+        }
+        let to = self.to()?;
         match msg.take() {
             Some(JsonRpcMessage::Notification(JsonRpcNotification {
                 notification: ServerNotification::ProgressNotification(n),
@@ -197,10 +164,10 @@ impl Routes {
 }
 
 /// trawl's client side towards an upstream: it declares sampling and
-/// elicitation, and forwards them to the client of the call in flight.
+/// elicitation, and forwards them to the call holding the session.
 #[derive(Clone)]
 pub(crate) struct UpstreamHandler {
-    pub(crate) routes: Routes,
+    pub(crate) holder: Holder,
 }
 
 fn no_route(what: &str) -> ErrorData {
@@ -230,11 +197,11 @@ impl ClientHandler for UpstreamHandler {
     async fn create_message(
         &self,
         params: CreateMessageRequestParams,
-        context: RequestContext<RoleClient>,
+        _: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
         let to = self
-            .routes
-            .by_origin(context.extensions.get::<InboundStreamOrigin>())
+            .holder
+            .to()
             .ok_or_else(|| no_route("sampling/createMessage"))?;
         let (reply, answer) = oneshot::channel();
         to.send(Forwarded::Sampling { params, reply })
@@ -248,11 +215,11 @@ impl ClientHandler for UpstreamHandler {
     async fn create_elicitation(
         &self,
         params: ElicitRequestParams,
-        context: RequestContext<RoleClient>,
+        _: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let to = self
-            .routes
-            .by_origin(context.extensions.get::<InboundStreamOrigin>())
+            .holder
+            .to()
             .ok_or_else(|| no_route("elicitation/create"))?;
         let (reply, answer) = oneshot::channel();
         to.send(Forwarded::Elicitation { params, reply })
@@ -262,12 +229,12 @@ impl ClientHandler for UpstreamHandler {
     }
 }
 
-/// An upstream's transport that hands progress and log notifications to the
-/// call they belong to as it reads them (see the module doc). What belongs to
-/// no forwarding call goes on to rmcp.
+/// An upstream session's transport that hands progress and log notifications
+/// to the call holding the session as it reads them (see the module doc).
+/// What no call holds goes on to rmcp, which drops it.
 pub(crate) struct Routed<T> {
     pub(crate) inner: T,
-    pub(crate) routes: Routes,
+    pub(crate) holder: Holder,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Routed<T> {
@@ -283,7 +250,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Routed<T> {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             let mut msg = Some(self.inner.receive().await?);
-            match self.routes.claim(&mut msg) {
+            match self.holder.claim(&mut msg) {
                 // A call that stopped listening (it timed out) misses it.
                 Some((to, forwarded)) => {
                     let _ = to.send(forwarded).await;
@@ -303,42 +270,29 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Routed<T> {
 mod tests {
     use super::*;
 
-    /// A route goes with its call, however the call ends: a call cut short by a
-    /// timeout (its future dropped mid-wait) leaves no route behind.
+    /// A hold goes with its call, however the call ends: a call cut short by a
+    /// timeout (its future dropped mid-wait) leaves no holder behind.
     #[tokio::test]
-    async fn a_route_is_released_when_its_call_ends_in_any_way() {
-        let routes = Routes::default();
+    async fn a_hold_is_released_when_its_call_ends_in_any_way() {
+        let holder = Holder::default();
         let (to, _rx) = mpsc::channel(1);
+        assert!(holder.to().is_none(), "no call holds a fresh session");
         {
-            // Found before it is bound (the upstream may ask first), then by id.
-            let route = routes.enter(to.clone());
-            assert_eq!(routes.len(), 1);
-            assert!(routes.by_origin(None).is_some(), "the only call in flight");
-            let id = RequestId::Number(1);
-            route.bind(id.clone(), ProgressToken(id.clone()));
-            let other = routes.enter(to.clone());
-            assert!(routes.by_origin(None).is_none(), "two calls: not guessed");
-            let origin = InboundStreamOrigin::OutboundRequest(id.clone());
-            assert!(routes.by_origin(Some(&origin)).is_some());
-            assert!(routes.by_token(&ProgressToken(id)).is_some());
-            drop(other);
+            let _hold = holder.hold(to.clone());
+            assert!(holder.to().is_some());
         }
-        assert_eq!(routes.len(), 0);
+        assert!(holder.to().is_none());
 
         let call = {
-            let routes = routes.clone();
+            let holder = holder.clone();
             let to = to.clone();
             async move {
-                let _route = routes.enter(to);
+                let _hold = holder.hold(to);
                 std::future::pending::<()>().await;
             }
         };
         let cut = tokio::time::timeout(std::time::Duration::from_millis(10), call).await;
         assert!(cut.is_err());
-        assert_eq!(routes.len(), 0, "a timed-out call left its route");
-
-        // With the stale route gone, the next call is again the only one.
-        let _route = routes.enter(to);
-        assert!(routes.by_origin(None).is_some());
+        assert!(holder.to().is_none(), "a timed-out call left its hold");
     }
 }

@@ -58,6 +58,10 @@
 //! the retry policy bounds. Errors in the client's request (-32602 invalid
 //! params, -32601 unknown method, ...) will not.
 
+// Logging (`logging/setLevel`) is deprecated by MCP 2026-07-28 (SEP-2577) but
+// is part of 2025-11-25, which upstreams speak.
+#![allow(deprecated)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
@@ -68,12 +72,12 @@ use std::time::Duration;
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ErrorCode, PaginatedRequestParams,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode, LoggingLevel,
+    PaginatedRequestParams, ServerResult, SetLevelRequestParams,
 };
 use rmcp::service::PeerRequestOptions;
 
-use crate::forward::{Routed, Routes, UpstreamHandler};
+use crate::forward::{Holder, Routed, UpstreamHandler};
 use rmcp::service::{ClientCacheConfig, ClientInitializeError, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
@@ -156,6 +160,9 @@ pub struct UpstreamConfig {
     pub transport: Transport,
     /// Bounds each request: the handshake, each page of a listing, each call.
     pub timeout: Duration,
+    /// At most this many sessions run calls from MCP clients at once, one call
+    /// each (see [`crate::forward`]); for stdio, a process each.
+    pub sessions: usize,
     /// Where `auth: login` grants are kept (set by the binary).
     pub vault: Option<std::sync::Arc<crate::auth::Vault>>,
 }
@@ -187,29 +194,38 @@ pub enum UpstreamError {
     Closed { server: String, reason: String },
 }
 
-/// A connected upstream MCP server.
+/// A connected upstream MCP server: its main session, which lists the tools
+/// and runs the calls that forward nothing, and a bounded pool of sessions
+/// leased one call at a time to calls that forward (see [`crate::forward`]).
 pub struct Upstream {
-    server: String,
-    timeout: Duration,
-    // Declared before `child`: on drop the service is cancelled first, then
-    // the process group is killed.
-    service: RunningService<RoleClient, UpstreamHandler>,
-    child: Option<Child>,
+    cfg: UpstreamConfig,
+    main: Session,
+    pool: SessionPool,
 }
 
 impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
-            .field("server", &self.server)
-            .field("pid", &self.child.as_ref().and_then(|c| c.process.id()))
+            .field("server", &self.cfg.server)
+            .field("pid", &self.pid())
             .finish_non_exhaustive()
     }
 }
 
-impl Upstream {
+/// One MCP session with the server: the SDK's service and, for stdio, the
+/// process behind it.
+struct Session {
+    // Declared before `child`: on drop the service is cancelled first, then
+    // the process group is killed.
+    service: RunningService<RoleClient, UpstreamHandler>,
+    child: Option<Child>,
+    /// The level last asked of the server with `logging/setLevel`.
+    level: Option<LoggingLevel>,
+}
+
+impl Session {
     /// Spawns/connects and runs the MCP initialize handshake, bounded by `cfg.timeout`.
-    #[tracing::instrument(skip_all, fields(server = %cfg.server))]
-    pub async fn connect(cfg: &UpstreamConfig) -> Result<Upstream, UpstreamError> {
+    async fn open(cfg: &UpstreamConfig) -> Result<Session, UpstreamError> {
         let (service, child) = match &cfg.transport {
             Transport::Stdio {
                 command,
@@ -237,11 +253,106 @@ impl Upstream {
                 "upstream initialized"
             );
         }
-        Ok(Upstream {
-            server: cfg.server.clone(),
-            timeout: cfg.timeout,
+        Ok(Session {
             service,
             child,
+            level: None,
+        })
+    }
+
+    fn holder(&self) -> &Holder {
+        &self.service.service().holder
+    }
+
+    /// Whether the session can still carry a call.
+    fn alive(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+
+    /// Asks the server for log messages of `level` and above on this session,
+    /// when it declared logging and was last asked for another level. Best
+    /// effort: the gateway filters by the client's level in any case.
+    async fn set_level(&mut self, level: LoggingLevel, timeout: Duration) {
+        let declared = self
+            .service
+            .peer_info()
+            .is_some_and(|info| info.capabilities.logging.is_some());
+        if !declared || self.level == Some(level) {
+            return;
+        }
+        let asked = self
+            .service
+            .peer()
+            .set_level(SetLevelRequestParams::new(level));
+        match tokio::time::timeout(timeout, asked).await {
+            Ok(Ok(())) => self.level = Some(level),
+            Ok(Err(e)) => tracing::debug!(error = %e, "logging/setLevel refused"),
+            Err(_) => tracing::debug!("logging/setLevel not answered in time"),
+        }
+    }
+
+    /// Cancels the service and (for stdio) ends the child process: its stdin
+    /// is closed, then it gets SIGTERM, then SIGKILL, a second apart; whatever
+    /// it spawned is killed with it.
+    async fn close(mut self, server: &str) {
+        // Ends the service task, which closes the transport: the child's stdin.
+        match tokio::time::timeout(EXIT_GRACE, self.service.close()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(server, "upstream task failed: {e}"),
+            Err(_) => tracing::warn!(server, "upstream did not close in time"),
+        }
+        if let Some(child) = self.child.take() {
+            child.shutdown().await;
+        }
+    }
+}
+
+/// The sessions of one server that calls that forward lease, at most
+/// [`UpstreamConfig::sessions`] at once; idle ones are kept for the next call.
+struct SessionPool {
+    idle: Mutex<Vec<Session>>,
+    slots: tokio::sync::Semaphore,
+}
+
+/// A session held by one call. Dropped without [`Lease::give_back`] (the call
+/// got no answer: it timed out, failed in transport, or was dropped), the
+/// session is closed rather than pooled: a late message from it must not reach
+/// the next holder.
+struct Lease<'a> {
+    pool: &'a SessionPool,
+    session: Option<Session>,
+    _slot: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Lease<'_> {
+    fn session(&mut self) -> Option<&mut Session> {
+        self.session.as_mut()
+    }
+
+    /// Back to the pool, after its call got its answer.
+    fn give_back(mut self) {
+        if let Some(session) = self.session.take().filter(Session::alive) {
+            self.pool
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(session);
+        }
+    }
+}
+
+impl Upstream {
+    /// Spawns/connects and runs the MCP initialize handshake, bounded by `cfg.timeout`.
+    #[tracing::instrument(skip_all, fields(server = %cfg.server))]
+    pub async fn connect(cfg: &UpstreamConfig) -> Result<Upstream, UpstreamError> {
+        let main = Session::open(cfg).await?;
+        Ok(Upstream {
+            cfg: cfg.clone(),
+            main,
+            pool: SessionPool {
+                idle: Mutex::new(Vec::new()),
+                slots: tokio::sync::Semaphore::new(cfg.sessions.max(1)),
+            },
         })
     }
 
@@ -250,9 +361,10 @@ impl Upstream {
     ///
     /// Fields the SDK does not model are dropped. A server that did not declare
     /// the `tools` capability has no tools.
-    #[tracing::instrument(skip_all, fields(server = %self.server))]
+    #[tracing::instrument(skip_all, fields(server = %self.cfg.server))]
     pub async fn list_tools(&self) -> Result<Vec<Value>, UpstreamError> {
         let declared = self
+            .main
             .service
             .peer_info()
             .is_none_or(|info| info.capabilities.tools.is_some());
@@ -264,14 +376,16 @@ impl Upstream {
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.clone());
-            let page =
-                tokio::time::timeout(self.timeout, self.service.peer().list_tools(Some(params)))
-                    .await
-                    .map_err(|_| self.timed_out("tools/list"))?
-                    .map_err(|e| self.list_error(e))?;
+            let page = tokio::time::timeout(
+                self.cfg.timeout,
+                self.main.service.peer().list_tools(Some(params)),
+            )
+            .await
+            .map_err(|_| self.timed_out("tools/list"))?
+            .map_err(|e| self.list_error(e))?;
             for tool in page.tools {
                 let json = serde_json::to_value(&tool).map_err(|e| UpstreamError::Protocol {
-                    server: self.server.clone(),
+                    server: self.cfg.server.clone(),
                     reason: format!("tool {} cannot be serialized: {e}", tool.name),
                 })?;
                 tools.push(json);
@@ -281,7 +395,7 @@ impl Upstream {
                 Some(next) => {
                     if !seen.insert(next.clone()) {
                         return Err(UpstreamError::Protocol {
-                            server: self.server.clone(),
+                            server: self.cfg.server.clone(),
                             reason: format!("tools/list repeated the cursor {next:?}"),
                         });
                     }
@@ -290,7 +404,7 @@ impl Upstream {
             }
         }
         Err(UpstreamError::Protocol {
-            server: self.server.clone(),
+            server: self.cfg.server.clone(),
             reason: format!("tools/list did not end within {MAX_PAGES} pages"),
         })
     }
@@ -298,7 +412,13 @@ impl Upstream {
     /// Calls the tool by its bare (upstream) name; `args` must be a JSON object.
     /// Ok is the `CallToolResult` as JSON (`content`, `structuredContent`,
     /// `isError`); the errors are classified in the module doc.
-    #[tracing::instrument(skip_all, fields(server = %self.server, tool = %tool))]
+    ///
+    /// A caller that can answer sampling, elicitation and notifications (the
+    /// /mcp gateway) has set a forwarder: the call then runs on a session it
+    /// holds alone, leased from the pool (see [`crate::forward`]), which is
+    /// asked first for the log level the caller's client wants. Other calls
+    /// share the main session.
+    #[tracing::instrument(skip_all, fields(server = %self.cfg.server, tool = %tool))]
     pub async fn call(&self, tool: &str, args: &Value) -> Result<Value, ToolError> {
         let Some(arguments) = args.as_object() else {
             return Err(ToolError::permanent(
@@ -307,54 +427,37 @@ impl Upstream {
             ));
         };
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
-        // One round: a server that asks for input mid-call (SEP-2322) gets
-        // `UnexpectedResponse`, as trawl has no user to ask. The request carries
-        // the timeout, so rmcp sends `notifications/cancelled` upstream when it
-        // runs out. A caller that can answer sampling, elicitation and
-        // notifications (the /mcp gateway) has set a forwarder: the call is
-        // routed by its request id and progress token while it runs, and the
-        // route is released however the call ends (an answer, the timeout, or
-        // this future dropped by its caller).
-        let made = async {
-            let mut options = PeerRequestOptions::no_options();
-            options.timeout = Some(self.timeout);
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            // Entered before the request goes out: the upstream may ask or log
-            // as soon as it reads it.
-            let route = crate::forward::current().map(|to| self.service.service().routes.enter(to));
-            let handle = self
-                .service
-                .peer()
-                .send_request_with_option(request, options)
-                .await?;
-            if let Some(route) = &route {
-                route.bind(handle.id.clone(), handle.progress_token.clone());
-            }
-            match handle.await_response().await? {
-                ServerResult::CallToolResult(r) => Ok(r),
-                _ => Err(ServiceError::UnexpectedResponse),
+        let result = match crate::forward::current() {
+            None => self.call_on(&self.main, tool, params).await?,
+            Some(forwarder) => {
+                let mut lease = self.lease().await?;
+                let Some(session) = lease.session() else {
+                    return Err(self.closed(tool, "no session"));
+                };
+                let level = forwarder.logs.unwrap_or(LoggingLevel::Emergency);
+                session.set_level(level, self.cfg.timeout).await;
+                let hold = session.holder().hold(forwarder.to);
+                let result = self.call_on(session, tool, params).await;
+                drop(hold);
+                // A call that got an answer, a result or a JSON-RPC error,
+                // leaves its session clean; any other end closes it.
+                let answered = match &result {
+                    Ok(_) => true,
+                    Err(e) => e.code == "upstream_error",
+                };
+                if answered {
+                    lease.give_back();
+                }
+                result?
             }
         };
-        // A backstop: the request's own timeout ends it first.
-        let result = tokio::time::timeout(self.timeout + EXIT_GRACE, made)
-            .await
-            .map_err(|_| {
-                ToolError::transient(
-                    "timeout",
-                    format!(
-                        "{}: {tool} did not answer within {:?}",
-                        self.server, self.timeout
-                    ),
-                )
-            })?
-            .map_err(|e| self.call_error(tool, e))?;
         let failed = result.is_error == Some(true);
         let json = serde_json::to_value(&result).map_err(|e| {
             ToolError::permanent(
                 "upstream_protocol",
                 format!(
                     "{}: result of {tool} cannot be serialized: {e}",
-                    self.server
+                    self.cfg.server
                 ),
             )
         })?;
@@ -364,51 +467,143 @@ impl Upstream {
         Ok(json)
     }
 
-    pub fn server(&self) -> &str {
-        &self.server
+    /// One `tools/call` on `session`. One round: a server that asks for input
+    /// mid-call (SEP-2322) gets `UnexpectedResponse`, as trawl has no user to
+    /// ask. The request carries the timeout, so rmcp sends
+    /// `notifications/cancelled` upstream when it runs out.
+    async fn call_on(
+        &self,
+        session: &Session,
+        tool: &str,
+        params: CallToolRequestParams,
+    ) -> Result<CallToolResult, ToolError> {
+        let made = async {
+            let mut options = PeerRequestOptions::no_options();
+            options.timeout = Some(self.cfg.timeout);
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let handle = session
+                .service
+                .peer()
+                .send_request_with_option(request, options)
+                .await?;
+            match handle.await_response().await? {
+                ServerResult::CallToolResult(r) => Ok(r),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
+        // A backstop: the request's own timeout ends it first.
+        tokio::time::timeout(self.cfg.timeout + EXIT_GRACE, made)
+            .await
+            .map_err(|_| {
+                ToolError::transient(
+                    "timeout",
+                    format!(
+                        "{}: {tool} did not answer within {:?}",
+                        self.cfg.server, self.cfg.timeout
+                    ),
+                )
+            })?
+            .map_err(|e| self.call_error(tool, e))
     }
 
-    /// The session with the server, for what the gateway forwards besides tool
-    /// calls (prompts, resources, completions).
+    /// A session of the pool for one call: an idle one, else a new one while
+    /// fewer than [`UpstreamConfig::sessions`] are leased, else the first one
+    /// given back within the timeout.
+    async fn lease(&self) -> Result<Lease<'_>, ToolError> {
+        let slot = tokio::time::timeout(self.cfg.timeout, self.pool.slots.acquire())
+            .await
+            .map_err(|_| {
+                ToolError::transient(
+                    "upstream_busy",
+                    format!(
+                        "{}: all {} sessions for calls from MCP clients stayed busy for {:?}",
+                        self.cfg.server, self.cfg.sessions, self.cfg.timeout
+                    ),
+                )
+            })?
+            .map_err(|_| self.closed("a call", "the server is closing"))?;
+        let idle = loop {
+            let next = self
+                .pool
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop();
+            match next {
+                Some(s) if !s.alive() => continue,
+                other => break other,
+            }
+        };
+        let session = match idle {
+            Some(s) => s,
+            None => Session::open(&self.cfg)
+                .await
+                .map_err(|e| ToolError::transient("upstream_closed", e.to_string()))?,
+        };
+        Ok(Lease {
+            pool: &self.pool,
+            session: Some(session),
+            _slot: slot,
+        })
+    }
+
+    fn closed(&self, what: &str, why: &str) -> ToolError {
+        ToolError::transient(
+            "upstream_closed",
+            format!("{}: {what}: {why}", self.cfg.server),
+        )
+    }
+
+    pub fn server(&self) -> &str {
+        &self.cfg.server
+    }
+
+    /// The main session with the server, for what the gateway forwards besides
+    /// tool calls (prompts, resources, completions).
     pub fn peer(&self) -> rmcp::Peer<RoleClient> {
-        self.service.peer().clone()
+        self.main.service.peer().clone()
     }
 
     /// The per-request timeout of this server.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.cfg.timeout
     }
 
-    /// The child's process id (stdio only), while it runs.
+    /// The main session's process id (stdio only), while it runs.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.process.id())
+        self.main.child.as_ref().and_then(|c| c.process.id())
     }
 
-    /// Cancels the service and (for stdio) ends the child process: its stdin
-    /// is closed, then it gets SIGTERM, then SIGKILL, a second apart; whatever
-    /// it spawned is killed with it.
-    pub async fn close(mut self) {
-        // Ends the service task, which closes the transport: the child's stdin.
-        match tokio::time::timeout(EXIT_GRACE, self.service.close()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(server = %self.server, "upstream task failed: {e}"),
-            Err(_) => tracing::warn!(server = %self.server, "upstream did not close in time"),
+    /// How many sessions the pool keeps idle now (for tests).
+    pub fn idle_sessions(&self) -> usize {
+        self.pool
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Closes every session (see [`Session::close`]): the main one and the
+    /// pooled idle ones; a leased one is closed when its call drops it.
+    pub async fn close(self) {
+        self.pool.slots.close();
+        let idle = std::mem::take(&mut *self.pool.idle.lock().unwrap_or_else(|p| p.into_inner()));
+        for session in idle {
+            session.close(&self.cfg.server).await;
         }
-        if let Some(child) = self.child.take() {
-            child.shutdown().await;
-        }
+        self.main.close(&self.cfg.server).await;
     }
 
     fn timed_out(&self, request: &'static str) -> UpstreamError {
         UpstreamError::Timeout {
-            server: self.server.clone(),
+            server: self.cfg.server.clone(),
             request,
-            after: self.timeout,
+            after: self.cfg.timeout,
         }
     }
 
     fn list_error(&self, e: ServiceError) -> UpstreamError {
-        let server = self.server.clone();
+        let server = self.cfg.server.clone();
         match e {
             ServiceError::TransportClosed | ServiceError::Cancelled { .. } => {
                 UpstreamError::Closed {
@@ -437,7 +632,7 @@ impl Upstream {
     }
 
     fn call_error(&self, tool: &str, e: ServiceError) -> ToolError {
-        let server = &self.server;
+        let server = &self.cfg.server;
         match e {
             ServiceError::McpError(err) => {
                 let message = format!("{}: {}", err.code.0, err.message);
@@ -472,12 +667,12 @@ impl Upstream {
 async fn serve<T: rmcp::transport::Transport<RoleClient> + 'static>(
     transport: T,
 ) -> Result<RunningService<RoleClient, UpstreamHandler>, rmcp::service::ClientInitializeError> {
-    let routes = Routes::default();
+    let holder = Holder::default();
     let transport = Routed {
         inner: transport,
-        routes: routes.clone(),
+        holder: holder.clone(),
     };
-    UpstreamHandler { routes }.serve(transport).await
+    UpstreamHandler { holder }.serve(transport).await
 }
 
 async fn connect_stdio(

@@ -28,6 +28,9 @@
 //!   `test://template/{id}/data`;
 //! - prompts (`prompts-*`): `test_simple_prompt`, `test_prompt_with_arguments`,
 //!   `test_prompt_with_embedded_resource`, `test_prompt_with_image`;
+//! - `test_log_level`, trawl's own: the level this session was last asked for
+//!   with `logging/setLevel` (`none` until then), so that a test can see what
+//!   the gateway asked of the upstream;
 //! - `completion/complete` for the prompt arguments and the template's `id`,
 //!   `logging/setLevel` (`logging-set-level`), `ping`, and the lifecycle.
 //!
@@ -84,6 +87,8 @@ struct Fixture {
     /// The minimum level of `notifications/message`, as `LoggingLevel as u8`
     /// (0, debug, until the client sets one).
     log_level: Arc<AtomicU8>,
+    /// That level as the client named it, once it set one.
+    level_name: Arc<Mutex<Option<String>>>,
     /// The URIs the client subscribed to. Nothing ever changes, so nothing is
     /// ever notified; the set is only kept to answer truthfully.
     subscriptions: Arc<Mutex<HashSet<String>>>,
@@ -166,6 +171,11 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_elicitation_sep1330_enums",
             "Elicits the five enum shapes of SEP-1330",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_log_level",
+            "The level this session was last asked for with logging/setLevel",
             no_arguments(),
         ),
     ]
@@ -480,6 +490,14 @@ impl ServerHandler for Fixture {
                 error_result("This tool intentionally returns an error for testing")
             }
             "test_tool_with_logging" => self.logging_tool(&cx).await,
+            "test_log_level" => {
+                let name = self
+                    .level_name
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                text_result(name.unwrap_or_else(|| "none".into()))
+            }
             "test_tool_with_progress" => self.progress_tool(&cx).await,
             "test_sampling" => self.sampling_tool(&args, &cx).await?,
             "test_elicitation" => {
@@ -716,6 +734,10 @@ impl ServerHandler for Fixture {
         _: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.log_level.store(request.level as u8, Ordering::Relaxed);
+        let name = serde_json::to_value(request.level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned));
+        *self.level_name.lock().unwrap_or_else(|p| p.into_inner()) = name;
         Ok(())
     }
 }
