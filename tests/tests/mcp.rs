@@ -1077,29 +1077,7 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
     .unwrap();
     assert_eq!(listen.status(), StatusCode::OK);
     let mut heard = String::new();
-    // The next JSON-RPC message of the listen stream (SSE frames end in a
-    // blank line; priming frames without data are skipped).
-    let mut next_message = async || -> Value {
-        loop {
-            if let Some(end) = heard.find("\n\n") {
-                let frame: String = heard.drain(..end + 2).collect();
-                let data: String = frame
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .collect();
-                if let Ok(v) = serde_json::from_str(data.trim()) {
-                    return v;
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), listen.chunk())
-                .await
-                .expect("a message on the listen stream within 30 s")
-                .unwrap()
-                .expect("the listen stream stays open");
-            heard.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
-        }
-    };
+    let mut next_message = async || next_sse_message(&mut listen, &mut heard).await;
     let ack = next_message().await;
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",
@@ -1114,6 +1092,40 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 3,
         "{ack}"
     );
+
+    // A 2025-11-25 session hears of the change on its standalone stream.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "list-changed-test", "version": "1"}}});
+    let post = |body: Value| {
+        reqwest::Client::new()
+            .post(&resource)
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string())
+    };
+    let res = post(init).send().await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let _ = res.text().await.unwrap();
+    let res = post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert!(res.status().is_success(), "{}", res.status());
+    let mut standalone = reqwest::Client::new()
+        .get(&resource)
+        .bearer_auth(&token)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(standalone.status(), StatusCode::OK);
 
     // Rug pull: the upstream changes `read`'s description. The tool drops out
     // of /mcp at the next listing, pending a tool_change approval.
@@ -1149,6 +1161,12 @@ async fn mcp_offers_and_runs_only_what_the_tool_layer_allows() {
     );
     assert_eq!(
         changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 3,
+        "{changed}"
+    );
+    let mut heard = String::new();
+    let changed = next_sse_message(&mut standalone, &mut heard).await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
         "{changed}"
     );
 
@@ -1497,4 +1515,28 @@ async fn jobs_answer_only_their_owner_their_tenant_and_admins_over_rest_and_mcp(
     assert_eq!(r["isError"], true, "{r}");
     assert_eq!(r["structuredContent"]["status"], 422, "{r}");
     drop(role);
+}
+
+/// The next JSON-RPC message of an SSE response (frames end in a blank line;
+/// priming frames without data are skipped); `heard` keeps what was read past it.
+async fn next_sse_message(stream: &mut reqwest::Response, heard: &mut String) -> Value {
+    loop {
+        if let Some(end) = heard.find("\n\n") {
+            let frame: String = heard.drain(..end + 2).collect();
+            let data: String = frame
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .collect();
+            if let Ok(v) = serde_json::from_str(data.trim()) {
+                return v;
+            }
+            continue;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(30), stream.chunk())
+            .await
+            .expect("a message on the stream within 30 s")
+            .unwrap()
+            .expect("the stream stays open");
+        heard.push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+    }
 }

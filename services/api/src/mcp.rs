@@ -182,6 +182,7 @@ pub fn service(
                 state: state.clone(),
                 #[allow(deprecated)] // Logging: part of 2025-11-25.
                 log_level: Arc::new(std::sync::Mutex::new(LoggingLevel::Debug)),
+                ended: Arc::new(CancellationToken::new().drop_guard()),
             })
         },
         manager,
@@ -197,6 +198,8 @@ pub struct Gateway {
     /// The session's `logging/setLevel` (2025-11-25): upstream log messages
     /// less severe are not passed on. Debug until set.
     log_level: Arc<std::sync::Mutex<LoggingLevel>>,
+    /// Cancelled when the session's last handler is dropped: the session ended.
+    ended: Arc<tokio_util::sync::DropGuard>,
 }
 
 /// The scope a tool needs.
@@ -1027,22 +1030,31 @@ impl ServerHandler for Gateway {
             context.cancelled().await;
             return Ok(());
         }
-        let mut changes = layer.listing_changes();
-        changes.mark_unchanged();
-        loop {
-            tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        // The layer is gone: the server is shutting down.
-                        return Ok(());
-                    }
-                    if context.sink().notify_tool_list_changed().await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let changes = layer.listing_changes();
+        let sink = context.sink();
+        tell_listing_changes(changes, context.cancelled(), || async {
+            sink.notify_tool_list_changed().await.is_ok()
+        })
+        .await;
+        Ok(())
+    }
+
+    /// A 2025-11-25 session hears `notifications/tools/list_changed` (on its
+    /// standalone stream) whenever a refresh lists other tools, until it ends.
+    /// (A 2026-07-28 client asks with `subscriptions/listen`.)
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        let Some(layer) = self.layer() else {
+            return;
+        };
+        let changes = layer.listing_changes();
+        let ended = self.ended.token().clone();
+        tokio::spawn(async move {
+            let peer = context.peer;
+            tell_listing_changes(changes, ended.cancelled(), || async {
+                peer.notify_tool_list_changed().await.is_ok()
+            })
+            .await;
+        });
     }
 
     async fn list_prompts(
@@ -1968,6 +1980,27 @@ async fn open_session(
     });
     task.await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("opening an MCP session: {e}")))
+}
+
+/// Calls `tell` for every change to the listed tools from now on, until `stop`
+/// ends, the layer goes, or `tell` fails (the client is gone).
+async fn tell_listing_changes<F: Future<Output = bool>>(
+    mut changes: tokio::sync::watch::Receiver<Vec<(String, String)>>,
+    stop: impl Future<Output = ()>,
+    mut tell: impl FnMut() -> F,
+) {
+    changes.mark_unchanged();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => return,
+            changed = changes.changed() => {
+                if changed.is_err() || !tell().await {
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// Passes a forwarded progress (with the client's own token, when it gave one)
