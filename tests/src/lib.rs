@@ -839,3 +839,36 @@ pub async fn run_embedded(
     .await
     .unwrap()
 }
+
+/// `trawl dev` with `/mcp` open on loopback (no keys, no OAuth) and the
+/// upstream servers of `tools_yaml` behind it (see [`open_gateway`]).
+pub struct OpenGateway {
+    pub dev: Role,
+    pub port: u16,
+    _dep: Deployment,
+    _config: tempfile::TempDir,
+}
+
+/// Starts `bin dev` with `/mcp` open on `127.0.0.1:<port>` and the tools config
+/// `tools_yaml`; returns once it listens.
+pub async fn open_gateway(bin: &str, tools_yaml: &str) -> OpenGateway {
+    let port = free_port();
+    let config = tempfile::tempdir().unwrap();
+    let tools = config.path().join("tools.yaml");
+    std::fs::write(&tools, tools_yaml).unwrap();
+    let dep = Deployment::new(bin, SimConfig::default())
+        .await
+        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
+        .with_env("TRAWL_API_KEYS", "")
+        .with_env("TRAWL_ADMIN_KEYS", "")
+        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
+    let mut dev = dep.spawn("dev", "dev");
+    dev.api_url().await;
+    wait_for_port(port, Duration::from_secs(10)).await;
+    OpenGateway {
+        dev,
+        port,
+        _dep: dep,
+        _config: config,
+    }
+}

@@ -15,45 +15,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use trawl_sim::SimConfig;
-use trawl_tests::{Deployment, Role, free_port, wait_for_port};
+use trawl_tests::OpenGateway;
 
 const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
 const FIXTURE: &str = env!("CARGO_BIN_EXE_trawl-conformance-fixture");
 
-/// `trawl dev` with `/mcp` open on loopback (no keys, no OAuth) and the fixture
-/// upstream behind it; `settings` are the fixture's lines after its command.
-struct OpenGateway {
-    dev: Role,
-    port: u16,
-    _dep: Deployment,
-    _config: tempfile::TempDir,
-}
-
+/// `trawl dev` with `/mcp` open on loopback and the fixture upstream behind
+/// it; `settings` are the fixture's lines after its command.
 async fn open_gateway(settings: &str) -> OpenGateway {
-    let port = free_port();
-    let config = tempfile::tempdir().unwrap();
-    let tools = config.path().join("tools.yaml");
-    std::fs::write(
-        &tools,
-        format!("servers:\n  fixture:\n    command: {FIXTURE}\n{settings}"),
-    )
-    .unwrap();
-    let dep = Deployment::new(BIN, SimConfig::default())
-        .await
-        .with_env("TRAWL_LISTEN", &format!("127.0.0.1:{port}"))
-        .with_env("TRAWL_API_KEYS", "")
-        .with_env("TRAWL_ADMIN_KEYS", "")
-        .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
-    let mut dev = dep.spawn("dev", "dev");
-    dev.api_url().await;
-    wait_for_port(port, Duration::from_secs(10)).await;
-    OpenGateway {
-        dev,
-        port,
-        _dep: dep,
-        _config: config,
-    }
+    let tools = format!("servers:\n  fixture:\n    command: {FIXTURE}\n{settings}");
+    trawl_tests::open_gateway(BIN, &tools).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
