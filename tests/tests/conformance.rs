@@ -183,14 +183,30 @@ async fn call_modern(
     arguments: Value,
     meta: Value,
 ) -> Vec<Value> {
+    call_modern_with(http, url, tool, arguments, meta, json!({})).await
+}
+
+/// [`call_modern`] with `extra` fields in its params (`inputResponses`,
+/// `requestState`).
+async fn call_modern_with(
+    http: &reqwest::Client,
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+    extra: Value,
+) -> Vec<Value> {
     let mut m = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}});
     if let (Some(m), Some(extra)) = (m.as_object_mut(), meta.as_object()) {
         m.extend(extra.clone());
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": m}});
+    let mut params = json!({"name": tool, "arguments": arguments, "_meta": m});
+    if let (Some(p), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
+        p.extend(extra.clone());
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
     let text = http
         .post(url)
         .header("content-type", "application/json")
@@ -566,4 +582,111 @@ async fn concurrent_clients_of_one_stdio_upstream_each_get_only_their_own_reques
 
     // After the timeout, the same again.
     check(round(&sessions).await, "after the timeout");
+}
+
+/// A 2026-07-28 client, which cannot be asked mid-request, gets the upstream's
+/// elicitation or sampling request as an `InputRequiredResult` and gives the
+/// answer by retrying its call with `inputResponses` and the `requestState`; a
+/// retry with no answer, another tool or an unknown state gets a clear error
+/// and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
+    trawl_brightdata::ensure_crypto_provider();
+    let gateway = open_gateway("    expose: {bare_names: true}\n").await;
+    let (dev, port) = (&gateway.dev, gateway.port);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let caps = |c: Value| json!({"io.modelcontextprotocol/clientCapabilities": c});
+    let answer = |got: &[Value]| got.last().unwrap().clone();
+
+    let args = json!({"message": "who are you?"});
+    let elicit = caps(json!({"elicitation": {}}));
+    let got = call_modern(
+        &http,
+        &url,
+        "test_elicitation",
+        args.clone(),
+        elicit.clone(),
+    )
+    .await;
+    let first = answer(&got);
+    let result = &first["result"];
+    assert_eq!(
+        result["resultType"],
+        "input_required",
+        "{first}\n{}",
+        dev.log()
+    );
+    let asked = &result["inputRequests"]["upstream"];
+    assert_eq!(asked["method"], "elicitation/create", "{first}");
+    assert_eq!(asked["params"]["message"], "who are you?", "{first}");
+    let state = result["requestState"].as_str().unwrap().to_owned();
+
+    // No answer, another tool, an unknown state: refused, the call still waits.
+    let retry = |tool: &'static str, extra: Value| {
+        call_modern_with(&http, &url, tool, args.clone(), elicit.clone(), extra)
+    };
+    let got = retry("test_elicitation", json!({"requestState": state})).await;
+    assert_eq!(answer(&got)["error"]["code"], -32602, "{got:?}");
+    let content = json!({"action": "accept",
+        "content": {"username": "ada", "email": "ada@example.com"}});
+    let responses = json!({"upstream": content});
+    let got = retry(
+        "test_sampling",
+        json!({"requestState": state, "inputResponses": responses}),
+    )
+    .await;
+    assert_eq!(answer(&got)["error"]["code"], -32602, "{got:?}");
+    let got = retry(
+        "test_elicitation",
+        json!({"requestState": "no-such-call", "inputResponses": responses}),
+    )
+    .await;
+    assert_eq!(answer(&got)["error"]["code"], -32602, "{got:?}");
+
+    let got = retry(
+        "test_elicitation",
+        json!({"requestState": state, "inputResponses": responses}),
+    )
+    .await;
+    let done = answer(&got);
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"username\":\"ada\""), "{text}");
+    // A state is good for one retry.
+    let got = retry(
+        "test_elicitation",
+        json!({"requestState": state, "inputResponses": responses}),
+    )
+    .await;
+    assert_eq!(answer(&got)["error"]["code"], -32602, "{got:?}");
+
+    // Sampling the same way.
+    let sample = caps(json!({"sampling": {}}));
+    let args = json!({"prompt": "say hi"});
+    let got = call_modern(&http, &url, "test_sampling", args.clone(), sample.clone()).await;
+    let first = answer(&got);
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    let asked = &first["result"]["inputRequests"]["upstream"];
+    assert_eq!(asked["method"], "sampling/createMessage", "{first}");
+    let state = first["result"]["requestState"].clone();
+    let reply = json!({"role": "assistant", "content": {"type": "text", "text": "hi"},
+        "model": "test"});
+    let got = call_modern_with(
+        &http,
+        &url,
+        "test_sampling",
+        args,
+        sample,
+        json!({"requestState": state, "inputResponses": {"upstream": reply}}),
+    )
+    .await;
+    let done = answer(&got);
+    assert_eq!(
+        done["result"]["content"][0]["text"], "LLM response: hi",
+        "{done}"
+    );
 }

@@ -176,6 +176,7 @@ pub fn service(
         .with_cancellation_token(cancel);
     let manager = state.sessions.manager.clone();
     let state = state.clone();
+    let parked = Parked::default();
     StreamableHttpService::new(
         move || {
             Ok(Gateway {
@@ -183,6 +184,7 @@ pub fn service(
                 #[allow(deprecated)] // Logging: part of 2025-11-25.
                 log_level: Arc::new(std::sync::Mutex::new(LoggingLevel::Debug)),
                 ended: Arc::new(CancellationToken::new().drop_guard()),
+                parked: parked.clone(),
             })
         },
         manager,
@@ -200,6 +202,8 @@ pub struct Gateway {
     log_level: Arc<std::sync::Mutex<LoggingLevel>>,
     /// Cancelled when the session's last handler is dropped: the session ended.
     ended: Arc<tokio_util::sync::DropGuard>,
+    /// Calls waiting for a 2026-07-28 client's input, shared by all sessions.
+    parked: Parked,
 }
 
 /// The scope a tool needs.
@@ -668,23 +672,23 @@ impl Gateway {
     ///
     /// A request the client did not declare the capability for is refused
     /// without reaching it (2025-11-25: only negotiated capabilities are used).
-    /// The client's answers are awaited alongside the call, never instead of
-    /// it: a client that does not answer holds up neither the call, whose
-    /// upstream timeout still ends it, nor what else the upstream sends; each
-    /// answer is awaited at most [`FORWARDED_TIMEOUT`], and whatever is still
-    /// unanswered when the call ends is dropped with it (the upstream gets an
-    /// error).
-    #[allow(deprecated)] // Sampling and logging: deprecated by 2026-07-28, part of 2025-11-25.
+    /// A 2025-11-25 client is asked on the call's stream; its answers are
+    /// awaited alongside the call, never instead of it: a client that does not
+    /// answer holds up neither the call, whose upstream timeout still ends it,
+    /// nor what else the upstream sends; each answer is awaited at most
+    /// [`FORWARDED_TIMEOUT`], and whatever is still unanswered when the call
+    /// ends is dropped with it (the upstream gets an error). A 2026-07-28
+    /// client, which cannot be asked mid-request, gets an `InputRequiredResult`
+    /// instead, and the call waits for its retry (see [`Parked`]).
     async fn forwarding(
         &self,
         context: &RequestContext<RoleServer>,
-        call: impl std::future::Future<Output = CallToolResult>,
-    ) -> CallToolResult {
-        use futures_util::StreamExt as _;
-        use futures_util::future::BoxFuture;
-        use futures_util::stream::FuturesUnordered;
-        use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
-        use trawl_tools::forward::{FORWARD, Forwarded, Forwarder};
+        call: impl std::future::Future<Output = CallToolResult> + Send + 'static,
+        tool: &str,
+        caller: &Caller,
+    ) -> CallToolResponse {
+        use tracing::Instrument as _;
+        use trawl_tools::forward::{FORWARD, Forwarder};
         let token = context.meta.get_progress_token();
         let logs = self.wanted_logs(context);
         let declared = context.client_capabilities().unwrap_or_default();
@@ -695,22 +699,54 @@ impl Gateway {
             || declared.sampling.is_some()
             || declared.elicitation.is_some();
         if !receives {
-            return call.await;
+            return call.await.into();
         }
-        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let call = FORWARD.scope(Forwarder { to: tx, logs }, call);
-        tokio::pin!(call);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let task = tokio::spawn(
+            FORWARD
+                .scope(Forwarder { to: tx, logs }, call)
+                .in_current_span(),
+        );
+        let running = Running {
+            task: tokio_util::task::AbortOnDropHandle::new(task),
+            rx,
+            tool: tool.to_owned(),
+            caller: caller.label.clone(),
+        };
+        self.drive(context, running).await
+    }
+
+    /// Carries on a call started by [`Self::forwarding`] (or resumed from
+    /// [`Parked`]) until it answers or, for a 2026-07-28 client, needs input.
+    #[allow(deprecated)] // Sampling and logging: deprecated by 2026-07-28, part of 2025-11-25.
+    async fn drive(
+        &self,
+        context: &RequestContext<RoleServer>,
+        mut running: Running,
+    ) -> CallToolResponse {
+        use futures_util::StreamExt as _;
+        use futures_util::future::BoxFuture;
+        use futures_util::stream::FuturesUnordered;
+        use rmcp::model::{ClientResult, ElicitRequest, ServerRequest};
+        use trawl_tools::forward::Forwarded;
+        let token = context.meta.get_progress_token();
+        let logs = self.wanted_logs(context);
+        let declared = context.client_capabilities().unwrap_or_default();
+        let modern = is_modern(context);
         let mut answering: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
         loop {
             tokio::select! {
                 // What the upstream sent before its answer is in `rx` before
                 // the answer is (see `trawl_tools::forward`): pass it on first.
                 biased;
-                Some(msg) = rx.recv() => match msg {
+                Some(msg) = running.rx.recv() => match msg {
                     Forwarded::Sampling { params, reply } => {
                         if declared.sampling.is_none() {
                             let _ = reply.send(Err(undeclared("sampling")));
                             continue;
+                        }
+                        if modern {
+                            return self.parked.park(running, Awaited::Sampling(params, reply));
                         }
                         let peer = context.peer.clone();
                         answering.push(Box::pin(async move {
@@ -726,6 +762,9 @@ impl Gateway {
                         if declared.elicitation.is_none() {
                             let _ = reply.send(Err(undeclared("elicitation")));
                             continue;
+                        }
+                        if modern {
+                            return self.parked.park(running, Awaited::Elicitation(params, reply));
                         }
                         let peer = context.peer.clone();
                         answering.push(Box::pin(async move {
@@ -743,12 +782,19 @@ impl Gateway {
                     other => notify(context, token.as_ref(), logs, other).await,
                 },
                 Some(()) = answering.next(), if !answering.is_empty() => {}
-                result = &mut call => {
+                result = &mut running.task => {
                     // Notifications read in the instant before the answer.
-                    while let Ok(msg) = rx.try_recv() {
+                    while let Ok(msg) = running.rx.try_recv() {
                         notify(context, token.as_ref(), logs, msg).await;
                     }
-                    return result;
+                    return match result {
+                        Ok(result) => result.into(),
+                        Err(e) => tool_error(&ToolError::transient(
+                            "internal",
+                            format!("the call failed: {e}"),
+                        ))
+                        .into(),
+                    };
                 }
             }
         }
@@ -761,11 +807,7 @@ impl Gateway {
     /// `logging/setLevel`.
     #[allow(deprecated)] // Logging: deprecated by 2026-07-28, part of 2025-11-25.
     fn wanted_logs(&self, context: &RequestContext<RoleServer>) -> Option<LoggingLevel> {
-        let modern = context
-            .meta
-            .protocol_version()
-            .is_some_and(|v| v.to_string().as_str() >= "2026-07-28");
-        if modern {
+        if is_modern(context) {
             context.meta.log_level()
         } else {
             Some(*self.log_level.lock().unwrap_or_else(|p| p.into_inner()))
@@ -888,6 +930,156 @@ fn template_matches(template: &str, uri: &str) -> bool {
 /// upstream sent during a call. The call's own upstream timeout usually ends
 /// it first.
 const FORWARDED_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Whether the request speaks 2026-07-28 or later (stateless, `_meta` per request).
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .meta
+        .protocol_version()
+        .is_some_and(|v| v.to_string().as_str() >= "2026-07-28")
+}
+
+/// An upstream tool call of a `/mcp` client, running in a task of its own
+/// (aborted when dropped: its upstream session is then closed), with what its
+/// upstream sends meanwhile.
+struct Running {
+    task: tokio_util::task::AbortOnDropHandle<CallToolResult>,
+    rx: tokio::sync::mpsc::Receiver<trawl_tools::forward::Forwarded>,
+    tool: String,
+    caller: String,
+}
+
+/// What a parked call waits for: the answer to its upstream's request.
+#[allow(deprecated)] // Sampling: deprecated by 2026-07-28, part of 2025-11-25.
+enum Awaited {
+    Sampling(
+        rmcp::model::CreateMessageRequestParams,
+        tokio::sync::oneshot::Sender<Result<rmcp::model::CreateMessageResult, ErrorData>>,
+    ),
+    Elicitation(
+        rmcp::model::ElicitRequestParams,
+        tokio::sync::oneshot::Sender<Result<rmcp::model::ElicitResult, ErrorData>>,
+    ),
+}
+
+/// The key of the one input request of an `InputRequiredResult`.
+const INPUT_KEY: &str = "upstream";
+
+/// Calls whose upstream asked for input that a 2026-07-28 client gives by
+/// retrying its `tools/call` (SEP-2322: `InputRequiredResult`, then
+/// `inputResponses` with the echoed `requestState`). The call keeps running
+/// (its upstream session held, its timeout running) while it waits here; the
+/// `requestState` is a random handle to it, honoured only for the caller that
+/// started the call and the same tool. A call not resumed within
+/// [`FORWARDED_TIMEOUT`] is dropped (its upstream gets no answer, its session
+/// is closed). Kept in this process: a client behind a load balancer needs
+/// affinity for its retry.
+#[derive(Clone, Default)]
+struct Parked {
+    calls: Arc<Mutex<HashMap<String, Waiting>>>,
+}
+
+/// A parked call: since when, the call, what it waits for.
+type Waiting = (Instant, Running, Awaited);
+
+impl Parked {
+    fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Parks `running` until its client answers `awaited`: the client's
+    /// `InputRequiredResult`.
+    #[allow(deprecated)] // Sampling: deprecated by 2026-07-28, part of 2025-11-25.
+    fn park(&self, running: Running, awaited: Awaited) -> CallToolResponse {
+        use rmcp::model::{CreateMessageRequest, ElicitRequest, InputRequest};
+        let request = match &awaited {
+            Awaited::Sampling(params, _) => {
+                InputRequest::CreateMessage(CreateMessageRequest::new(params.clone()))
+            }
+            Awaited::Elicitation(params, _) => {
+                InputRequest::Elicitation(ElicitRequest::new(params.clone()))
+            }
+        };
+        let handle = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let mut calls = self.calls();
+        calls.retain(|_, (at, ..)| at.elapsed() < FORWARDED_TIMEOUT);
+        calls.insert(handle.clone(), (Instant::now(), running, awaited));
+        let requests = std::iter::once((INPUT_KEY.to_owned(), request)).collect();
+        CallToolResponse::InputRequired(rmcp::model::InputRequiredResult::new(
+            Some(requests),
+            Some(handle),
+        ))
+    }
+
+    /// The parked call `handle` names, with the client's answer delivered to
+    /// its upstream; an error (and the call left parked) for a handle that is
+    /// unknown, expired or another caller's or tool's, or for an answer of the
+    /// wrong shape.
+    fn resume(
+        &self,
+        handle: &str,
+        tool: &str,
+        caller: &str,
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<Running, ErrorData> {
+        let mut calls = self.calls();
+        calls.retain(|_, (at, ..)| at.elapsed() < FORWARDED_TIMEOUT);
+        let unknown = || {
+            ErrorData::invalid_params(
+                "requestState names no call waiting for input (unknown, expired, or not this \
+                 caller's or this tool's)",
+                None,
+            )
+        };
+        let Some((at, running, awaited)) = calls.remove(handle) else {
+            return Err(unknown());
+        };
+        if running.caller != caller || running.tool != tool {
+            calls.insert(handle.to_owned(), (at, running, awaited));
+            return Err(unknown());
+        }
+        let answer = responses.and_then(|r| r.get(INPUT_KEY)).cloned();
+        let bad = |what: &str, e: String| {
+            ErrorData::invalid_params(
+                format!("inputResponses.{INPUT_KEY} is not {what}: {e}"),
+                None,
+            )
+        };
+        let delivered = match (answer, awaited) {
+            (None, awaited) => Err((
+                ErrorData::invalid_params(format!("inputResponses.{INPUT_KEY} is required"), None),
+                awaited,
+            )),
+            (Some(v), Awaited::Sampling(params, reply)) => match serde_json::from_value(v) {
+                Ok(result) => {
+                    let _ = reply.send(Ok(result));
+                    Ok(())
+                }
+                Err(e) => Err((
+                    bad("a sampling result", e.to_string()),
+                    Awaited::Sampling(params, reply),
+                )),
+            },
+            (Some(v), Awaited::Elicitation(params, reply)) => match serde_json::from_value(v) {
+                Ok(result) => {
+                    let _ = reply.send(Ok(result));
+                    Ok(())
+                }
+                Err(e) => Err((
+                    bad("an elicitation result", e.to_string()),
+                    Awaited::Elicitation(params, reply),
+                )),
+            },
+        };
+        match delivered {
+            Ok(()) => Ok(running),
+            Err((error, awaited)) => {
+                calls.insert(handle.to_owned(), (at, running, awaited));
+                Err(error)
+            }
+        }
+    }
+}
 
 /// The error an upstream gets for a request the client did not declare the
 /// capability for.
@@ -1318,13 +1510,26 @@ impl ServerHandler for Gateway {
                 None,
             ));
         }
-        Ok(self
-            .forwarding(
-                &context,
-                self.through_layer(layer, &tool, Value::Object(args), &caller),
-            )
-            .await
-            .into())
+        // A 2026-07-28 client's retry with the input its call asked for.
+        if let Some(handle) = &request.request_state {
+            let running = self.parked.resume(
+                handle,
+                &tool,
+                &caller.label,
+                request.input_responses.as_ref(),
+            )?;
+            return Ok(self.drive(&context, running).await);
+        }
+        let call = {
+            let (gateway, layer, tool, caller) =
+                (self.clone(), layer.clone(), tool.clone(), caller.clone());
+            async move {
+                gateway
+                    .through_layer(&layer, &tool, Value::Object(args), &caller)
+                    .await
+            }
+        };
+        Ok(self.forwarding(&context, call, &tool, &caller).await)
     }
 }
 
