@@ -587,8 +587,8 @@ async fn concurrent_clients_of_one_stdio_upstream_each_get_only_their_own_reques
 /// A 2026-07-28 client, which cannot be asked mid-request, gets the upstream's
 /// elicitation or sampling request as an `InputRequiredResult` and gives the
 /// answer by retrying its call with `inputResponses` and the `requestState`; a
-/// retry with no answer, another tool or an unknown state gets a clear error
-/// and loses nothing.
+/// retry with no answer is asked again, and one for another tool or with an
+/// unknown state gets a clear error and loses nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
     trawl_brightdata::ensure_crypto_provider();
@@ -625,11 +625,22 @@ async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
     assert_eq!(asked["params"]["message"], "who are you?", "{first}");
     let state = result["requestState"].as_str().unwrap().to_owned();
 
-    // No answer, another tool, an unknown state: refused, the call still waits.
+    // A retry without the answer is asked again (SEP-2322), under a new state.
     let retry = |tool: &'static str, extra: Value| {
         call_modern_with(&http, &url, tool, args.clone(), elicit.clone(), extra)
     };
     let got = retry("test_elicitation", json!({"requestState": state})).await;
+    let again = answer(&got);
+    assert_eq!(again["result"]["resultType"], "input_required", "{again}");
+    assert_eq!(
+        again["result"]["inputRequests"]["upstream"]["params"]["message"],
+        "who are you?"
+    );
+    let old = state;
+    let state = again["result"]["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(old, state);
+    // Another tool, an unknown or spent state: refused, the call still waits.
+    let got = retry("test_elicitation", json!({"requestState": old})).await;
     assert_eq!(answer(&got)["error"]["code"], -32602, "{got:?}");
     let content = json!({"action": "accept",
         "content": {"username": "ada", "email": "ada@example.com"}});

@@ -1012,16 +1012,18 @@ impl Parked {
     }
 
     /// The parked call `handle` names, with the client's answer delivered to
-    /// its upstream; an error (and the call left parked) for a handle that is
-    /// unknown, expired or another caller's or tool's, or for an answer of the
-    /// wrong shape.
+    /// its upstream (`Ok(Ok)`), or, when the retry carries no answer, the call
+    /// and what it still waits for, to be asked again (`Ok(Err)`, SEP-2322:
+    /// re-request what is missing); an error (and the call left parked) for a
+    /// handle that is unknown, expired or another caller's or tool's, or for an
+    /// answer of the wrong shape.
     fn resume(
         &self,
         handle: &str,
         tool: &str,
         caller: &str,
         responses: Option<&rmcp::model::InputResponses>,
-    ) -> Result<Running, ErrorData> {
+    ) -> Result<Result<Running, (Running, Awaited)>, ErrorData> {
         let mut calls = self.calls();
         calls.retain(|_, (at, ..)| at.elapsed() < FORWARDED_TIMEOUT);
         let unknown = || {
@@ -1046,10 +1048,7 @@ impl Parked {
             )
         };
         let delivered = match (answer, awaited) {
-            (None, awaited) => Err((
-                ErrorData::invalid_params(format!("inputResponses.{INPUT_KEY} is required"), None),
-                awaited,
-            )),
+            (None, awaited) => return Ok(Err((running, awaited))),
             (Some(v), Awaited::Sampling(params, reply)) => match serde_json::from_value(v) {
                 Ok(result) => {
                     let _ = reply.send(Ok(result));
@@ -1072,7 +1071,7 @@ impl Parked {
             },
         };
         match delivered {
-            Ok(()) => Ok(running),
+            Ok(()) => Ok(Ok(running)),
             Err((error, awaited)) => {
                 calls.insert(handle.to_owned(), (at, running, awaited));
                 Err(error)
@@ -1512,13 +1511,16 @@ impl ServerHandler for Gateway {
         }
         // A 2026-07-28 client's retry with the input its call asked for.
         if let Some(handle) = &request.request_state {
-            let running = self.parked.resume(
+            let resumed = self.parked.resume(
                 handle,
                 &tool,
                 &caller.label,
                 request.input_responses.as_ref(),
             )?;
-            return Ok(self.drive(&context, running).await);
+            return Ok(match resumed {
+                Ok(running) => self.drive(&context, running).await,
+                Err((running, awaited)) => self.parked.park(running, awaited),
+            });
         }
         let call = {
             let (gateway, layer, tool, caller) =

@@ -28,6 +28,7 @@
 //!   `test://template/{id}/data`;
 //! - prompts (`prompts-*`): `test_simple_prompt`, `test_prompt_with_arguments`,
 //!   `test_prompt_with_embedded_resource`, `test_prompt_with_image`;
+//! - `json_schema_2020_12_tool` (`json-schema-2020-12`, from suite 0.2.0-alpha.12);
 //! - `test_log_level`, trawl's own: the level this session was last asked for
 //!   with `logging/setLevel` (`none` until then), so that a test can see what
 //!   the gateway asked of the upstream;
@@ -174,11 +175,45 @@ fn tools() -> Vec<Tool> {
             no_arguments(),
         ),
         Tool::new(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features",
+            json_schema_2020_12(),
+        ),
+        Tool::new(
             "test_log_level",
             "The level this session was last asked for with logging/setLevel",
             no_arguments(),
         ),
     ]
+}
+
+/// The `inputSchema` of `json_schema_2020_12_tool`: the 2020-12 keywords
+/// (`$schema`, `$defs` with an `$anchor`, `$ref`, `allOf`/`anyOf`,
+/// `if`/`then`/`else`, `additionalProperties`) that a gateway must pass on as
+/// they are (SEP-1613, SEP-2106; the suite's `json-schema-2020-12` scenario).
+fn json_schema_2020_12() -> JsonObject {
+    let schema = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"}
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": false
+    });
+    match schema {
+        Value::Object(o) => o,
+        _ => JsonObject::new(),
+    }
 }
 
 /// The `requestedSchema` of `test_elicitation`.
@@ -490,6 +525,7 @@ impl ServerHandler for Fixture {
                 error_result("This tool intentionally returns an error for testing")
             }
             "test_tool_with_logging" => self.logging_tool(&cx).await,
+            "json_schema_2020_12_tool" => text_result("received"),
             "test_log_level" => {
                 let name = self
                     .level_name
