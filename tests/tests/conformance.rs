@@ -161,6 +161,11 @@ async fn mcp_conformance_suite_passes_its_baseline() {
     }
 }
 
+/// An HTTP client whose every request ends within `timeout`.
+fn client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder().timeout(timeout).build().unwrap()
+}
+
 /// A 2025-11-25 session on `/mcp` that declares `capabilities`: its id.
 async fn open_session(http: &reqwest::Client, url: &str, capabilities: Value) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -299,10 +304,7 @@ async fn a_client_that_never_answers_breaks_no_other_client() {
     let url = format!("http://127.0.0.1:{port}/mcp");
     // A bound on every request of this test: before, a client that did not
     // answer held its call (and the upstream's routing) for good.
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = client(Duration::from_secs(30));
 
     // A client without the sampling capability is never asked: the upstream's
     // request is refused, and the call ends with the upstream's error.
@@ -368,10 +370,7 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
     let gateway = open_gateway("    expose: {bare_names: true, resources: true}\n").await;
     let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = client(Duration::from_secs(30));
     let tool = "test_tool_with_logging";
 
     // 2025-11-25: `logging/setLevel` is accepted (the session's level; its
@@ -518,10 +517,7 @@ async fn concurrent_clients_of_one_stdio_upstream_each_get_only_their_own_reques
         open_gateway("    timeout: 6s\n    sessions: 4\n    expose: {bare_names: true}\n").await;
     let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let http = client(Duration::from_secs(60));
     let both = json!({"sampling": {}, "elicitation": {}});
     let mute = open_session(&http, &url, both.clone()).await;
     let mut sessions = Vec::new();
@@ -642,10 +638,7 @@ async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
     let gateway = open_gateway("    expose: {bare_names: true}\n").await;
     let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let http = client(Duration::from_secs(30));
     let caps = |c: Value| json!({"io.modelcontextprotocol/clientCapabilities": c});
     let answer = |got: &[Value]| got.last().unwrap().clone();
 
