@@ -162,6 +162,8 @@ fn last_message(text: &str) -> Value {
 struct Client {
     http: reqwest::Client,
     url: String,
+    /// 2025-11-25 (with a session once initialized) rather than 2026-07-28.
+    legacy: bool,
     session: Option<String>,
 }
 
@@ -171,6 +173,7 @@ impl Client {
         let mut client = Client {
             http,
             url: url.to_owned(),
+            legacy: session,
             session: None,
         };
         if session {
@@ -197,18 +200,20 @@ impl Client {
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
-        match &self.session {
-            Some(id) => req
+        match (&self.session, self.legacy) {
+            (Some(id), _) => req
                 .header("mcp-session-id", id)
                 .header("mcp-protocol-version", "2025-11-25"),
-            None => req.header("mcp-protocol-version", "2026-07-28"),
+            // The 2025-11-25 handshake carries its version in the body.
+            (None, true) => req,
+            (None, false) => req.header("mcp-protocol-version", "2026-07-28"),
         }
         .body(body.to_string())
     }
 
     async fn call(&self) {
         let mut params = json!({"name": TOOL, "arguments": {}});
-        let req = if self.session.is_some() {
+        let req = if self.legacy {
             self.post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
         } else {
             params["_meta"] = json!({
@@ -293,6 +298,11 @@ async fn main() {
             "servers:\n  fixture:\n    command: {}\n    sessions: {clients}\n    expose: {{bare_names: true}}\n",
             fixture.display()
         ),
+        // Far above what the benchmark sends: the per-caller limit is not measured.
+        &[
+            ("TRAWL_RATE_MCP", "1000000"),
+            ("TRAWL_RATE_MCP_BURST", "1000000"),
+        ],
     )
     .await;
     let port = gateway.port;

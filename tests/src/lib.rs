@@ -849,9 +849,9 @@ pub struct OpenGateway {
     _config: tempfile::TempDir,
 }
 
-/// Starts `bin dev` with `/mcp` open on `127.0.0.1:<port>` and the tools config
-/// `tools_yaml`; returns once it listens.
-pub async fn open_gateway(bin: &str, tools_yaml: &str) -> OpenGateway {
+/// Starts `bin dev` with `/mcp` open on `127.0.0.1:<port>`, the tools config
+/// `tools_yaml` and `env` on top; returns once it listens.
+pub async fn open_gateway(bin: &str, tools_yaml: &str, env: &[(&str, &str)]) -> OpenGateway {
     let port = free_port();
     let config = tempfile::tempdir().unwrap();
     let tools = config.path().join("tools.yaml");
@@ -862,7 +862,7 @@ pub async fn open_gateway(bin: &str, tools_yaml: &str) -> OpenGateway {
         .with_env("TRAWL_API_KEYS", "")
         .with_env("TRAWL_ADMIN_KEYS", "")
         .with_env("TRAWL_TOOLS_CONFIG", tools.to_str().unwrap());
-    let mut dev = dep.spawn("dev", "dev");
+    let mut dev = dep.spawn_with("dev", "dev", env);
     dev.api_url().await;
     wait_for_port(port, Duration::from_secs(10)).await;
     OpenGateway {

@@ -26,7 +26,7 @@ const FIXTURE: &str = env!("CARGO_BIN_EXE_trawl-conformance-fixture");
 /// it; `settings` are the fixture's lines after its command.
 async fn open_gateway(settings: &str) -> OpenGateway {
     let tools = format!("servers:\n  fixture:\n    command: {FIXTURE}\n{settings}");
-    trawl_tests::open_gateway(BIN, &tools).await
+    trawl_tests::open_gateway(BIN, &tools, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
