@@ -725,7 +725,9 @@ impl ToolLayer {
                     format!("{} is not connected", entry.name.server()),
                 )
             })?;
-        let result = upstream.call(entry.name.bare(), args).await?;
+        // Boxed: the call's future (a leased session, its handshake) would
+        // otherwise be nested in every caller's, past the compiler's query depth.
+        let result = Box::pin(upstream.call(entry.name.bare(), args)).await?;
         Ok(trawl_core::ports::ToolAnswer {
             body: serde_json::to_vec(&result)
                 .map_err(|e| ToolError::permanent("encode", e.to_string()))?,

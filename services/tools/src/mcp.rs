@@ -22,6 +22,14 @@
 //! The protocol version offered is the newest one that still has the
 //! `initialize` handshake (2025-11-25); the server picks what it speaks.
 //!
+//! # Sessions
+//!
+//! An [`Upstream`] holds a main session, which lists the tools and runs the
+//! calls that forward nothing, and a pool of at most
+//! [`UpstreamConfig::sessions`] more, each leased to one call at a time by the
+//! calls that forward (see [`crate::forward`]). For stdio, each session is a
+//! process of its own.
+//!
 //! # Limits
 //!
 //! Every request (the handshake, each `tools/list` page, each `tools/call`) is
