@@ -166,6 +166,21 @@ fn client(timeout: Duration) -> reqwest::Client {
     reqwest::Client::builder().timeout(timeout).build().unwrap()
 }
 
+/// A POST of `body` in the 2025-11-25 session `session` of `/mcp`.
+fn post_in(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    body: Value,
+) -> reqwest::RequestBuilder {
+    http.post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+}
+
 /// A 2025-11-25 session on `/mcp` that declares `capabilities`: its id.
 async fn open_session(http: &reqwest::Client, url: &str, capabilities: Value) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -182,13 +197,8 @@ async fn open_session(http: &reqwest::Client, url: &str, capabilities: Value) ->
     assert!(res.status().is_success(), "initialize: {}", res.status());
     let session = res.headers()["mcp-session-id"].to_str().unwrap().to_owned();
     let _ = res.text().await.unwrap();
-    let res = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string())
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let res = post_in(http, url, &session, initialized)
         .send()
         .await
         .unwrap();
@@ -207,13 +217,7 @@ async fn call_in(
 ) -> Vec<Value> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}});
-    let text = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(body.to_string())
+    let text = post_in(http, url, session, body)
         .send()
         .await
         .unwrap()
@@ -376,39 +380,31 @@ async fn upstream_logs_follow_the_level_each_client_asked_for() {
     // 2025-11-25: `logging/setLevel` is accepted (the session's level; its
     // log messages go on its standalone stream).
     let loud = open_session(&http, &url, json!({})).await;
-    let res = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &loud)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
-                "params": {"level": "info"}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let res = post_in(
+        &http,
+        &url,
+        &loud,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel",
+            "params": {"level": "info"}}),
+    )
+    .send()
+    .await
+    .unwrap();
     assert!(res.status().is_success());
     let text = res.text().await.unwrap();
     assert!(text.contains("\"result\""), "{text}");
 
     // (A resource no server has: the error names its URI.)
-    let res = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", &loud)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 6, "method": "resources/read",
-                "params": {"uri": "test://no-such-resource"}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let res = post_in(
+        &http,
+        &url,
+        &loud,
+        json!({"jsonrpc": "2.0", "id": 6, "method": "resources/read",
+            "params": {"uri": "test://no-such-resource"}}),
+    )
+    .send()
+    .await
+    .unwrap();
     let text = res.text().await.unwrap();
     let error: Value = text
         .lines()
@@ -461,16 +457,7 @@ async fn call_answering(
 ) -> Vec<Value> {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": tool, "arguments": arguments}});
-    let mut res = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut res = post_in(http, url, session, body).send().await.unwrap();
     let mut messages = Vec::new();
     let mut buffer = String::new();
     while let Some(chunk) = res.chunk().await.unwrap() {
@@ -486,16 +473,7 @@ async fn call_answering(
             if message["method"].is_string() && !message["id"].is_null() {
                 let reply = json!({"jsonrpc": "2.0", "id": message["id"],
                     "result": answer(&message)});
-                let posted = http
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .header("accept", "application/json, text/event-stream")
-                    .header("mcp-session-id", session)
-                    .header("mcp-protocol-version", "2025-11-25")
-                    .body(reply.to_string())
-                    .send()
-                    .await
-                    .unwrap();
+                let posted = post_in(http, url, session, reply).send().await.unwrap();
                 assert!(posted.status().is_success(), "{}", posted.status());
             }
             messages.push(message);

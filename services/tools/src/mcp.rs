@@ -582,15 +582,6 @@ impl Upstream {
         self.main.child.as_ref().and_then(|c| c.process.id())
     }
 
-    /// How many sessions the pool keeps idle now (for tests).
-    pub fn idle_sessions(&self) -> usize {
-        self.pool
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len()
-    }
-
     /// Closes every session (see [`Session::close`]): the main one and the
     /// pooled idle ones; a leased one is closed when its call drops it.
     pub async fn close(self) {
