@@ -719,3 +719,69 @@ async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
         "{done}"
     );
 }
+
+/// A 2026-07-28 request whose upstream asks for a capability the request did
+/// not declare gets MissingRequiredClientCapabilityError (-32021) naming it,
+/// with HTTP 400; declaring it makes the same call ask for input instead.
+#[tokio::test]
+async fn a_2026_request_without_the_capability_its_upstream_needs_is_told_which() {
+    trawl_brightdata::ensure_crypto_provider();
+    let gateway = open_gateway("    expose: {bare_names: true}\n").await;
+    let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+    let http = client(Duration::from_secs(30));
+    for (tool, args, capability) in [
+        ("test_missing_capability", json!({}), "sampling"),
+        ("test_sampling", json!({"prompt": "hi"}), "sampling"),
+        ("test_streaming_elicitation", json!({}), "elicitation"),
+    ] {
+        let got = call_modern(&http, &url, tool, args.clone(), json!({})).await;
+        let answer = got.last().unwrap();
+        assert_eq!(
+            answer["error"]["code"],
+            -32021,
+            "{tool}: {got:?}\n{}",
+            gateway.dev.log()
+        );
+        let required = &answer["error"]["data"]["requiredCapabilities"];
+        assert!(required[capability].is_object(), "{tool}: {answer}");
+        assert_eq!(required.as_object().unwrap().len(), 1, "{tool}: {answer}");
+        // No request reached the client on the response's stream.
+        assert!(
+            methods(&got)
+                .iter()
+                .all(|m| m.starts_with("notifications/")),
+            "{tool}: {got:?}"
+        );
+
+        let declared = json!({"io.modelcontextprotocol/clientCapabilities": {capability: {}}});
+        let got = call_modern(&http, &url, tool, args, declared).await;
+        let answer = got.last().unwrap();
+        assert_eq!(
+            answer["result"]["resultType"], "input_required",
+            "{tool}: {got:?}"
+        );
+    }
+    // Over HTTP, the error is a 400.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "test_missing_capability", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let res = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "test_missing_capability")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 400);
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(7), json!(-32021)),
+        "{v}"
+    );
+}

@@ -32,9 +32,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ContentBlock,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 // Logging: deprecated by 2026-07-28 (SEP-2577), part of 2025-11-25.
 #[allow(deprecated)]
@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use trawl_core::ports::ToolError;
 use trawl_core::retry::RetryPolicy;
 use trawl_tools::config::{Access, Expose};
+use trawl_tools::schema::Contract;
 use trawl_tools::{Budget, CallOptions, Recorder, TOOL_SEARCH, ToolLayer};
 
 use crate::error::ApiError;
@@ -222,40 +223,68 @@ fn schema(v: Value) -> Arc<JsonObject> {
     }
 }
 
-const JOB_ID_INPUT: &str = "The job id `research.submit_job` returned (`job_…`).";
-
-/// The output schema of a job view (`research.job_status`, `research.cancel_job`).
-fn job_view_schema() -> Value {
-    json!({
-        "type": "object",
-        "required": ["job_id", "name", "status", "counts", "estimate"],
-        "properties": {
-            "job_id": {"type": "string"},
-            "name": {"type": "string"},
-            "status": {"type": "string", "enum": ["pending", "awaiting_approval", "queued", "running",
-                "succeeded", "partial", "failed", "cancelled"]},
-            "reason": {"type": ["string", "null"]},
-            "created": {"type": "string"},
-            "created_ms": {"type": "integer"},
-            "estimate": {"type": "object"},
-            "counts": {"type": "object", "properties": {
-                "slices": {"type": "object"},
-                "items": {"type": "object", "properties": {
-                    "valid": {"type": "integer"}, "rejected": {"type": "integer"}}},
-                "upstream_calls": {"type": "integer"},
-                "cache_hits": {"type": "integer"},
-                "cost_usd": {"type": "number"},
-                "cost_micros": {"type": "integer"}
-            }},
-            "links": {"type": "object"}
-        }
-    })
+/// `research.submit_job`'s arguments.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct SubmitJobArgs {
+    /// The job spec, as an object or as YAML text: name, searches {queries, geos,
+    /// engine, follow_top}, pages {urls, geos}, extract {fields}, schema, cache,
+    /// retries, budget {max_usd, approve_above_usd}.
+    spec: SpecArg,
+    /// Makes a retried submission safe: the same key and spec answer with the
+    /// first job.
+    #[schema(min_length = 1, max_length = 200)]
+    idempotency_key: Option<String>,
 }
 
-/// The research tools, as hosts see them.
+/// A job spec as an MCP client gives it.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(untagged, expecting = "spec is an object, or YAML text")]
+enum SpecArg {
+    Object(std::collections::BTreeMap<String, Value>),
+    Yaml(String),
+}
+
+/// The arguments of `research.job_status` and `research.cancel_job`.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct JobIdArgs {
+    /// The job id `research.submit_job` returned (`job_…`).
+    job_id: String,
+}
+
+/// `research.job_items`' arguments.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct JobItemsArgs {
+    /// The job id `research.submit_job` returned (`job_…`).
+    job_id: String,
+    /// Items per page (default 100).
+    #[schema(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// A research tool's arguments, read into their type: the type its
+/// `inputSchema` is derived from.
+fn research_args<T: serde::de::DeserializeOwned>(
+    tool: &str,
+    args: &JsonObject,
+) -> Result<T, ApiError> {
+    serde_json::from_value(Value::Object(args.clone()))
+        .map_err(|e| ApiError::BadRequest(format!("arguments of {tool}: {e}")))
+}
+
+/// The schema of `T` as a tool shows it (see [`trawl_tools::schema`]).
+fn derived<T: utoipa::ToSchema>(contract: Contract) -> Arc<JsonObject> {
+    Arc::new(trawl_tools::schema::of::<T>(contract))
+}
+
+/// The research tools, as hosts see them. Their schemas are derived from the
+/// argument types above and from the answers' types, which `/openapi.json`
+/// describes with the same derive.
 static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
-    let job_id = json!({"type": "object", "required": ["job_id"], "additionalProperties": false,
-        "properties": {"job_id": {"type": "string", "description": JOB_ID_INPUT}}});
     vec![
         Tool::new(
             SUBMIT_JOB,
@@ -264,38 +293,10 @@ static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
              against the job's JSON Schema. Returns the job id and the cost estimate at once; the \
              job runs in the background (poll research.job_status). A job whose estimate is above \
              its budget's approve_above_usd waits for a human approval.",
-            schema(json!({
-                "type": "object",
-                "required": ["spec"],
-                "additionalProperties": false,
-                "properties": {
-                    "spec": {
-                        "description": "The job spec, as an object or as YAML text: name, searches {queries, geos, engine, follow_top}, pages {urls, geos}, extract {fields}, schema, cache, retries, budget {max_usd, approve_above_usd}.",
-                        "type": ["object", "string"]
-                    },
-                    "idempotency_key": {
-                        "description": "Makes a retried submission safe: the same key and spec answer with the first job.",
-                        "type": "string", "minLength": 1, "maxLength": 200
-                    }
-                }
-            })),
+            derived::<SubmitJobArgs>(Contract::Input),
         )
         .with_title("Submit a research job")
-        .with_raw_output_schema(schema(json!({
-            "type": "object",
-            "required": ["job_id", "status", "estimate"],
-            "properties": {
-                "job_id": {"type": "string"},
-                "status": {"type": "string"},
-                "estimate": {"type": "object", "properties": {
-                    "slices": {"type": "integer"},
-                    "followed_pages_max": {"type": "integer"},
-                    "cost_usd": {"type": "number"},
-                    "cost_micros": {"type": "integer"}
-                }},
-                "links": {"type": "object"}
-            }
-        })))
+        .with_raw_output_schema(derived::<jobs::JobAccepted>(Contract::Output))
         .with_annotations(
             ToolAnnotations::new()
                 .read_only(false)
@@ -307,44 +308,28 @@ static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             JOB_STATUS,
             "A research job's status (pending, awaiting_approval, queued, running, succeeded, \
              partial, failed, cancelled), why, its slice and item counts, and its cost so far.",
-            schema(job_id.clone()),
+            derived::<JobIdArgs>(Contract::Input),
         )
         .with_title("Research job status")
-        .with_raw_output_schema(schema(job_view_schema()))
+        .with_raw_output_schema(derived::<jobs::JobView>(Contract::Output))
         .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
         Tool::new(
             JOB_ITEMS,
             "A page of a research job's valid items (each: slice_id, seq, kind page|serp, url, geo, \
              data). Pass next_cursor back as cursor for the next page; it is null on the last one.",
-            schema(json!({
-                "type": "object",
-                "required": ["job_id"],
-                "additionalProperties": false,
-                "properties": {
-                    "job_id": {"type": "string", "description": JOB_ID_INPUT},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Items per page (default 100)."},
-                    "cursor": {"type": "string", "description": "The next_cursor of the previous page."}
-                }
-            })),
+            derived::<JobItemsArgs>(Contract::Input),
         )
         .with_title("Research job items")
-        .with_raw_output_schema(schema(json!({
-            "type": "object",
-            "required": ["items", "next_cursor"],
-            "properties": {
-                "items": {"type": "array", "items": {"type": "object"}},
-                "next_cursor": {"type": ["string", "null"]}
-            }
-        })))
+        .with_raw_output_schema(derived::<rows::ItemsPage>(Contract::Output))
         .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
         Tool::new(
             CANCEL_JOB,
             "Cancel a research job that has not ended; its open slices are skipped and what it \
              found so far stays readable.",
-            schema(job_id),
+            derived::<JobIdArgs>(Contract::Input),
         )
         .with_title("Cancel a research job")
-        .with_raw_output_schema(schema(job_view_schema()))
+        .with_raw_output_schema(derived::<jobs::JobView>(Contract::Output))
         .with_annotations(
             ToolAnnotations::new()
                 .read_only(false)
@@ -559,29 +544,20 @@ impl Gateway {
         caller: Caller,
     ) -> Result<Value, ApiError> {
         let state = self.state.clone();
-        let job_id = || {
-            args.get("job_id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| ApiError::BadRequest("job_id (a string) is required".to_owned()))
-        };
         let res: Response = match tool {
             SUBMIT_JOB => {
-                let (ct, body) = match args.get("spec") {
-                    Some(Value::String(yaml)) => ("application/yaml", Bytes::from(yaml.clone())),
-                    Some(spec @ Value::Object(_)) => {
-                        ("application/json", Bytes::from(spec.to_string()))
-                    }
-                    _ => {
-                        return Err(ApiError::BadRequest(
-                            "spec (an object, or YAML text) is required".to_owned(),
-                        ));
-                    }
+                let a: SubmitJobArgs = research_args(tool, args)?;
+                let (ct, body) = match a.spec {
+                    SpecArg::Yaml(yaml) => ("application/yaml", Bytes::from(yaml)),
+                    SpecArg::Object(spec) => (
+                        "application/json",
+                        Bytes::from(serde_json::to_vec(&spec).unwrap_or_default()),
+                    ),
                 };
                 let mut headers = HeaderMap::new();
                 headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-                if let Some(key) = args.get("idempotency_key").and_then(Value::as_str) {
-                    let v = HeaderValue::from_str(key).map_err(|_| {
+                if let Some(key) = a.idempotency_key {
+                    let v = HeaderValue::from_str(&key).map_err(|_| {
                         ApiError::BadRequest("idempotency_key must be visible ASCII".to_owned())
                     })?;
                     headers.insert("idempotency-key", v);
@@ -590,29 +566,29 @@ impl Gateway {
             }
             // Reads and cancel answer only the job's owner (its tenant, an
             // admin): the REST routes' own check, with the session's caller.
-            JOB_STATUS => jobs::get_job(State(state), Extension(caller), Path(job_id()?))
-                .await?
-                .into_response(),
-            CANCEL_JOB => jobs::cancel_job(State(state), Extension(caller), Path(job_id()?))
-                .await?
-                .into_response(),
+            JOB_STATUS => {
+                let a: JobIdArgs = research_args(tool, args)?;
+                jobs::get_job(State(state), Extension(caller), Path(a.job_id))
+                    .await?
+                    .into_response()
+            }
+            CANCEL_JOB => {
+                let a: JobIdArgs = research_args(tool, args)?;
+                jobs::cancel_job(State(state), Extension(caller), Path(a.job_id))
+                    .await?
+                    .into_response()
+            }
             JOB_ITEMS => {
-                let limit = match args.get("limit") {
-                    None | Some(Value::Null) => None,
-                    Some(v) => Some(v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(
-                        || ApiError::BadRequest("limit must be an integer".to_owned()),
-                    )?),
-                };
-                let cursor = args
-                    .get("cursor")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+                let a: JobItemsArgs = research_args(tool, args)?;
                 rows::items(
                     State(state),
                     Extension(caller),
-                    Path(job_id()?),
+                    Path(a.job_id),
                     HeaderMap::new(),
-                    Ok(Query(PageQuery { limit, cursor })),
+                    Ok(Query(PageQuery {
+                        limit: a.limit,
+                        cursor: a.cursor,
+                    })),
                 )
                 .await?
             }
@@ -686,20 +662,24 @@ impl Gateway {
         call: impl std::future::Future<Output = CallToolResult> + Send + 'static,
         tool: &str,
         caller: &Caller,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, ErrorData> {
         use tracing::Instrument as _;
         use trawl_tools::forward::{FORWARD, Forwarder};
         let token = context.meta.get_progress_token();
         let logs = self.wanted_logs(context);
         let declared = context.client_capabilities().unwrap_or_default();
-        // A client that can receive nothing an upstream sends during a call
-        // needs no session of its own: its call shares the main one.
-        let receives = token.is_some()
+        // A 2025-11-25 client that can receive nothing an upstream sends
+        // during a call needs no session of its own: its call shares the main
+        // one. A 2026-07-28 request always gets one, so that an upstream
+        // request it did not declare the capability for is seen and answered
+        // with MissingRequiredClientCapabilityError.
+        let receives = is_modern(context)
+            || token.is_some()
             || logs.is_some()
             || declared.sampling.is_some()
             || declared.elicitation.is_some();
         if !receives {
-            return call.await.into();
+            return Ok(call.await.into());
         }
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let task = tokio::spawn(
@@ -723,7 +703,7 @@ impl Gateway {
         &self,
         context: &RequestContext<RoleServer>,
         mut running: Running,
-    ) -> CallToolResponse {
+    ) -> Result<CallToolResponse, ErrorData> {
         use futures_util::StreamExt as _;
         use futures_util::future::BoxFuture;
         use futures_util::stream::FuturesUnordered;
@@ -742,11 +722,14 @@ impl Gateway {
                 Some(msg) = running.rx.recv() => match msg {
                     Forwarded::Sampling { params, reply } => {
                         if declared.sampling.is_none() {
+                            if modern {
+                                return Err(missing_capability(ClientCapabilities::builder().enable_sampling().build()));
+                            }
                             let _ = reply.send(Err(undeclared("sampling")));
                             continue;
                         }
                         if modern {
-                            return self.parked.park(running, Awaited::Sampling(params, reply));
+                            return Ok(self.parked.park(running, Awaited::Sampling(params, reply)));
                         }
                         let peer = context.peer.clone();
                         answering.push(Box::pin(async move {
@@ -760,11 +743,14 @@ impl Gateway {
                     }
                     Forwarded::Elicitation { params, reply } => {
                         if declared.elicitation.is_none() {
+                            if modern {
+                                return Err(missing_capability(ClientCapabilities::builder().enable_elicitation().build()));
+                            }
                             let _ = reply.send(Err(undeclared("elicitation")));
                             continue;
                         }
                         if modern {
-                            return self.parked.park(running, Awaited::Elicitation(params, reply));
+                            return Ok(self.parked.park(running, Awaited::Elicitation(params, reply)));
                         }
                         let peer = context.peer.clone();
                         answering.push(Box::pin(async move {
@@ -787,14 +773,14 @@ impl Gateway {
                     while let Ok(msg) = running.rx.try_recv() {
                         notify(context, token.as_ref(), logs, msg).await;
                     }
-                    return match result {
+                    return Ok(match result {
                         Ok(result) => result.into(),
                         Err(e) => tool_error(&ToolError::transient(
                             "internal",
                             format!("the call failed: {e}"),
                         ))
                         .into(),
-                    };
+                    });
                 }
             }
         }
@@ -1080,8 +1066,16 @@ impl Parked {
     }
 }
 
-/// The error an upstream gets for a request the client did not declare the
-/// capability for.
+/// A 2026-07-28 request's answer when its call needs a capability the request
+/// did not declare (an upstream asked for sampling or elicitation): the call is
+/// ended (its upstream session closed) and the client told what to declare;
+/// over HTTP, a 400.
+fn missing_capability(required: ClientCapabilities) -> ErrorData {
+    ErrorData::missing_required_client_capability(required)
+}
+
+/// The error a 2025-11-25 client's upstream gets for a request the client did
+/// not declare the capability for.
 fn undeclared(capability: &str) -> ErrorData {
     ErrorData::invalid_request(
         format!("the client did not declare the {capability} capability"),
@@ -1517,10 +1511,10 @@ impl ServerHandler for Gateway {
                 &caller.label,
                 request.input_responses.as_ref(),
             )?;
-            return Ok(match resumed {
+            return match resumed {
                 Ok(running) => self.drive(&context, running).await,
-                Err((running, awaited)) => self.parked.park(running, awaited),
-            });
+                Err((running, awaited)) => Ok(self.parked.park(running, awaited)),
+            };
         }
         let call = {
             let (gateway, layer, tool, caller) =
@@ -1531,7 +1525,7 @@ impl ServerHandler for Gateway {
                     .await
             }
         };
-        Ok(self.forwarding(&context, call, &tool, &caller).await)
+        self.forwarding(&context, call, &tool, &caller).await
     }
 }
 
@@ -2269,6 +2263,92 @@ mod tests {
             );
             assert!(t.output_schema.is_some(), "{}", t.name);
         }
+    }
+
+    /// Each research tool's output schema is the OpenAPI document's schema of
+    /// the same answer (inlined and made portable), and no schema has a `type`
+    /// array, a reference or a `oneOf`.
+    #[test]
+    fn research_tool_schemas_are_portable_and_the_ones_openapi_gives() {
+        use utoipa::OpenApi as _;
+        let doc = serde_json::to_value(crate::openapi::ApiDoc::openapi()).unwrap();
+        let components = doc["components"]["schemas"].as_object().unwrap();
+        let answers = [
+            (SUBMIT_JOB, "JobAccepted"),
+            (JOB_STATUS, "JobView"),
+            (JOB_ITEMS, "ItemsPage"),
+            (CANCEL_JOB, "JobView"),
+        ];
+        assert_eq!(answers.len(), RESEARCH_TOOLS.len());
+        for (tool, component) in answers {
+            let t = RESEARCH_TOOLS.iter().find(|t| t.name == tool).unwrap();
+            let output = Value::Object(t.output_schema.as_deref().unwrap().clone());
+            let documented = trawl_tools::schema::from_document(
+                &components[component],
+                components,
+                Contract::Output,
+            );
+            assert_eq!(output, Value::Object(documented), "{tool}");
+            let input = Value::Object(t.input_schema.as_ref().clone());
+            for s in [&input, &output] {
+                assert_eq!(
+                    trawl_tools::schema::unportable(s),
+                    Vec::<String>::new(),
+                    "{tool}: {s}"
+                );
+                assert!(jsonschema::draft202012::new(s).is_ok(), "{tool}: {s}");
+            }
+        }
+        // Nullable answers say so the portable way.
+        let view = RESEARCH_TOOLS[1].output_schema.as_deref().unwrap();
+        assert_eq!(
+            view["properties"]["reason"]["anyOf"],
+            json!([{"type": "string"}, {"type": "null"}])
+        );
+        // The spec is an object or YAML text, each its own branch.
+        let submit = &RESEARCH_TOOLS[0].input_schema;
+        let spec: Vec<&Value> = submit["properties"]["spec"]["anyOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| &b["type"])
+            .collect();
+        assert_eq!(spec, [&json!("object"), &json!("string")], "{submit:?}");
+        assert_eq!(submit["required"], json!(["spec"]));
+        assert_eq!(submit["additionalProperties"], json!(false));
+        assert_eq!(submit["properties"]["idempotency_key"]["maxLength"], 200);
+    }
+
+    #[test]
+    fn research_arguments_that_do_not_fit_their_type_are_refused_clearly() {
+        let args = |v: Value| v.as_object().unwrap().clone();
+        let msg = |e: ApiError| match e {
+            ApiError::BadRequest(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let e = research_args::<SubmitJobArgs>(SUBMIT_JOB, &args(json!({"spec": 5}))).unwrap_err();
+        assert!(msg(e).contains("spec is an object, or YAML text"));
+        let e = research_args::<SubmitJobArgs>(SUBMIT_JOB, &args(json!({"spec": {}, "x": 1})))
+            .unwrap_err();
+        assert!(msg(e).contains("unknown field `x`"));
+        let e = research_args::<JobIdArgs>(JOB_STATUS, &args(json!({}))).unwrap_err();
+        assert_eq!(
+            msg(e),
+            "arguments of research.job_status: missing field `job_id`"
+        );
+        let e =
+            research_args::<JobItemsArgs>(JOB_ITEMS, &args(json!({"job_id": "j", "limit": "x"})))
+                .unwrap_err();
+        assert!(msg(e).contains("invalid type: string \"x\""));
+        let ok: JobItemsArgs = research_args(
+            JOB_ITEMS,
+            &args(json!({"job_id": "j", "limit": 5, "cursor": null})),
+        )
+        .unwrap();
+        assert_eq!((ok.limit, ok.cursor), (Some(5), None));
+        let ok: SubmitJobArgs =
+            research_args(SUBMIT_JOB, &args(json!({"spec": "name: a"}))).unwrap();
+        assert!(matches!(ok.spec, SpecArg::Yaml(y) if y == "name: a"));
     }
 
     #[test]

@@ -210,23 +210,33 @@ impl Catalog {
     }
 }
 
+/// The arguments of `tool_search`; its input schema is derived from them.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSearchArgs {
+    /// What the tool should do, in a few words.
+    #[schema(min_length = 1)]
+    pub query: String,
+    /// How many tools to return.
+    #[schema(minimum = 1, maximum = 20, default = 5)]
+    pub limit: Option<usize>,
+}
+
+impl ToolSearchArgs {
+    /// Tools returned when the caller does not say.
+    pub const DEFAULT_LIMIT: usize = 5;
+}
+
 /// The definition of the `tool_search` meta-tool, the one tool an agent starts with.
 pub fn tool_search_def() -> ToolDef {
+    use crate::schema::{Contract, of};
     ToolDef {
         name: crate::TOOL_SEARCH.into(),
         title: Some("Search the tools".into()),
         description: "Find the tools for a task. Returns the definitions of the best matches; \
                       call the tools it returns by their names."
             .into(),
-        input_schema: json!({
-            "type": "object",
-            "required": ["query"],
-            "properties": {
-                "query": {"type": "string", "minLength": 1, "description": "What the tool should do, in a few words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20, "default": 5, "description": "How many tools to return."}
-            },
-            "additionalProperties": false
-        }),
+        input_schema: Value::Object(of::<ToolSearchArgs>(Contract::Input)),
         output_schema: None,
         annotations: json!({"readOnlyHint": true, "openWorldHint": false}),
         input_examples: vec![json!({"query": "fetch a web page as markdown", "limit": 3})],

@@ -850,11 +850,14 @@ fn tool_search(
             format!("arguments of tool_search: {e}"),
         ));
     }
-    let query = args
-        .get("query")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(5) as usize;
+    let parsed =
+        serde_json::from_value::<crate::catalog::ToolSearchArgs>(args.clone()).map_err(|e| {
+            ToolError::permanent("bad_arguments", format!("arguments of tool_search: {e}"))
+        })?;
+    let query = parsed.query.as_str();
+    let limit = parsed
+        .limit
+        .unwrap_or(crate::catalog::ToolSearchArgs::DEFAULT_LIMIT);
     let tools: Vec<Value> = catalog
         .search_where(query, limit, offered)
         .into_iter()

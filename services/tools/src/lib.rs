@@ -12,6 +12,8 @@
 //! - [`embed`]: sentence embeddings of tool text (a local model, cached in the
 //!   process and the store), for the guard's semantic detector and tool search;
 //!   present only when `TRAWL_EMBED_MODEL` names a model folder.
+//! - [`schema`]: the JSON Schemas of trawl's own tools, derived from their
+//!   Rust types (the derive `/openapi.json` uses) and made portable.
 //! - [`search`]: BM25 over the catalog behind the `tool_search` meta-tool;
 //!   [`tokens`] counts what a model would be shown.
 //! - the call itself, here: the content cache with coalescing, bounded retries
@@ -34,6 +36,7 @@ mod layer;
 pub mod mcp;
 pub mod name;
 pub mod scan;
+pub mod schema;
 pub mod search;
 pub mod tokens;
 

@@ -29,6 +29,12 @@
 //! - prompts (`prompts-*`): `test_simple_prompt`, `test_prompt_with_arguments`,
 //!   `test_prompt_with_embedded_resource`, `test_prompt_with_image`;
 //! - `json_schema_2020_12_tool` (`json-schema-2020-12`, from suite 0.2.0-alpha.12);
+//! - `test_missing_capability`, `test_streaming_elicitation`,
+//!   `test_logging_tool` (`server-stateless`, 0.2.0-alpha.12): a tool that
+//!   needs sampling, one that elicits while it runs, one that logs; the gateway
+//!   must answer a 2026-07-28 request that did not declare sampling with
+//!   MissingRequiredClientCapabilityError, never send a 2026-07-28 client a
+//!   request on its stream, and pass no log message without a requested level;
 //! - `test_log_level`, trawl's own: the level this session was last asked for
 //!   with `logging/setLevel` (`none` until then), so that a test can see what
 //!   the gateway asked of the upstream;
@@ -182,6 +188,21 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_log_level",
             "The level this session was last asked for with logging/setLevel",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_missing_capability",
+            "Needs the client's LLM: asks it one question (sampling/createMessage) and answers Success",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_streaming_elicitation",
+            "Asks the user for a username and an email (elicitation/create) while it runs",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_logging_tool",
+            "Sends three info log notifications while it runs",
             no_arguments(),
         ),
     ]
@@ -391,38 +412,43 @@ impl Fixture {
 
     /// `sampling/createMessage` with the prompt, answered as
     /// "LLM response: <text>".
-    #[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
     async fn sampling_tool(
         &self,
         args: &JsonObject,
         cx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        use rmcp::model::{
-            CreateMessageRequestParams, SamplingMessage, SamplingMessageContentBlock,
-        };
         let prompt = string_arg(args, "prompt")?;
-        if cx.client_capabilities().and_then(|c| c.sampling).is_none() {
-            return Ok(error_result(
-                "the client did not declare the sampling capability",
-            ));
-        }
-        let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
-        let answer = match cx.peer.create_message(params).await {
-            Ok(answer) => answer,
-            Err(e) => return Ok(error_result(format!("sampling/createMessage failed: {e}"))),
-        };
-        let text = answer
-            .message
-            .content
-            .into_vec()
-            .into_iter()
-            .find_map(|block| match block {
-                SamplingMessageContentBlock::Text(t) => Some(t.text),
-                _ => None,
-            })
-            .unwrap_or_default();
-        Ok(text_result(format!("LLM response: {text}")))
+        Ok(match sample(cx, prompt).await {
+            Ok(text) => text_result(format!("LLM response: {text}")),
+            Err(e) => error_result(e),
+        })
     }
+}
+
+/// Sends `sampling/createMessage` with `prompt` to the client: the text of its
+/// answer, or the text of a tool error.
+#[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
+async fn sample(cx: &RequestContext<RoleServer>, prompt: &str) -> Result<String, String> {
+    use rmcp::model::{CreateMessageRequestParams, SamplingMessage, SamplingMessageContentBlock};
+    if cx.client_capabilities().and_then(|c| c.sampling).is_none() {
+        return Err("the client did not declare the sampling capability".into());
+    }
+    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
+    let answer = cx
+        .peer
+        .create_message(params)
+        .await
+        .map_err(|e| format!("sampling/createMessage failed: {e}"))?;
+    Ok(answer
+        .message
+        .content
+        .into_vec()
+        .into_iter()
+        .find_map(|block| match block {
+            SamplingMessageContentBlock::Text(t) => Some(t.text),
+            _ => None,
+        })
+        .unwrap_or_default())
 }
 
 /// The string argument `name`, or invalid params.
@@ -524,7 +550,17 @@ impl ServerHandler for Fixture {
             "test_error_handling" => {
                 error_result("This tool intentionally returns an error for testing")
             }
-            "test_tool_with_logging" => self.logging_tool(&cx).await,
+            "test_tool_with_logging" | "test_logging_tool" => self.logging_tool(&cx).await,
+            "test_missing_capability" => match sample(&cx, "Say hello").await {
+                Ok(_) => text_result("Success"),
+                Err(e) => error_result(e),
+            },
+            "test_streaming_elicitation" => {
+                match elicit(&cx, "What is your name?", user_schema()).await {
+                    Ok(answer) => text_result(format!("User response: {}", describe(&answer))),
+                    Err(e) => error_result(e),
+                }
+            }
             "json_schema_2020_12_tool" => text_result("received"),
             "test_log_level" => {
                 let name = self
