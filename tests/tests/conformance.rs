@@ -40,8 +40,15 @@ async fn mcp_conformance_suite_passes_its_baseline() {
     );
     // The suite sends no token: /mcp runs open, on loopback, as `trawl dev` does
     // without keys or OAuth.
-    let gateway =
-        open_gateway("    expose: {bare_names: true, prompts: true, resources: true}\n").await;
+    // The fixture's processes (one per upstream session) share the state of
+    // the tool list that `test_trigger_tool_change` changes.
+    let state = tempfile::tempdir().unwrap();
+    let gateway = open_gateway(&format!(
+        "    expose: {{bare_names: true, prompts: true, resources: true}}\n    \
+         env: {{TRAWL_FIXTURE_TOOLS_STATE: {}}}\n",
+        state.path().join("toggled-off").display()
+    ))
+    .await;
     let (dev, port) = (&gateway.dev, gateway.port);
 
     let path = format!(
@@ -120,6 +127,7 @@ async fn mcp_conformance_suite_passes_its_baseline() {
                 "input-required-result-validate-input",
                 "json-schema-2020-12",
                 "http-header-validation",
+                "server-stateless",
             ],
         ),
     ];

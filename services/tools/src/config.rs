@@ -569,6 +569,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
             timeout,
             sessions,
             vault: None,
+            list_changed: None,
         },
         name: server,
         new_tools: s.new_tools,

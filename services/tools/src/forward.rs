@@ -168,6 +168,8 @@ impl Holder {
 #[derive(Clone)]
 pub(crate) struct UpstreamHandler {
     pub(crate) holder: Holder,
+    /// Woken by the server's `notifications/tools/list_changed`.
+    pub(crate) list_changed: Option<Arc<tokio::sync::Notify>>,
 }
 
 fn no_route(what: &str) -> ErrorData {
@@ -226,6 +228,14 @@ impl ClientHandler for UpstreamHandler {
             .await
             .map_err(|_| no_route("elicitation/create"))?;
         answer.await.map_err(|_| no_route("elicitation/create"))?
+    }
+
+    /// The server's tools changed: the tool layer lists them again (and pins,
+    /// scans and tells its own clients as on any refresh).
+    async fn on_tool_list_changed(&self, _: rmcp::service::NotificationContext<RoleClient>) {
+        if let Some(changed) = &self.list_changed {
+            changed.notify_one();
+        }
     }
 }
 

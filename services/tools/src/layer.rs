@@ -64,6 +64,8 @@ pub struct ToolLayer {
     /// swapped catalog lists other ones: what `tools/list_changed` follows.
     listing: tokio::sync::watch::Sender<Vec<(String, String)>>,
     refreshing: tokio::sync::Mutex<()>,
+    /// Woken when an upstream says its tool list changed.
+    upstream_changed: Arc<tokio::sync::Notify>,
 }
 
 impl ToolLayer {
@@ -79,6 +81,7 @@ impl ToolLayer {
             catalog: RwLock::new(Arc::new(Catalog::default())),
             listing: tokio::sync::watch::Sender::new(Vec::new()),
             refreshing: tokio::sync::Mutex::new(()),
+            upstream_changed: Arc::new(tokio::sync::Notify::new()),
         };
         let (catalog, _) = assemble(&[layer.builtin_listing()], None);
         layer.swap(catalog);
@@ -100,9 +103,20 @@ impl ToolLayer {
         let mut layer = ToolLayer::new(provider, cache);
         layer.store = store;
         layer.config = config;
+        for s in &mut layer.config.servers {
+            s.upstream.list_changed = Some(layer.upstream_changed.clone());
+        }
         layer.pool = pool;
         let report = layer.refresh().await?;
         Ok((layer, report))
+    }
+
+    /// Returns when an upstream server has said that its tool list changed
+    /// since the last time this returned: the binary then [refreshes](Self::refresh)
+    /// at once rather than at its next interval. Many notices before the
+    /// wait count as one.
+    pub async fn upstream_list_changed(&self) {
+        self.upstream_changed.notified().await;
     }
 
     /// The catalog as last assembled.

@@ -173,6 +173,10 @@ pub struct UpstreamConfig {
     pub sessions: usize,
     /// Where `auth: login` grants are kept (set by the binary).
     pub vault: Option<std::sync::Arc<crate::auth::Vault>>,
+    /// Woken when the server says its tool list changed
+    /// (`notifications/tools/list_changed`, on any of its sessions); set by the
+    /// tool layer, which then lists the tools again.
+    pub list_changed: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 /// Connecting to or listing an upstream failed.
@@ -664,6 +668,7 @@ impl Upstream {
 /// trawl's client side towards one upstream, over `transport` (see
 /// [`crate::forward`]).
 async fn serve<T: rmcp::transport::Transport<RoleClient> + 'static>(
+    cfg: &UpstreamConfig,
     transport: T,
 ) -> Result<RunningService<RoleClient, UpstreamHandler>, rmcp::service::ClientInitializeError> {
     let holder = Holder::default();
@@ -671,7 +676,13 @@ async fn serve<T: rmcp::transport::Transport<RoleClient> + 'static>(
         inner: transport,
         holder: holder.clone(),
     };
-    UpstreamHandler { holder }.serve(transport).await
+    let list_changed = cfg.list_changed.clone();
+    UpstreamHandler {
+        holder,
+        list_changed,
+    }
+    .serve(transport)
+    .await
 }
 
 async fn connect_stdio(
@@ -729,9 +740,10 @@ async fn connect_stdio(
     };
     let outcome = tokio::time::timeout(
         cfg.timeout,
-        serve(rmcp::transport::async_rw::AsyncRwTransport::new_client(
-            stdout, stdin,
-        )),
+        serve(
+            cfg,
+            rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
+        ),
     )
     .await;
     let error = match outcome {
@@ -820,11 +832,11 @@ async fn connect_http(
         Some(manager) => {
             let client = rmcp::transport::auth::AuthClient::new(client, manager);
             let transport = StreamableHttpClientTransport::with_client(client, config);
-            tokio::time::timeout(cfg.timeout, serve(transport)).await
+            tokio::time::timeout(cfg.timeout, serve(cfg, transport)).await
         }
         None => {
             let transport = StreamableHttpClientTransport::with_client(client, config);
-            tokio::time::timeout(cfg.timeout, serve(transport)).await
+            tokio::time::timeout(cfg.timeout, serve(cfg, transport)).await
         }
     };
     match served {

@@ -155,8 +155,8 @@ async fn tool_layers(
     Ok((layers, sim))
 }
 
-/// Refreshes the tool layer every `every` until `cancel`, when it has upstream
-/// servers to list.
+/// Refreshes the tool layer every `every`, and at once when an upstream says
+/// its tools changed, until `cancel`, when it has upstream servers to list.
 fn refresh_tools(
     tools: &Arc<ToolLayer>,
     s: &Settings,
@@ -171,6 +171,13 @@ fn refresh_tools(
             tokio::select! {
                 () = cancel.cancelled() => break,
                 _ = tick.tick() => {
+                    if let Err(e) = tools.refresh().await {
+                        tracing::warn!(error = %e, "tool layer not refreshed");
+                    }
+                }
+                // An upstream's `notifications/tools/list_changed`: now, not
+                // at the next tick.
+                () = tools.upstream_list_changed() => {
                     if let Err(e) = tools.refresh().await {
                         tracing::warn!(error = %e, "tool layer not refreshed");
                     }

@@ -35,6 +35,11 @@
 //!   must answer a 2026-07-28 request that did not declare sampling with
 //!   MissingRequiredClientCapabilityError, never send a 2026-07-28 client a
 //!   request on its stream, and pass no log message without a requested level;
+//! - `test_trigger_tool_change` (`server-stateless`): takes
+//!   `test_toggled_tool` off the list or puts it back, and sends
+//!   `notifications/tools/list_changed`; with `TRAWL_FIXTURE_TOOLS_STATE`
+//!   naming a file, every fixture process shares the state (a gateway lists
+//!   tools on one upstream session and calls on others);
 //! - `test_log_level`, trawl's own: the level this session was last asked for
 //!   with `logging/setLevel` (`none` until then), so that a test can see what
 //!   the gateway asked of the upstream;
@@ -117,7 +122,7 @@ fn no_arguments() -> JsonObject {
 }
 
 fn tools() -> Vec<Tool> {
-    vec![
+    let mut tools = vec![
         Tool::new("test_simple_text", "Returns one text block", no_arguments()),
         Tool::new(
             "test_image_content",
@@ -205,7 +210,50 @@ fn tools() -> Vec<Tool> {
             "Sends three info log notifications while it runs",
             no_arguments(),
         ),
-    ]
+        Tool::new(
+            "test_trigger_tool_change",
+            "Takes test_toggled_tool off the tool list, or puts it back, and says the list changed",
+            no_arguments(),
+        ),
+    ];
+    if toggled_tool_listed() {
+        tools.push(Tool::new(
+            "test_toggled_tool",
+            "Listed until test_trigger_tool_change takes it off",
+            no_arguments(),
+        ));
+    }
+    tools
+}
+
+/// The file whose presence takes `test_toggled_tool` off the list, shared by
+/// every process of the fixture that names it (a gateway runs one per
+/// upstream session): `TRAWL_FIXTURE_TOOLS_STATE`. Without it, the state is the
+/// process's own.
+fn toggle_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("TRAWL_FIXTURE_TOOLS_STATE").map(std::path::PathBuf::from)
+}
+
+/// Whether `test_toggled_tool` is off the list, when no file is named.
+static TOGGLED_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn toggled_tool_listed() -> bool {
+    match toggle_file() {
+        Some(f) => !f.exists(),
+        None => !TOGGLED_OFF.load(Ordering::SeqCst),
+    }
+}
+
+/// Takes `test_toggled_tool` off the list, or puts it back.
+fn toggle_tool() -> std::io::Result<()> {
+    match toggle_file() {
+        Some(f) if f.exists() => std::fs::remove_file(f),
+        Some(f) => std::fs::write(f, b"off"),
+        None => {
+            TOGGLED_OFF.fetch_xor(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
 }
 
 /// The `inputSchema` of `json_schema_2020_12_tool`: the 2020-12 keywords
@@ -491,6 +539,7 @@ impl ServerHandler for Fixture {
             .enable_resources()
             .enable_resources_subscribe()
             .enable_tools()
+            .enable_tool_list_changed()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "trawl-conformance-fixture",
@@ -551,6 +600,16 @@ impl ServerHandler for Fixture {
                 error_result("This tool intentionally returns an error for testing")
             }
             "test_tool_with_logging" | "test_logging_tool" => self.logging_tool(&cx).await,
+            "test_trigger_tool_change" => {
+                if let Err(e) = toggle_tool() {
+                    return Ok(error_result(format!("the tool list did not change: {e}")));
+                }
+                match cx.peer.notify_tool_list_changed().await {
+                    Ok(()) => text_result("The tool list changed"),
+                    Err(e) => error_result(format!("notifications/tools/list_changed failed: {e}")),
+                }
+            }
+            "test_toggled_tool" => text_result("still here"),
             "test_missing_capability" => match sample(&cx, "Say hello").await {
                 Ok(_) => text_result("Success"),
                 Err(e) => error_result(e),
