@@ -128,6 +128,18 @@ async fn mcp_conformance_suite_passes_its_baseline() {
                 "json-schema-2020-12",
                 "http-header-validation",
                 "server-stateless",
+                "input-required-result-basic-elicitation",
+                "input-required-result-basic-sampling",
+                "input-required-result-basic-list-roots",
+                "input-required-result-request-state",
+                "input-required-result-multiple-input-requests",
+                "input-required-result-multi-round",
+                "input-required-result-missing-input-response",
+                "input-required-result-non-tool-request",
+                "input-required-result-result-type",
+                "input-required-result-tampered-state",
+                "input-required-result-capability-check",
+                "input-required-result-ignore-extra-params",
             ],
         ),
     ];
@@ -621,7 +633,8 @@ async fn concurrent_clients_of_one_stdio_upstream_each_get_only_their_own_reques
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
     trawl_brightdata::ensure_crypto_provider();
-    let gateway = open_gateway("    expose: {bare_names: true}\n").await;
+    // Plain calls: the fixture asks mid-call, as a 2025-11-25 server does.
+    let gateway = open_gateway("    expose: {bare_names: true}\n    relay: false\n").await;
     let (dev, port) = (&gateway.dev, gateway.port);
     let url = format!("http://127.0.0.1:{port}/mcp");
     let http = client(Duration::from_secs(30));
@@ -728,68 +741,127 @@ async fn a_2026_client_gives_upstream_input_by_retrying_its_call() {
     );
 }
 
-/// A 2026-07-28 request whose upstream asks for a capability the request did
-/// not declare gets MissingRequiredClientCapabilityError (-32021) naming it,
-/// with HTTP 400; declaring it makes the same call ask for input instead.
+/// A 2026-07-28 request whose call needs a capability the request did not
+/// declare gets MissingRequiredClientCapabilityError (-32021) naming it, with
+/// HTTP 400: from the gateway when a plain call's upstream asks for it
+/// mid-call, and from the upstream itself, passed on, when the request is
+/// relayed; declaring it makes the plain call ask for input instead.
 #[tokio::test]
-async fn a_2026_request_without_the_capability_its_upstream_needs_is_told_which() {
+async fn a_2026_request_without_the_capability_its_call_needs_is_told_which() {
+    trawl_brightdata::ensure_crypto_provider();
+    for relay in [false, true] {
+        let gateway = open_gateway(&format!(
+            "    expose: {{bare_names: true}}\n    relay: {relay}\n"
+        ))
+        .await;
+        let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+        let http = client(Duration::from_secs(30));
+        for (tool, args, capability) in [
+            ("test_missing_capability", json!({}), "sampling"),
+            ("test_sampling", json!({"prompt": "hi"}), "sampling"),
+            ("test_streaming_elicitation", json!({}), "elicitation"),
+        ] {
+            let got = call_modern(&http, &url, tool, args.clone(), json!({})).await;
+            let answer = got.last().unwrap();
+            assert_eq!(
+                answer["error"]["code"],
+                -32021,
+                "relay {relay}, {tool}: {got:?}\n{}",
+                gateway.dev.log()
+            );
+            let required = &answer["error"]["data"]["requiredCapabilities"];
+            assert!(required[capability].is_object(), "{tool}: {answer}");
+            assert_eq!(required.as_object().unwrap().len(), 1, "{tool}: {answer}");
+            // No request reached the client on the response's stream.
+            assert!(
+                methods(&got)
+                    .iter()
+                    .all(|m| m.starts_with("notifications/")),
+                "{tool}: {got:?}"
+            );
+            if !relay {
+                let declared =
+                    json!({"io.modelcontextprotocol/clientCapabilities": {capability: {}}});
+                let got = call_modern(&http, &url, tool, args, declared).await;
+                let answer = got.last().unwrap();
+                assert_eq!(
+                    answer["result"]["resultType"], "input_required",
+                    "{tool}: {got:?}"
+                );
+            }
+        }
+        // Over HTTP, the error is a 400.
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "test_missing_capability", "arguments": {}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let res = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "test_missing_capability")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 400, "relay {relay}");
+        let v: Value = res.json().await.unwrap();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (json!(7), json!(-32021)),
+            "{v}"
+        );
+    }
+}
+
+/// A relayed call's upstream asks for input with an `InputRequiredResult` of
+/// its own, which reaches the client with its keys as the upstream chose them;
+/// the upstream's `requestState` comes back sealed: good for the same tool
+/// only, refused when altered, and the retry completes the call.
+#[tokio::test]
+async fn a_relayed_upstream_asks_for_input_and_its_state_is_sealed() {
     trawl_brightdata::ensure_crypto_provider();
     let gateway = open_gateway("    expose: {bare_names: true}\n").await;
     let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
     let http = client(Duration::from_secs(30));
-    for (tool, args, capability) in [
-        ("test_missing_capability", json!({}), "sampling"),
-        ("test_sampling", json!({"prompt": "hi"}), "sampling"),
-        ("test_streaming_elicitation", json!({}), "elicitation"),
-    ] {
-        let got = call_modern(&http, &url, tool, args.clone(), json!({})).await;
-        let answer = got.last().unwrap();
-        assert_eq!(
-            answer["error"]["code"],
-            -32021,
-            "{tool}: {got:?}\n{}",
-            gateway.dev.log()
-        );
-        let required = &answer["error"]["data"]["requiredCapabilities"];
-        assert!(required[capability].is_object(), "{tool}: {answer}");
-        assert_eq!(required.as_object().unwrap().len(), 1, "{tool}: {answer}");
-        // No request reached the client on the response's stream.
-        assert!(
-            methods(&got)
-                .iter()
-                .all(|m| m.starts_with("notifications/")),
-            "{tool}: {got:?}"
-        );
-
-        let declared = json!({"io.modelcontextprotocol/clientCapabilities": {capability: {}}});
-        let got = call_modern(&http, &url, tool, args, declared).await;
-        let answer = got.last().unwrap();
-        assert_eq!(
-            answer["result"]["resultType"], "input_required",
-            "{tool}: {got:?}"
-        );
-    }
-    // Over HTTP, the error is a 400.
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
-        "name": "test_missing_capability", "arguments": {}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {}}}});
-    let res = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "test_missing_capability")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 400);
-    let v: Value = res.json().await.unwrap();
+    let caps = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let tool = "test_input_required_result_request_state";
+    let got = call_modern(&http, &url, tool, json!({}), caps.clone()).await;
+    let first = got.last().unwrap();
     assert_eq!(
-        (v["id"].clone(), v["error"]["code"].clone()),
-        (json!(7), json!(-32021)),
-        "{v}"
+        first["result"]["resultType"],
+        "input_required",
+        "{got:?}\n{}",
+        gateway.dev.log()
+    );
+    assert_eq!(
+        first["result"]["inputRequests"]["confirm"]["method"],
+        "elicitation/create"
+    );
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let answer = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+    let retry = |tool: &'static str, state: String| {
+        call_modern_with(
+            &http,
+            &url,
+            tool,
+            json!({}),
+            caps.clone(),
+            json!({"requestState": state, "inputResponses": answer.clone()}),
+        )
+    };
+    // Sealed for this tool: another tool's retry, or an altered state, is refused.
+    let got = retry("test_input_required_result_tampered_state", state.clone()).await;
+    assert_eq!(got.last().unwrap()["error"]["code"], -32602, "{got:?}");
+    let got = retry(tool, format!("{state}x")).await;
+    assert_eq!(got.last().unwrap()["error"]["code"], -32602, "{got:?}");
+    let got = retry(tool, state).await;
+    let done = got.last().unwrap();
+    assert_eq!(done["result"]["resultType"], "complete", "{got:?}");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "state-ok: requestState validated"
     );
 }

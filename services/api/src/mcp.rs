@@ -609,7 +609,7 @@ impl Gateway {
         tool: &str,
         args: Value,
         caller: &Caller,
-    ) -> CallToolResult {
+    ) -> Result<CallToolResponse, ErrorData> {
         let rec = Recorder::detached(format!("mcp:{}", caller.label));
         let budget = Budget::new(None, trawl_core::cost::Micros::ZERO);
         let opts = CallOptions {
@@ -627,7 +627,24 @@ impl Gateway {
                 let v: Value = serde_json::from_slice(&body)
                     .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
                 if tool == TOOL_SEARCH {
-                    return structured(self.as_listed(v));
+                    return Ok(structured(self.as_listed(v)).into());
+                }
+                // A relayed call's upstream asks its client for input.
+                if v.get("resultType").and_then(Value::as_str) == Some("input_required") {
+                    return Ok(
+                        match serde_json::from_value::<rmcp::model::InputRequiredResult>(v) {
+                            Ok(r) => CallToolResponse::InputRequired(self.parked.relay_out(
+                                r,
+                                tool,
+                                &caller.label,
+                            )),
+                            Err(e) => tool_error(&ToolError::permanent(
+                                "upstream_protocol",
+                                format!("{tool} asked for input unreadably: {e}"),
+                            ))
+                            .into(),
+                        },
+                    );
                 }
                 // An upstream tool's result, as the upstream gave it (sanitized).
                 let mut r =
@@ -635,9 +652,15 @@ impl Gateway {
                         CallToolResult::success(vec![ContentBlock::text(v.to_string())])
                     });
                 complete(&mut r.result_type);
-                r
+                Ok(r.into())
             }
-            Err(e) => tool_error(&e),
+            // The upstream needs what the client did not declare: the client
+            // is told which, as the upstream said it.
+            Err(e) if e.code == trawl_tools::mcp::MISSING_CLIENT_CAPABILITY => {
+                let required = serde_json::from_str(&e.message).unwrap_or_default();
+                Err(missing_capability(required))
+            }
+            Err(e) => Ok(tool_error(&e).into()),
         }
     }
 
@@ -659,9 +682,10 @@ impl Gateway {
     async fn forwarding(
         &self,
         context: &RequestContext<RoleServer>,
-        call: impl std::future::Future<Output = CallToolResult> + Send + 'static,
+        call: impl std::future::Future<Output = Result<CallToolResponse, ErrorData>> + Send + 'static,
         tool: &str,
         caller: &Caller,
+        relay: Option<trawl_tools::forward::Relay>,
     ) -> Result<CallToolResponse, ErrorData> {
         use tracing::Instrument as _;
         use trawl_tools::forward::{FORWARD, Forwarder};
@@ -679,12 +703,19 @@ impl Gateway {
             || declared.sampling.is_some()
             || declared.elicitation.is_some();
         if !receives {
-            return Ok(call.await.into());
+            return call.await;
         }
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let task = tokio::spawn(
             FORWARD
-                .scope(Forwarder { to: tx, logs }, call)
+                .scope(
+                    Forwarder {
+                        to: tx,
+                        logs,
+                        relay,
+                    },
+                    call,
+                )
                 .in_current_span(),
         );
         let running = Running {
@@ -773,14 +804,14 @@ impl Gateway {
                     while let Ok(msg) = running.rx.try_recv() {
                         notify(context, token.as_ref(), logs, msg).await;
                     }
-                    return Ok(match result {
-                        Ok(result) => result.into(),
-                        Err(e) => tool_error(&ToolError::transient(
+                    return match result {
+                        Ok(result) => result,
+                        Err(e) => Ok(tool_error(&ToolError::transient(
                             "internal",
                             format!("the call failed: {e}"),
                         ))
-                        .into(),
-                    });
+                        .into()),
+                    };
                 }
             }
         }
@@ -929,7 +960,7 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 /// (aborted when dropped: its upstream session is then closed), with what its
 /// upstream sends meanwhile.
 struct Running {
-    task: tokio_util::task::AbortOnDropHandle<CallToolResult>,
+    task: tokio_util::task::AbortOnDropHandle<Result<CallToolResponse, ErrorData>>,
     rx: tokio::sync::mpsc::Receiver<trawl_tools::forward::Forwarded>,
     tool: String,
     caller: String,
@@ -960,9 +991,59 @@ const INPUT_KEY: &str = "upstream";
 /// [`FORWARDED_TIMEOUT`] is dropped (its upstream gets no answer, its session
 /// is closed). Kept in this process: a client behind a load balancer needs
 /// affinity for its retry.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Parked {
     calls: Arc<Mutex<HashMap<String, Waiting>>>,
+    /// Seals the `requestState` of relayed calls (see [`Parked::relay_out`]).
+    sealer: Arc<rmcp::model::RequestStateCodec>,
+}
+
+impl Default for Parked {
+    fn default() -> Parked {
+        use ring::rand::SecureRandom as _;
+        let mut key = [0u8; 32];
+        if ring::rand::SystemRandom::new().fill(&mut key).is_err() {
+            tracing::error!("no system randomness: requestState keys are weaker");
+            for chunk in key.chunks_mut(8) {
+                chunk.copy_from_slice(&fastrand::u64(..).to_le_bytes());
+            }
+        }
+        let sealer = match rmcp::model::RequestStateCodec::try_new(key.to_vec()) {
+            Ok(s) => s,
+            Err(_) => unreachable!("the codec refuses only keys shorter than 32 bytes"),
+        };
+        Parked {
+            calls: Arc::default(),
+            sealer: Arc::new(sealer),
+        }
+    }
+}
+
+/// What a relayed call's sealed `requestState` is bound to: the caller and the
+/// tool (lengths first, so that no two pairs read the same).
+fn binding(tool: &str, caller: &str) -> Vec<u8> {
+    format!("{}:{}:{caller}{tool}", caller.len(), tool.len()).into_bytes()
+}
+
+/// The `_meta` of a relayed call upstream: the client's protocol version,
+/// declared capabilities, name and log level, nothing else of its request
+/// (its progress token is the gateway's to map).
+fn relayed_meta(context: &RequestContext<RoleServer>) -> rmcp::model::RequestMetaObject {
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.set_protocol_version(
+        context
+            .meta
+            .protocol_version()
+            .unwrap_or(rmcp::model::ProtocolVersion::V_2026_07_28),
+    );
+    meta.set_client_capabilities(context.client_capabilities().unwrap_or_default());
+    if let Some(info) = context.meta.client_info() {
+        meta.set_client_info(info);
+    }
+    if let Some(level) = context.meta.log_level() {
+        meta.set_log_level(level);
+    }
+    meta
 }
 
 /// A parked call: since when, the call, what it waits for.
@@ -971,6 +1052,42 @@ type Waiting = (Instant, Running, Awaited);
 impl Parked {
     fn calls(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A relayed call's upstream `InputRequiredResult` as its client gets it:
+    /// the upstream's own `requestState` sealed (HMAC) with the caller and the
+    /// tool, so that no other caller and no other tool can retry with it, and
+    /// good for [`FORWARDED_TIMEOUT`]. Nothing is kept here between rounds.
+    fn relay_out(
+        &self,
+        mut r: rmcp::model::InputRequiredResult,
+        tool: &str,
+        caller: &str,
+    ) -> rmcp::model::InputRequiredResult {
+        let payload = match &r.request_state {
+            Some(s) => format!("1{s}"),
+            None => "0".to_owned(),
+        };
+        let bound = binding(tool, caller);
+        let options = rmcp::model::SealOptions::new()
+            .associated_data(&bound)
+            .ttl(FORWARDED_TIMEOUT);
+        r.request_state = Some(self.sealer.seal_with(payload.as_bytes(), &options));
+        r
+    }
+
+    /// The upstream's `requestState` in a state [`Self::relay_out`] sealed for
+    /// this caller and tool (`Some(None)`: the upstream gave none); `None`: not
+    /// such a state (another's, expired, tampered with, or a parked call's).
+    #[allow(clippy::option_option)]
+    fn relay_in(&self, state: &str, tool: &str, caller: &str) -> Option<Option<String>> {
+        let opened = self.sealer.open_with(state, &binding(tool, caller)).ok()?;
+        let text = String::from_utf8(opened).ok()?;
+        match text.split_at_checked(1)? {
+            ("1", upstream) => Some(Some(upstream.to_owned())),
+            ("0", "") => Some(None),
+            _ => None,
+        }
     }
 
     /// Parks `running` until its client answers `awaited`: the client's
@@ -1271,11 +1388,47 @@ impl ServerHandler for Gateway {
         let caller = need(&context, SCOPE_TOOLS)?;
         self.declared("prompts/get", |e| e.prompts)?;
         let started = Instant::now();
+        let listed = request.name.clone();
         let (server, name) = self.prompt_owner(&request.name).await?;
         let up = self.connection(&server)?;
         request.name = name;
         let what = format!("{server}.prompts/get:{}", request.name);
-        let result = bounded(&up, up.peer().get_prompt(request)).await;
+        // A 2026-07-28 client's request goes upstream as one, so that the
+        // upstream may ask for input (see `trawl_tools::forward::Relay`); a
+        // retry's sealed requestState is opened first.
+        let relayed = is_modern(&context) && up.relays();
+        if relayed {
+            let upstream_state = match &request.request_state {
+                Some(handle) => self
+                    .parked
+                    .relay_in(handle, &listed, &caller.label)
+                    .ok_or_else(|| {
+                        ErrorData::invalid_params(
+                            "requestState is not one this gateway gave this caller for this \
+                             prompt (unknown, expired or tampered with)",
+                            None,
+                        )
+                    })?,
+                None => None,
+            };
+            request.meta = Some(relayed_meta(&context));
+            request.request_state = upstream_state;
+        } else {
+            request.meta = None;
+            request.input_responses = None;
+            request.request_state = None;
+        }
+        let mut result = bounded(&up, up.peer().get_prompt_once(request.clone())).await;
+        if relayed
+            && let Err(e) = &result
+            && e.code == rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        {
+            up.refuse_relay();
+            request.meta = None;
+            request.input_responses = None;
+            request.request_state = None;
+            result = bounded(&up, up.peer().get_prompt_once(request)).await;
+        }
         self.audit_forwarded(
             what,
             "",
@@ -1284,9 +1437,25 @@ impl ServerHandler for Gateway {
             result.as_ref().err().map(|e| e.message.to_string()),
         )
         .await;
-        let mut result = result?;
-        complete(&mut result.result_type);
-        Ok(result.into())
+        Ok(match result? {
+            rmcp::model::GetPromptResponse::Complete(mut r) => {
+                complete(&mut r.result_type);
+                r.into()
+            }
+            rmcp::model::GetPromptResponse::InputRequired(r) => {
+                rmcp::model::GetPromptResponse::InputRequired(self.parked.relay_out(
+                    r,
+                    &listed,
+                    &caller.label,
+                ))
+            }
+            _ => {
+                return Err(ErrorData::internal_error(
+                    format!("upstream {server}: an answer to prompts/get of an unknown kind"),
+                    None,
+                ));
+            }
+        })
     }
 
     async fn list_resources(
@@ -1503,8 +1672,15 @@ impl ServerHandler for Gateway {
                 None,
             ));
         }
-        // A 2026-07-28 client's retry with the input its call asked for.
-        if let Some(handle) = &request.request_state {
+        // A 2026-07-28 client's retry with the input its call asked for: of a
+        // relayed call (its upstream asked), a new call carrying the answer;
+        // of a parked one (asked mid-call), the call resumed.
+        let mut upstream_state = None;
+        if let Some(handle) = &request.request_state
+            && let Some(state) = self.parked.relay_in(handle, &tool, &caller.label)
+        {
+            upstream_state = state;
+        } else if let Some(handle) = &request.request_state {
             let resumed = self.parked.resume(
                 handle,
                 &tool,
@@ -1516,6 +1692,11 @@ impl ServerHandler for Gateway {
                 Err((running, awaited)) => Ok(self.parked.park(running, awaited)),
             };
         }
+        let relay = is_modern(&context).then(|| trawl_tools::forward::Relay {
+            meta: relayed_meta(&context),
+            input_responses: request.input_responses.clone(),
+            request_state: upstream_state,
+        });
         let call = {
             let (gateway, layer, tool, caller) =
                 (self.clone(), layer.clone(), tool.clone(), caller.clone());
@@ -1525,7 +1706,7 @@ impl ServerHandler for Gateway {
                     .await
             }
         };
-        self.forwarding(&context, call, &tool, &caller).await
+        self.forwarding(&context, call, &tool, &caller, relay).await
     }
 }
 

@@ -301,6 +301,8 @@ struct ServerFile {
     timeout: Option<String>,
     /// Sessions for calls from MCP clients, one call each at a time.
     sessions: Option<usize>,
+    #[serde(default = "yes")]
+    relay: bool,
     /// trawl's own OAuth credential for an HTTP server.
     auth: Option<AuthFile>,
     /// What `/mcp` shows of this server besides its namespaced tools.
@@ -404,6 +406,10 @@ fn allow() -> Access {
 pub const RESULT_MAX_BYTES: usize = 256 * 1024;
 /// The default per-request timeout of an upstream server.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+fn yes() -> bool {
+    true
+}
+
 /// The default bound on an upstream server's sessions for calls from MCP
 /// clients (see [`crate::forward`]).
 pub const UPSTREAM_SESSIONS: usize = 8;
@@ -568,6 +574,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
             transport,
             timeout,
             sessions,
+            relay: s.relay,
             vault: None,
             list_changed: None,
         },

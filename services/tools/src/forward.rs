@@ -79,6 +79,24 @@ pub struct Forwarder {
     /// the upstream as `logging/setLevel` on the call's session, so that the
     /// server does not produce what nobody reads.
     pub logs: Option<LoggingLevel>,
+    /// A 2026-07-28 client's call, passed upstream as one (see [`Relay`]).
+    pub relay: Option<Relay>,
+}
+
+/// A 2026-07-28 client's call passed upstream as a 2026-07-28 request: the
+/// client's protocol version and declared capabilities in its `_meta`, and the
+/// input (`inputResponses`, the upstream's own `requestState`) it answers an
+/// earlier `InputRequiredResult` with. An upstream that speaks 2026-07-28 then
+/// asks for input by answering `InputRequiredResult` itself, which the gateway
+/// hands back to the client (SEP-2322, request-scoped: nothing of the call
+/// stays behind in trawl or upstream between rounds). An upstream that refuses
+/// the version (-32022) is sent plain calls from then on; one that ignores it
+/// asks mid-call as before.
+#[derive(Clone, Debug, Default)]
+pub struct Relay {
+    pub meta: rmcp::model::RequestMetaObject,
+    pub input_responses: Option<rmcp::model::InputResponses>,
+    pub request_state: Option<String>,
 }
 
 tokio::task_local! {

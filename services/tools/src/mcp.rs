@@ -80,8 +80,8 @@ use std::time::Duration;
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ErrorCode, LoggingLevel,
-    PaginatedRequestParams, ServerResult, SetLevelRequestParams,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientRequest, ErrorCode,
+    LoggingLevel, PaginatedRequestParams, ServerResult, SetLevelRequestParams,
 };
 use rmcp::service::PeerRequestOptions;
 
@@ -171,6 +171,12 @@ pub struct UpstreamConfig {
     /// At most this many sessions run calls from MCP clients at once, one call
     /// each (see [`crate::forward`]); for stdio, a process each.
     pub sessions: usize,
+    /// Whether a 2026-07-28 client's request goes to this server as a
+    /// 2026-07-28 request, which the server may answer `InputRequiredResult`
+    /// (see [`crate::forward::Relay`]); off (config `relay: false`), as a plain
+    /// call, during which the server asks for input mid-call, as a 2025-11-25
+    /// server does, and the gateway asks the client.
+    pub relay: bool,
     /// Where `auth: login` grants are kept (set by the binary).
     pub vault: Option<std::sync::Arc<crate::auth::Vault>>,
     /// Woken when the server says its tool list changed
@@ -206,6 +212,11 @@ pub enum UpstreamError {
     Closed { server: String, reason: String },
 }
 
+/// The [`ToolError`] code of an upstream's MissingRequiredClientCapabilityError
+/// (-32021) to a relayed request; the error's message is the JSON of the
+/// capabilities it needs.
+pub const MISSING_CLIENT_CAPABILITY: &str = "missing_client_capability";
+
 /// A connected upstream MCP server: its main session, which lists the tools
 /// and runs the calls that forward nothing, and a bounded pool of sessions
 /// leased one call at a time to calls that forward (see [`crate::forward`]).
@@ -213,6 +224,9 @@ pub struct Upstream {
     cfg: UpstreamConfig,
     main: Session,
     pool: SessionPool,
+    /// The server refused a 2026-07-28 request's version (-32022): calls are
+    /// no longer [relayed](crate::forward::Relay) as such.
+    no_relay: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Upstream {
@@ -365,6 +379,7 @@ impl Upstream {
                 idle: Mutex::new(Vec::new()),
                 slots: tokio::sync::Semaphore::new(cfg.sessions.max(1)),
             },
+            no_relay: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -448,6 +463,16 @@ impl Upstream {
                 };
                 let level = forwarder.logs.unwrap_or(LoggingLevel::Emergency);
                 session.set_level(level, self.cfg.timeout).await;
+                let params = match forwarder.relay {
+                    Some(relay) if self.relays() => {
+                        let mut p = params;
+                        p.meta = Some(relay.meta);
+                        p.input_responses = relay.input_responses;
+                        p.request_state = relay.request_state;
+                        p
+                    }
+                    _ => params,
+                };
                 let hold = session.holder().hold(forwarder.to);
                 let result = self.call_on(session, tool, params).await;
                 drop(hold);
@@ -455,12 +480,36 @@ impl Upstream {
                 // leaves its session clean; any other end closes it.
                 let answered = match &result {
                     Ok(_) => true,
-                    Err(e) => e.code == "upstream_error",
+                    Err(e) => e.code == "upstream_error" || e.code == MISSING_CLIENT_CAPABILITY,
                 };
                 if answered {
                     lease.give_back();
                 }
                 result?
+            }
+        };
+        let result = match result {
+            CallToolResponse::Complete(r) => r,
+            // Asked of the client by the gateway, as it is.
+            CallToolResponse::InputRequired(r) => {
+                return serde_json::to_value(&r).map_err(|e| {
+                    ToolError::permanent(
+                        "upstream_protocol",
+                        format!(
+                            "{}: {tool} asked for input unreadably: {e}",
+                            self.cfg.server
+                        ),
+                    )
+                });
+            }
+            _ => {
+                return Err(ToolError::permanent(
+                    "upstream_protocol",
+                    format!(
+                        "{}: {tool} answered with a task, which trawl does not ask for",
+                        self.cfg.server
+                    ),
+                ));
             }
         };
         let failed = result.is_error == Some(true);
@@ -479,17 +528,19 @@ impl Upstream {
         Ok(json)
     }
 
-    /// One `tools/call` on `session`. One round: a server that asks for input
-    /// mid-call (SEP-2322) gets `UnexpectedResponse`, as trawl has no user to
-    /// ask. The request carries the timeout, so rmcp sends
-    /// `notifications/cancelled` upstream when it runs out.
+    /// One `tools/call` on `session`, one round. An `InputRequiredResult`
+    /// (SEP-2322) is an answer only to a [relayed](crate::forward::Relay)
+    /// call, whose client can give the input. The request carries the
+    /// timeout, so rmcp sends `notifications/cancelled` upstream when it runs
+    /// out.
     async fn call_on(
         &self,
         session: &Session,
         tool: &str,
         params: CallToolRequestParams,
-    ) -> Result<CallToolResult, ToolError> {
-        let made = async {
+    ) -> Result<CallToolResponse, ToolError> {
+        let relayed = params.meta.is_some();
+        let send = |params: CallToolRequestParams| async move {
             let mut options = PeerRequestOptions::no_options();
             options.timeout = Some(self.cfg.timeout);
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -499,8 +550,26 @@ impl Upstream {
                 .send_request_with_option(request, options)
                 .await?;
             match handle.await_response().await? {
-                ServerResult::CallToolResult(r) => Ok(r),
+                ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+                ServerResult::InputRequiredResult(r) if relayed => {
+                    Ok(CallToolResponse::InputRequired(r))
+                }
                 _ => Err(ServiceError::UnexpectedResponse),
+            }
+        };
+        let made = async {
+            match send(params.clone()).await {
+                Err(ServiceError::McpError(e))
+                    if relayed && e.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION =>
+                {
+                    self.refuse_relay();
+                    let mut plain = params;
+                    plain.meta = None;
+                    plain.input_responses = None;
+                    plain.request_state = None;
+                    send(plain).await
+                }
+                other => other,
             }
         };
         // A backstop: the request's own timeout ends it first.
@@ -576,6 +645,19 @@ impl Upstream {
         self.main.service.peer().clone()
     }
 
+    /// Whether a 2026-07-28 client's request is passed to this server as one
+    /// (see [`crate::forward::Relay`]): until it refuses the version.
+    pub fn relays(&self) -> bool {
+        self.cfg.relay && !self.no_relay.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The server refused a relayed request's version (-32022): requests are
+    /// passed plain from now on.
+    pub fn refuse_relay(&self) {
+        self.no_relay
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The per-request timeout of this server.
     pub fn timeout(&self) -> Duration {
         self.cfg.timeout
@@ -637,6 +719,20 @@ impl Upstream {
     fn call_error(&self, tool: &str, e: ServiceError) -> ToolError {
         let server = &self.cfg.server;
         match e {
+            // A relayed request that needs what its client did not declare:
+            // the message is the JSON of the capabilities it needs, for the
+            // gateway to tell the client.
+            ServiceError::McpError(err)
+                if err.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
+                let required = err
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("requiredCapabilities"))
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({}));
+                ToolError::permanent(MISSING_CLIENT_CAPABILITY, required.to_string())
+            }
             ServiceError::McpError(err) => {
                 let message = format!("{}: {}", err.code.0, err.message);
                 if err.code == ErrorCode::INTERNAL_ERROR || err.code == ErrorCode(-32001) {

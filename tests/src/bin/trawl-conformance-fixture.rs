@@ -35,6 +35,12 @@
 //!   must answer a 2026-07-28 request that did not declare sampling with
 //!   MissingRequiredClientCapabilityError, never send a 2026-07-28 client a
 //!   request on its stream, and pass no log message without a requested level;
+//! - the `test_input_required_result_*` tools and the prompt
+//!   `test_input_required_result_prompt` (`input-required-result-*`): each
+//!   asks by answering `InputRequiredResult` (2026-07-28, SEP-2322), with a
+//!   `requestState` sealed by a key every fixture process shares, and
+//!   completes on the retry that carries the answers; through the gateway, they
+//!   test that a 2026-07-28 request is relayed upstream as one;
 //! - `test_trigger_tool_change` (`server-stateless`): takes
 //!   `test_toggled_tool` off the list or puts it back, and sends
 //!   `notifications/tools/list_changed`; with `TRAWL_FIXTURE_TOOLS_STATE`
@@ -208,6 +214,46 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_logging_tool",
             "Sends three info log notifications while it runs",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_elicitation",
+            "Asks the user's name (user_name, elicitation) and greets them",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_sampling",
+            "Asks the client's LLM for the capital of France",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_list_roots",
+            "Asks the client for its roots",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_request_state",
+            "Asks for a confirmation under a sealed requestState",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_multiple_inputs",
+            "Asks for a name, a greeting and the roots at once",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_multi_round",
+            "Asks for a name, then a colour, in two rounds",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_tampered_state",
+            "Asks for a confirmation and refuses a requestState that is not its own",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_input_required_result_capabilities",
+            "Asks for what the request's declared capabilities allow",
             no_arguments(),
         ),
         Tool::new(
@@ -473,6 +519,50 @@ impl Fixture {
     }
 }
 
+/// `test_missing_capability`: asks the client's LLM whatever the request
+/// declared, as a 2025-11-25 server does; a gateway must refuse for a client
+/// that did not declare sampling.
+#[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
+async fn sample_regardless(cx: &RequestContext<RoleServer>) -> Result<(), String> {
+    use rmcp::model::{CreateMessageRequestParams, SamplingMessage};
+    let params =
+        CreateMessageRequestParams::new(vec![SamplingMessage::user_text("Say hello")], 100);
+    cx.peer
+        .create_message(params)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("sampling/createMessage failed: {e}"))
+}
+
+/// A 2026-07-28 request (one that names its version in `_meta`) that did not
+/// declare `capability`: MissingRequiredClientCapabilityError (-32021).
+#[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
+fn requires(cx: &RequestContext<RoleServer>, capability: &str) -> Result<(), ErrorData> {
+    if cx.meta.protocol_version().is_none() {
+        return Ok(());
+    }
+    let declared = cx.client_capabilities().unwrap_or_default();
+    let (has, needed) = match capability {
+        "sampling" => (
+            declared.sampling.is_some(),
+            rmcp::model::ClientCapabilities::builder()
+                .enable_sampling()
+                .build(),
+        ),
+        _ => (
+            declared.elicitation.is_some(),
+            rmcp::model::ClientCapabilities::builder()
+                .enable_elicitation()
+                .build(),
+        ),
+    };
+    if has {
+        Ok(())
+    } else {
+        Err(ErrorData::missing_required_client_capability(needed))
+    }
+}
+
 /// Sends `sampling/createMessage` with `prompt` to the client: the text of its
 /// answer, or the text of a tool error.
 #[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
@@ -504,6 +594,229 @@ fn string_arg<'a>(args: &'a JsonObject, name: &str) -> Result<&'a str, ErrorData
     args.get(name).and_then(Value::as_str).ok_or_else(|| {
         ErrorData::invalid_params(format!("argument {name} (string) is required"), None)
     })
+}
+
+/// The key the fixture seals its `requestState` with. Every process of the
+/// fixture shares it: a gateway may send the rounds of one call to different
+/// upstream sessions.
+const STATE_KEY: &[u8] = b"trawl-conformance-fixture-request-state-key";
+
+fn codec() -> Result<rmcp::model::RequestStateCodec, ErrorData> {
+    rmcp::model::RequestStateCodec::try_new(STATE_KEY.to_vec())
+        .map_err(|e| ErrorData::internal_error(format!("requestState key: {e}"), None))
+}
+
+/// `method` and `params` as an input request of an `InputRequiredResult`.
+fn input_request(method: &str, params: Value) -> Result<rmcp::model::InputRequest, ErrorData> {
+    serde_json::from_value(json!({"method": method, "params": params}))
+        .map_err(|e| ErrorData::internal_error(format!("input request {method}: {e}"), None))
+}
+
+fn elicit_request(
+    message: &str,
+    field: &str,
+    kind: &str,
+) -> Result<rmcp::model::InputRequest, ErrorData> {
+    input_request(
+        "elicitation/create",
+        json!({"message": message, "requestedSchema": {"type": "object",
+            "properties": {field: {"type": kind}}, "required": [field]}}),
+    )
+}
+
+fn sampling_request(text: &str, max_tokens: u32) -> Result<rmcp::model::InputRequest, ErrorData> {
+    input_request(
+        "sampling/createMessage",
+        json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+            "maxTokens": max_tokens}),
+    )
+}
+
+fn roots_request() -> Result<rmcp::model::InputRequest, ErrorData> {
+    input_request("roots/list", json!({}))
+}
+
+/// Asks for `requests`, under `state` (sealed) when given.
+fn ask(
+    requests: Vec<(&str, rmcp::model::InputRequest)>,
+    state: Option<&str>,
+) -> Result<CallToolResponse, ErrorData> {
+    let requests = requests
+        .into_iter()
+        .map(|(k, r)| (k.to_owned(), r))
+        .collect();
+    let sealed = match state {
+        Some(s) => Some(codec()?.seal(s.as_bytes())),
+        None => None,
+    };
+    Ok(CallToolResponse::InputRequired(
+        rmcp::model::InputRequiredResult::new(Some(requests), sealed),
+    ))
+}
+
+/// The payload of a `requestState` the fixture sealed; an error for any other.
+fn opened(state: Option<&str>) -> Result<String, ErrorData> {
+    let refused = || ErrorData::invalid_params("requestState integrity check failed", None);
+    let state = state.ok_or_else(refused)?;
+    let payload = codec()?.open(state).map_err(|_| refused())?;
+    String::from_utf8(payload).map_err(|_| refused())
+}
+
+/// The accepted content's `field` of an elicitation answer under `key`.
+fn accepted<'a>(
+    responses: Option<&'a rmcp::model::InputResponses>,
+    key: &str,
+    field: &str,
+) -> Option<&'a str> {
+    let r = responses?.get(key)?;
+    (r.get("action")? == "accept").then_some(())?;
+    r.get("content")?.get(field)?.as_str()
+}
+
+/// The `test_input_required_result_*` tools (SEP-2322, the alpha suite's
+/// `input-required-result-*` scenarios): each asks by answering
+/// `InputRequiredResult` and completes on the retry that carries the answers.
+fn input_required_tool(
+    name: &str,
+    responses: &Option<rmcp::model::InputResponses>,
+    state: Option<&str>,
+    cx: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
+    let responses = responses.as_ref();
+    let has = |key: &str| responses.is_some_and(|r| r.contains_key(key));
+    match name {
+        "test_input_required_result_elicitation" => {
+            if let Some(name) = accepted(responses, "user_name", "name") {
+                return Ok(text_result(format!("Hello, {name}!")));
+            }
+            // No answer, or one that is not an accepted elicitation with a
+            // name: asked again (SEP-2322).
+            ask(
+                vec![(
+                    "user_name",
+                    elicit_request("What is your name?", "name", "string")?,
+                )],
+                None,
+            )
+        }
+        "test_input_required_result_sampling" => {
+            if has("capital_question") {
+                return Ok(text_result("The model answered"));
+            }
+            ask(
+                vec![(
+                    "capital_question",
+                    sampling_request("What is the capital of France?", 100)?,
+                )],
+                None,
+            )
+        }
+        "test_input_required_result_list_roots" => {
+            if let Some(r) = responses.and_then(|r| r.get("client_roots")) {
+                let n = r.get("roots").and_then(Value::as_array).map_or(0, Vec::len);
+                return Ok(text_result(format!("The client has {n} roots")));
+            }
+            ask(vec![("client_roots", roots_request()?)], None)
+        }
+        "test_input_required_result_request_state"
+        | "test_input_required_result_tampered_state" => {
+            if state.is_some() || has("confirm") {
+                let payload = opened(state)?;
+                if payload != name || !has("confirm") {
+                    return Err(ErrorData::invalid_params(
+                        "requestState integrity check failed",
+                        None,
+                    ));
+                }
+                return Ok(text_result("state-ok: requestState validated"));
+            }
+            let confirm = elicit_request("Please confirm", "ok", "boolean")?;
+            ask(vec![("confirm", confirm)], Some(name))
+        }
+        "test_input_required_result_multiple_inputs" => {
+            if state.is_some() {
+                let payload = opened(state)?;
+                if payload == name
+                    && ["user_name", "greeting", "client_roots"]
+                        .iter()
+                        .all(|k| has(k))
+                {
+                    return Ok(text_result("All three answered"));
+                }
+                return Err(ErrorData::invalid_params("not every input was given", None));
+            }
+            ask(
+                vec![
+                    (
+                        "user_name",
+                        elicit_request("What is your name?", "name", "string")?,
+                    ),
+                    ("greeting", sampling_request("Generate a greeting", 50)?),
+                    ("client_roots", roots_request()?),
+                ],
+                Some(name),
+            )
+        }
+        "test_input_required_result_multi_round" => match state
+            .map(|_| opened(state))
+            .transpose()?
+        {
+            None => ask(
+                vec![(
+                    "step1",
+                    elicit_request("Step 1: What is your name?", "name", "string")?,
+                )],
+                Some("round1"),
+            ),
+            Some(round) if round == "round1" => {
+                let who = accepted(responses, "step1", "name")
+                    .ok_or_else(|| ErrorData::invalid_params("step1 is not answered", None))?;
+                ask(
+                    vec![(
+                        "step2",
+                        elicit_request("Step 2: What is your favorite color?", "color", "string")?,
+                    )],
+                    Some(&format!("round2:{who}")),
+                )
+            }
+            Some(round) => {
+                let who = round.strip_prefix("round2:").ok_or_else(|| {
+                    ErrorData::invalid_params("requestState integrity check failed", None)
+                })?;
+                let colour = accepted(responses, "step2", "color")
+                    .ok_or_else(|| ErrorData::invalid_params("step2 is not answered", None))?;
+                Ok(text_result(format!("{who} likes {colour}")))
+            }
+        },
+        "test_input_required_result_capabilities" => {
+            if responses.is_some_and(|r| !r.is_empty()) {
+                return Ok(text_result("Answered with what the client can give"));
+            }
+            let declared = cx.client_capabilities().unwrap_or_default();
+            let mut requests = Vec::new();
+            if declared.elicitation.is_some() {
+                requests.push((
+                    "user_input",
+                    elicit_request("What is your name?", "name", "string")?,
+                ));
+            }
+            #[allow(deprecated)] // Sampling: deprecated by SEP-2577, still tested.
+            if declared.sampling.is_some() {
+                requests.push(("sample_input", sampling_request("Say hello", 50)?));
+            }
+            if declared.roots.is_some() {
+                requests.push(("client_roots", roots_request()?));
+            }
+            if requests.is_empty() {
+                return Ok(text_result("The client can give nothing: nothing asked"));
+            }
+            ask(requests, None)
+        }
+        _ => Err(ErrorData::invalid_params(
+            format!("no tool named {name}"),
+            None,
+        )),
+    }
 }
 
 /// The `{id}` of `test://template/{id}/data`.
@@ -610,11 +923,23 @@ impl ServerHandler for Fixture {
                 }
             }
             "test_toggled_tool" => text_result("still here"),
-            "test_missing_capability" => match sample(&cx, "Say hello").await {
-                Ok(_) => text_result("Success"),
+            name if name.starts_with("test_input_required_result_") => input_required_tool(
+                name,
+                &request.input_responses,
+                request.request_state.as_deref(),
+                &cx,
+            )?,
+            // Asks whatever the request declared, as a 2025-11-25 server does:
+            // the gateway must refuse for a client that did not declare it.
+            "test_missing_capability" => match requires(&cx, "sampling")
+                .map(|()| sample_regardless(&cx))?
+                .await
+            {
+                Ok(()) => text_result("Success"),
                 Err(e) => error_result(e),
             },
             "test_streaming_elicitation" => {
+                requires(&cx, "elicitation")?;
                 match elicit(&cx, "What is your name?", user_schema()).await {
                     Ok(answer) => text_result(format!("User response: {}", describe(&answer))),
                     Err(e) => error_result(e),
@@ -630,8 +955,12 @@ impl ServerHandler for Fixture {
                 text_result(name.unwrap_or_else(|| "none".into()))
             }
             "test_tool_with_progress" => self.progress_tool(&cx).await,
-            "test_sampling" => self.sampling_tool(&args, &cx).await?,
+            "test_sampling" => {
+                requires(&cx, "sampling")?;
+                self.sampling_tool(&args, &cx).await?
+            }
             "test_elicitation" => {
+                requires(&cx, "elicitation")?;
                 let message = string_arg(&args, "message")?;
                 match elicit(&cx, message, user_schema()).await {
                     Ok(answer) => text_result(format!("User response: {}", describe(&answer))),
@@ -791,6 +1120,11 @@ impl ServerHandler for Fixture {
                 Some("A prompt that shows an image"),
                 None,
             ),
+            Prompt::new(
+                "test_input_required_result_prompt",
+                Some("Asks the user for the context it is written for"),
+                None,
+            ),
         ]))
     }
 
@@ -832,6 +1166,21 @@ impl ServerHandler for Fixture {
                 PromptMessage::new(Role::User, ContentBlock::image(PNG, "image/png")),
                 PromptMessage::new_text(Role::User, "Please analyze the image above."),
             ],
+            "test_input_required_result_prompt" => {
+                let responses = request.input_responses.as_ref();
+                let Some(context) = accepted(responses, "user_context", "context") else {
+                    let asked =
+                        elicit_request("What context should the prompt use?", "context", "string")?;
+                    let requests = std::iter::once(("user_context".to_owned(), asked)).collect();
+                    return Ok(GetPromptResponse::InputRequired(
+                        rmcp::model::InputRequiredResult::new(Some(requests), None),
+                    ));
+                };
+                vec![PromptMessage::new_text(
+                    Role::User,
+                    format!("Prompt with context: {context}"),
+                )]
+            }
             name => {
                 return Err(ErrorData::invalid_params(
                     format!("unknown prompt {name}"),
