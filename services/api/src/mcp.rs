@@ -1019,6 +1019,18 @@ impl Default for Parked {
     }
 }
 
+/// 128 bits from the system's random source, as hex: a parked call's handle.
+fn random_handle() -> String {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 16];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        tracing::error!("no system randomness: a parked call's handle is weaker");
+        bytes[..8].copy_from_slice(&fastrand::u64(..).to_le_bytes());
+        bytes[8..].copy_from_slice(&fastrand::u64(..).to_le_bytes());
+    }
+    hex::encode(bytes)
+}
+
 /// What a relayed call's sealed `requestState` is bound to: the caller and the
 /// tool (lengths first, so that no two pairs read the same).
 fn binding(tool: &str, caller: &str) -> Vec<u8> {
@@ -1103,7 +1115,7 @@ impl Parked {
                 InputRequest::Elicitation(ElicitRequest::new(params.clone()))
             }
         };
-        let handle = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let handle = random_handle();
         let mut calls = self.calls();
         calls.retain(|_, (at, ..)| at.elapsed() < FORWARDED_TIMEOUT);
         calls.insert(handle.clone(), (Instant::now(), running, awaited));

@@ -794,27 +794,42 @@ impl Command {
     }
 }
 
-/// One root token, fired by SIGINT or SIGTERM.
+/// One root token, fired by SIGINT or SIGTERM. The handlers are installed
+/// before this returns (not when a spawned task first runs), so a signal that
+/// comes right after, as soon as the first progress line is out, is not taken
+/// by the default disposition and kill the process without a summary.
 fn shutdown_token() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
-    tokio::spawn(async move {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
+    #[cfg(unix)]
+    let wait = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).ok();
+        let mut term = signal(SignalKind::terminate()).ok();
+        async move {
+            let one = |s: &mut Option<tokio::signal::unix::Signal>| {
+                let s = s.take();
+                async move {
+                    match s {
+                        Some(mut s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
                 }
-                Err(_) => std::future::pending::<()>().await,
+            };
+            tokio::select! {
+                () = one(&mut int) => {}
+                () = one(&mut term) => {}
             }
-        };
-        #[cfg(not(unix))]
-        let term = std::future::pending::<()>();
-        tokio::select! {
-            _ = ctrl_c => {}
-            () = term => {}
         }
+    };
+    #[cfg(not(unix))]
+    let wait = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    tokio::spawn(async move {
+        wait.await;
         eprintln!("stopping: finishing slices in flight");
         t.cancel();
     });
