@@ -865,3 +865,113 @@ async fn a_relayed_upstream_asks_for_input_and_its_state_is_sealed() {
         "state-ok: requestState validated"
     );
 }
+
+/// A server configured `roots: forward` that asks for roots during a call gets
+/// the roots of the client that made the call, when it declared roots: a
+/// 2025-11-25 client is asked on its call's stream, a 2026-07-28 one by
+/// `InputRequiredResult`; a client that did not declare roots is never asked.
+/// By default no server gets a caller's roots: `roots/list` is refused without
+/// asking anyone, and a relayed request's capabilities leave roots out.
+#[tokio::test]
+async fn roots_are_asked_of_the_calling_client_only_and_only_where_forwarded() {
+    trawl_brightdata::ensure_crypto_provider();
+    let gateway =
+        open_gateway("    expose: {bare_names: true}\n    relay: false\n    roots: forward\n")
+            .await;
+    let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+    let http = client(Duration::from_secs(30));
+
+    let with_roots = open_session(&http, &url, json!({"roots": {}})).await;
+    let without = open_session(&http, &url, json!({})).await;
+    let got = call_answering(&http, &url, &with_roots, "test_roots", json!({}), |m| {
+        assert_eq!(m["method"], "roots/list", "{m}");
+        json!({"roots": [{"uri": "file:///work/a", "name": "a"}]})
+    })
+    .await;
+    let answer = got.last().unwrap();
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "Roots: file:///work/a",
+        "{got:?}\n{}",
+        gateway.dev.log()
+    );
+    let got = call_answering(&http, &url, &without, "test_roots", json!({}), |m| {
+        panic!("a client that did not declare roots was asked: {m}")
+    })
+    .await;
+    let answer = got.last().unwrap();
+    assert_eq!(answer["result"]["isError"], true, "{got:?}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("did not declare the roots capability"),
+        "{text}"
+    );
+
+    // 2026-07-28: asked by InputRequiredResult, answered by the retry.
+    let caps = json!({"io.modelcontextprotocol/clientCapabilities": {"roots": {}}});
+    let got = call_modern(&http, &url, "test_roots", json!({}), caps.clone()).await;
+    let first = got.last().unwrap();
+    assert_eq!(first["result"]["resultType"], "input_required", "{got:?}");
+    assert_eq!(
+        first["result"]["inputRequests"]["upstream"]["method"],
+        "roots/list"
+    );
+    let state = first["result"]["requestState"].clone();
+    let got = call_modern_with(
+        &http,
+        &url,
+        "test_roots",
+        json!({}),
+        caps.clone(),
+        json!({"requestState": state,
+            "inputResponses": {"upstream": {"roots": [{"uri": "file:///work/b"}]}}}),
+    )
+    .await;
+    let done = got.last().unwrap();
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Roots: file:///work/b",
+        "{got:?}"
+    );
+    // Undeclared: the gateway says which capability the call needs.
+    let got = call_modern(&http, &url, "test_roots", json!({}), json!({})).await;
+    let refused = got.last().unwrap();
+    assert_eq!(refused["error"]["code"], -32021, "{got:?}");
+    assert!(refused["error"]["data"]["requiredCapabilities"]["roots"].is_object());
+    drop(gateway);
+
+    // The default: no server is given a caller's roots.
+    for relay in [false, true] {
+        let gateway = open_gateway(&format!(
+            "    expose: {{bare_names: true}}\n    relay: {relay}\n"
+        ))
+        .await;
+        let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+        let with_roots = open_session(&http, &url, json!({"roots": {}})).await;
+        let got = call_answering(&http, &url, &with_roots, "test_roots", json!({}), |m| {
+            panic!("roots were asked of a client for a server not given them: {m}")
+        })
+        .await;
+        let text = got.last().unwrap()["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(text.contains("does not give its callers' roots"), "{got:?}");
+        // A relayed request's capabilities reach the server without roots.
+        if relay {
+            let got = call_modern(
+                &http,
+                &url,
+                "test_input_required_result_capabilities",
+                json!({}),
+                caps.clone(),
+            )
+            .await;
+            let answer = got.last().unwrap();
+            assert_eq!(
+                answer["result"]["content"][0]["text"],
+                "The client can give nothing: nothing asked",
+                "{got:?}"
+            );
+        }
+    }
+}

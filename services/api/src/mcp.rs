@@ -701,7 +701,8 @@ impl Gateway {
             || token.is_some()
             || logs.is_some()
             || declared.sampling.is_some()
-            || declared.elicitation.is_some();
+            || declared.elicitation.is_some()
+            || declared.roots.is_some();
         if !receives {
             return call.await;
         }
@@ -792,6 +793,27 @@ impl Gateway {
                                 Ok(Ok(_)) => Err(ErrorData::internal_error("elicitation/create: unexpected answer", None)),
                                 Ok(Err(e)) => Err(client_failed(e)),
                                 Err(_) => Err(unanswered("elicitation/create")),
+                            };
+                            let _ = reply.send(answer);
+                        }));
+                    }
+                    Forwarded::Roots { reply } => {
+                        if declared.roots.is_none() {
+                            if modern {
+                                return Err(missing_capability(ClientCapabilities::builder().enable_roots().build()));
+                            }
+                            let _ = reply.send(Err(undeclared("roots")));
+                            continue;
+                        }
+                        if modern {
+                            return Ok(self.parked.park(running, Awaited::Roots(reply)));
+                        }
+                        let peer = context.peer.clone();
+                        answering.push(Box::pin(async move {
+                            let asked = peer.list_roots();
+                            let answer = match tokio::time::timeout(FORWARDED_TIMEOUT, asked).await {
+                                Ok(answer) => answer.map_err(client_failed),
+                                Err(_) => Err(unanswered("roots/list")),
                             };
                             let _ = reply.send(answer);
                         }));
@@ -977,6 +999,7 @@ enum Awaited {
         rmcp::model::ElicitRequestParams,
         tokio::sync::oneshot::Sender<Result<rmcp::model::ElicitResult, ErrorData>>,
     ),
+    Roots(tokio::sync::oneshot::Sender<Result<rmcp::model::ListRootsResult, ErrorData>>),
 }
 
 /// The key of the one input request of an `InputRequiredResult`.
@@ -1038,8 +1061,9 @@ fn binding(tool: &str, caller: &str) -> Vec<u8> {
 }
 
 /// The `_meta` of a relayed call upstream: the client's protocol version,
-/// declared capabilities, name and log level, nothing else of its request
-/// (its progress token is the gateway's to map).
+/// declared capabilities, name and log level, nothing else of its request (its
+/// progress token is the gateway's to map). Each upstream then takes out what
+/// it is not given (`Upstream::relayed_meta`).
 fn relayed_meta(context: &RequestContext<RoleServer>) -> rmcp::model::RequestMetaObject {
     let mut meta = rmcp::model::RequestMetaObject::default();
     meta.set_protocol_version(
@@ -1114,6 +1138,7 @@ impl Parked {
             Awaited::Elicitation(params, _) => {
                 InputRequest::Elicitation(ElicitRequest::new(params.clone()))
             }
+            Awaited::Roots(_) => InputRequest::ListRoots(rmcp::model::ListRootsRequest::default()),
         };
         let handle = random_handle();
         let mut calls = self.calls();
@@ -1183,6 +1208,13 @@ impl Parked {
                     bad("an elicitation result", e.to_string()),
                     Awaited::Elicitation(params, reply),
                 )),
+            },
+            (Some(v), Awaited::Roots(reply)) => match serde_json::from_value(v) {
+                Ok(result) => {
+                    let _ = reply.send(Ok(result));
+                    Ok(())
+                }
+                Err(e) => Err((bad("a roots result", e.to_string()), Awaited::Roots(reply))),
             },
         };
         match delivered {
@@ -1423,7 +1455,7 @@ impl ServerHandler for Gateway {
                     })?,
                 None => None,
             };
-            request.meta = Some(relayed_meta(&context));
+            request.meta = Some(up.relayed_meta(relayed_meta(&context)));
             request.request_state = upstream_state;
         } else {
             request.meta = None;
@@ -2421,7 +2453,7 @@ async fn notify(
                 let _ = context.peer.notify_logging_message(p).await;
             }
         }
-        Forwarded::Sampling { .. } | Forwarded::Elicitation { .. } => {}
+        Forwarded::Sampling { .. } | Forwarded::Elicitation { .. } | Forwarded::Roots { .. } => {}
     }
 }
 

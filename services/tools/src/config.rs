@@ -303,6 +303,8 @@ struct ServerFile {
     sessions: Option<usize>,
     #[serde(default = "yes")]
     relay: bool,
+    #[serde(default)]
+    roots: RootsPolicy,
     /// trawl's own OAuth credential for an HTTP server.
     auth: Option<AuthFile>,
     /// What `/mcp` shows of this server besides its namespaced tools.
@@ -408,6 +410,16 @@ pub const RESULT_MAX_BYTES: usize = 256 * 1024;
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 fn yes() -> bool {
     true
+}
+
+/// Whether a server is given its callers' roots (see
+/// [`UpstreamConfig::roots`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RootsPolicy {
+    #[default]
+    Refuse,
+    Forward,
 }
 
 /// The default bound on an upstream server's sessions for calls from MCP
@@ -575,6 +587,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
             timeout,
             sessions,
             relay: s.relay,
+            roots: s.roots == RootsPolicy::Forward,
             vault: None,
             list_changed: None,
         },

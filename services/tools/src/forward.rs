@@ -65,6 +65,10 @@ pub enum Forwarded {
         params: ElicitRequestParams,
         reply: oneshot::Sender<Result<ElicitResult, ErrorData>>,
     },
+    /// `roots/list`: answer on `reply`.
+    Roots {
+        reply: oneshot::Sender<Result<rmcp::model::ListRootsResult, ErrorData>>,
+    },
     /// `notifications/progress` (the caller puts its own client's token in).
     Progress(ProgressNotificationParam),
     /// `notifications/message`.
@@ -181,13 +185,16 @@ impl Holder {
     }
 }
 
-/// trawl's client side towards an upstream: it declares sampling and
-/// elicitation, and forwards them to the call holding the session.
+/// trawl's client side towards an upstream: it declares sampling,
+/// elicitation and roots, and forwards them to the call holding the session.
 #[derive(Clone)]
 pub(crate) struct UpstreamHandler {
     pub(crate) holder: Holder,
     /// Woken by the server's `notifications/tools/list_changed`.
     pub(crate) list_changed: Option<Arc<tokio::sync::Notify>>,
+    /// The server is given its callers' roots (see
+    /// [`crate::mcp::UpstreamConfig::roots`]).
+    pub(crate) roots: bool,
 }
 
 fn no_route(what: &str) -> ErrorData {
@@ -207,6 +214,9 @@ impl ClientHandler for UpstreamHandler {
             caps.sampling = Some(SamplingCapability::default());
         }
         caps.elicitation = Some(ElicitationCapability::default());
+        if self.roots {
+            caps.roots = Some(rmcp::model::RootsCapabilities::default());
+        }
         ClientConfig::new(
             caps,
             Implementation::new("trawl", env!("CARGO_PKG_VERSION")),
@@ -246,6 +256,28 @@ impl ClientHandler for UpstreamHandler {
             .await
             .map_err(|_| no_route("elicitation/create"))?;
         answer.await.map_err(|_| no_route("elicitation/create"))?
+    }
+
+    /// The roots of the client whose call holds the session, for a server
+    /// configured `roots: forward`; refused otherwise, and when no call holds
+    /// the session.
+    async fn list_roots(
+        &self,
+        _: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
+        if !self.roots {
+            return Err(ErrorData::invalid_request(
+                "roots/list: trawl does not give its callers' roots to this server (roots: forward \
+                 in its configuration would)",
+                None,
+            ));
+        }
+        let to = self.holder.to().ok_or_else(|| no_route("roots/list"))?;
+        let (reply, answer) = oneshot::channel();
+        to.send(Forwarded::Roots { reply })
+            .await
+            .map_err(|_| no_route("roots/list"))?;
+        answer.await.map_err(|_| no_route("roots/list"))?
     }
 
     /// The server's tools changed: the tool layer lists them again (and pins,

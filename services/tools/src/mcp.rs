@@ -177,6 +177,14 @@ pub struct UpstreamConfig {
     /// call, during which the server asks for input mid-call, as a 2025-11-25
     /// server does, and the gateway asks the client.
     pub relay: bool,
+    /// Whether the server is given the calling client's roots (config `roots:
+    /// forward`). Off by default: a client's roots name places in its own
+    /// world, and a local server that takes them as its allowed directories
+    /// (as the reference filesystem server does) would let any caller widen
+    /// what it may touch on trawl's machine. Off, trawl declares no roots
+    /// capability, refuses `roots/list`, and leaves roots out of the
+    /// capabilities it relays.
+    pub roots: bool,
     /// Where `auth: login` grants are kept (set by the binary).
     pub vault: Option<std::sync::Arc<crate::auth::Vault>>,
     /// Woken when the server says its tool list changed
@@ -466,7 +474,7 @@ impl Upstream {
                 let params = match forwarder.relay {
                     Some(relay) if self.relays() => {
                         let mut p = params;
-                        p.meta = Some(relay.meta);
+                        p.meta = Some(self.relayed_meta(relay.meta));
                         p.input_responses = relay.input_responses;
                         p.request_state = relay.request_state;
                         p
@@ -645,6 +653,23 @@ impl Upstream {
         self.main.service.peer().clone()
     }
 
+    /// A relayed request's `_meta` as this server gets it: without the
+    /// client's roots capability unless it is given roots (see
+    /// [`UpstreamConfig::roots`]).
+    pub fn relayed_meta(
+        &self,
+        mut meta: rmcp::model::RequestMetaObject,
+    ) -> rmcp::model::RequestMetaObject {
+        if !self.cfg.roots
+            && let Some(mut declared) = meta.client_capabilities()
+            && declared.roots.is_some()
+        {
+            declared.roots = None;
+            meta.set_client_capabilities(declared);
+        }
+        meta
+    }
+
     /// Whether a 2026-07-28 client's request is passed to this server as one
     /// (see [`crate::forward::Relay`]): until it refuses the version.
     pub fn relays(&self) -> bool {
@@ -776,6 +801,7 @@ async fn serve<T: rmcp::transport::Transport<RoleClient> + 'static>(
     UpstreamHandler {
         holder,
         list_changed,
+        roots: cfg.roots,
     }
     .serve(transport)
     .await

@@ -41,6 +41,8 @@
 //!   `requestState` sealed by a key every fixture process shares, and
 //!   completes on the retry that carries the answers; through the gateway, they
 //!   test that a 2026-07-28 request is relayed upstream as one;
+//! - `test_roots`, trawl's own: asks the client for its roots mid-call, so
+//!   that a test can see the gateway forward `roots/list` to the right client;
 //! - `test_trigger_tool_change` (`server-stateless`): takes
 //!   `test_toggled_tool` off the list or puts it back, and sends
 //!   `notifications/tools/list_changed`; with `TRAWL_FIXTURE_TOOLS_STATE`
@@ -254,6 +256,11 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_input_required_result_capabilities",
             "Asks for what the request's declared capabilities allow",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_roots",
+            "Asks the client for its roots (roots/list) while it runs and lists their URIs",
             no_arguments(),
         ),
         Tool::new(
@@ -519,6 +526,18 @@ impl Fixture {
     }
 }
 
+/// `test_roots`: the URIs of the client's roots, asked mid-call.
+#[allow(deprecated)] // Roots: deprecated by SEP-2577, still tested.
+async fn roots_tool(cx: &RequestContext<RoleServer>) -> CallToolResponse {
+    match cx.peer.list_roots().await {
+        Ok(r) => {
+            let uris: Vec<String> = r.roots.iter().map(|r| r.uri.to_string()).collect();
+            text_result(format!("Roots: {}", uris.join(", ")))
+        }
+        Err(e) => error_result(format!("roots/list failed: {e}")),
+    }
+}
+
 /// `test_missing_capability`: asks the client's LLM whatever the request
 /// declared, as a 2025-11-25 server does; a gateway must refuse for a client
 /// that did not declare sampling.
@@ -547,6 +566,12 @@ fn requires(cx: &RequestContext<RoleServer>, capability: &str) -> Result<(), Err
             declared.sampling.is_some(),
             rmcp::model::ClientCapabilities::builder()
                 .enable_sampling()
+                .build(),
+        ),
+        "roots" => (
+            declared.roots.is_some(),
+            rmcp::model::ClientCapabilities::builder()
+                .enable_roots()
                 .build(),
         ),
         _ => (
@@ -923,6 +948,10 @@ impl ServerHandler for Fixture {
                 }
             }
             "test_toggled_tool" => text_result("still here"),
+            "test_roots" => {
+                requires(&cx, "roots")?;
+                roots_tool(&cx).await
+            }
             name if name.starts_with("test_input_required_result_") => input_required_tool(
                 name,
                 &request.input_responses,
