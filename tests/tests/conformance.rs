@@ -41,11 +41,12 @@ async fn mcp_conformance_suite_passes_its_baseline() {
     // The suite sends no token: /mcp runs open, on loopback, as `trawl dev` does
     // without keys or OAuth.
     // The fixture's processes (one per upstream session) share the state of
-    // the tool list that `test_trigger_tool_change` changes.
+    // the tool list that `test_trigger_tool_change` changes. Its roots
+    // scenarios need it to be given the client's roots.
     let state = tempfile::tempdir().unwrap();
     let gateway = open_gateway(&format!(
         "    expose: {{bare_names: true, prompts: true, resources: true}}\n    \
-         env: {{TRAWL_FIXTURE_TOOLS_STATE: {}}}\n",
+         roots: forward\n    env: {{TRAWL_FIXTURE_TOOLS_STATE: {}}}\n",
         state.path().join("toggled-off").display()
     ))
     .await;
@@ -956,8 +957,20 @@ async fn roots_are_asked_of_the_calling_client_only_and_only_where_forwarded() {
             .unwrap_or_default()
             .to_owned();
         assert!(text.contains("does not give its callers' roots"), "{got:?}");
-        // A relayed request's capabilities reach the server without roots.
+        // A relayed request's capabilities reach the server without roots, its
+        // requests for roots do not reach the client, and answers carrying
+        // roots do not reach it either.
         if relay {
+            let tool = "test_input_required_result_list_roots";
+            let given =
+                json!({"inputResponses": {"client_roots": {"roots": [{"uri": "file:///"}]}}});
+            for extra in [json!({}), given] {
+                let got = call_modern_with(&http, &url, tool, json!({}), caps.clone(), extra).await;
+                let answer = got.last().unwrap();
+                assert_eq!(answer["result"]["isError"], true, "{got:?}");
+                let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+                assert!(text.contains("which trawl does not give it"), "{text}");
+            }
             let got = call_modern(
                 &http,
                 &url,

@@ -1456,6 +1456,7 @@ impl ServerHandler for Gateway {
                 None => None,
             };
             request.meta = Some(up.relayed_meta(relayed_meta(&context)));
+            request.input_responses = up.relayed_responses(request.input_responses.take());
             request.request_state = upstream_state;
         } else {
             request.meta = None;
@@ -1487,6 +1488,9 @@ impl ServerHandler for Gateway {
                 r.into()
             }
             rmcp::model::GetPromptResponse::InputRequired(r) => {
+                let r = up
+                    .relayed_input_request(r)
+                    .map_err(|e| ErrorData::invalid_request(e, None))?;
                 rmcp::model::GetPromptResponse::InputRequired(self.parked.relay_out(
                     r,
                     &listed,

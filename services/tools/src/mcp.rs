@@ -475,7 +475,7 @@ impl Upstream {
                     Some(relay) if self.relays() => {
                         let mut p = params;
                         p.meta = Some(self.relayed_meta(relay.meta));
-                        p.input_responses = relay.input_responses;
+                        p.input_responses = self.relayed_responses(relay.input_responses);
                         p.request_state = relay.request_state;
                         p
                     }
@@ -500,6 +500,9 @@ impl Upstream {
             CallToolResponse::Complete(r) => r,
             // Asked of the client by the gateway, as it is.
             CallToolResponse::InputRequired(r) => {
+                let r = self
+                    .relayed_input_request(r)
+                    .map_err(|e| ToolError::permanent("roots_refused", e))?;
                 return serde_json::to_value(&r).map_err(|e| {
                     ToolError::permanent(
                         "upstream_protocol",
@@ -651,6 +654,45 @@ impl Upstream {
     /// tool calls (prompts, resources, completions).
     pub fn peer(&self) -> rmcp::Peer<RoleClient> {
         self.main.service.peer().clone()
+    }
+
+    /// A relayed request's `inputResponses` as this server gets them: without
+    /// an answer that carries roots unless it is given roots (see
+    /// [`UpstreamConfig::roots`]), whoever asked.
+    pub fn relayed_responses(
+        &self,
+        responses: Option<rmcp::model::InputResponses>,
+    ) -> Option<rmcp::model::InputResponses> {
+        if self.cfg.roots {
+            return responses;
+        }
+        responses.map(|mut r| {
+            r.retain(|_, v| v.get("roots").is_none());
+            r
+        })
+    }
+
+    /// This server's `InputRequiredResult` as its client sees it: without its
+    /// requests for the client's roots unless it is given roots. An error when
+    /// it asked for nothing else.
+    pub fn relayed_input_request(
+        &self,
+        mut r: rmcp::model::InputRequiredResult,
+    ) -> Result<rmcp::model::InputRequiredResult, String> {
+        if self.cfg.roots {
+            return Ok(r);
+        }
+        if let Some(requests) = r.input_requests.as_mut() {
+            requests.retain(|_, q| !matches!(q, rmcp::model::InputRequest::ListRoots(_)));
+            if requests.is_empty() {
+                return Err(format!(
+                    "{} asked for the client's roots, which trawl does not give it (roots: \
+                     forward in its configuration would)",
+                    self.cfg.server
+                ));
+            }
+        }
+        Ok(r)
     }
 
     /// A relayed request's `_meta` as this server gets it: without the
