@@ -141,6 +141,7 @@ async fn mcp_conformance_suite_passes_its_baseline() {
                 "input-required-result-tampered-state",
                 "input-required-result-capability-check",
                 "input-required-result-ignore-extra-params",
+                "http-custom-header-server-validation",
             ],
         ),
     ];

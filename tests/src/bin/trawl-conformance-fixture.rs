@@ -41,6 +41,9 @@
 //!   `requestState` sealed by a key every fixture process shares, and
 //!   completes on the retry that carries the answers; through the gateway, they
 //!   test that a 2026-07-28 request is relayed upstream as one;
+//! - `test_custom_header` (`http-custom-header-server-validation`, SEP-2243):
+//!   a parameter annotated `x-mcp-header`, whose `Mcp-Param-Region` header the
+//!   gateway checks against the argument;
 //! - `test_roots`, trawl's own: asks the client for its roots mid-call, so
 //!   that a test can see the gateway forward `roots/list` to the right client;
 //! - `test_trigger_tool_change` (`server-stateless`): takes
@@ -257,6 +260,15 @@ fn tools() -> Vec<Tool> {
             "test_input_required_result_capabilities",
             "Asks for what the request's declared capabilities allow",
             no_arguments(),
+        ),
+        Tool::new(
+            "test_custom_header",
+            "Echoes its region, which clients also send as the Mcp-Param-Region header",
+            object_schema(
+                json!({"region": {"type": "string", "x-mcp-header": "Region",
+                    "description": "A region name"}}),
+                &["region"],
+            ),
         ),
         Tool::new(
             "test_roots",
@@ -948,6 +960,9 @@ impl ServerHandler for Fixture {
                 }
             }
             "test_toggled_tool" => text_result("still here"),
+            "test_custom_header" => {
+                text_result(format!("region: {}", string_arg(&args, "region")?))
+            }
             "test_roots" => {
                 requires(&cx, "roots")?;
                 roots_tool(&cx).await
