@@ -65,15 +65,8 @@ pub fn of<T: ToSchema>(contract: Contract) -> Map<String, Value> {
         .into_iter()
         .filter_map(|(name, s)| Some((name, serde_json::to_value(s).ok()?)))
         .collect();
-    let mut root = serde_json::to_value(T::schema()).unwrap_or(Value::Null);
-    inline(&mut root, &defs, 0);
-    portable(&mut root, contract);
-    let Value::Object(mut root) = root else {
-        return Map::new();
-    };
-    root.remove("title");
-    root.remove("description");
-    root
+    let root = serde_json::to_value(T::schema()).unwrap_or(Value::Null);
+    tool_side(root, &defs, contract)
 }
 
 /// `schema` (an OpenAPI component, as `/openapi.json` lists it) with the
@@ -88,8 +81,16 @@ pub fn from_document(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let mut root = schema.clone();
-    inline(&mut root, &defs, 0);
+    tool_side(schema.clone(), &defs, contract)
+}
+
+/// `root` inlined and made portable, without the root's title and description.
+fn tool_side(
+    mut root: Value,
+    defs: &BTreeMap<String, Value>,
+    contract: Contract,
+) -> Map<String, Value> {
+    inline(&mut root, defs, 0);
     portable(&mut root, contract);
     let Value::Object(mut root) = root else {
         return Map::new();
