@@ -1440,8 +1440,7 @@ impl ServerHandler for Gateway {
         // A 2026-07-28 client's request goes upstream as one, so that the
         // upstream may ask for input (see `trawl_tools::forward::Relay`); a
         // retry's sealed requestState is opened first.
-        let relayed = is_modern(&context) && up.relays();
-        if relayed {
+        let relay = if is_modern(&context) {
             let upstream_state = match &request.request_state {
                 Some(handle) => self
                     .parked
@@ -1455,25 +1454,15 @@ impl ServerHandler for Gateway {
                     })?,
                 None => None,
             };
-            request.meta = Some(up.relayed_meta(relayed_meta(&context)));
-            request.input_responses = up.relayed_responses(request.input_responses.take());
-            request.request_state = upstream_state;
+            Some(trawl_tools::forward::Relay {
+                meta: relayed_meta(&context),
+                input_responses: request.input_responses.take(),
+                request_state: upstream_state,
+            })
         } else {
-            request.meta = None;
-            request.input_responses = None;
-            request.request_state = None;
-        }
-        let mut result = bounded(&up, up.peer().get_prompt_once(request.clone())).await;
-        if relayed
-            && let Err(e) = &result
-            && e.code == rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-        {
-            up.refuse_relay();
-            request.meta = None;
-            request.input_responses = None;
-            request.request_state = None;
-            result = bounded(&up, up.peer().get_prompt_once(request)).await;
-        }
+            None
+        };
+        let result = bounded(&up, up.get_prompt(request, relay)).await;
         self.audit_forwarded(
             what,
             "",

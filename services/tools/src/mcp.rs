@@ -471,15 +471,15 @@ impl Upstream {
                 };
                 let level = forwarder.logs.unwrap_or(LoggingLevel::Emergency);
                 session.set_level(level, self.cfg.timeout).await;
-                let params = match forwarder.relay {
-                    Some(relay) if self.relays() => {
+                let params = match forwarder.relay.and_then(|r| self.relayed(r)) {
+                    Some((meta, responses, state)) => {
                         let mut p = params;
-                        p.meta = Some(self.relayed_meta(relay.meta));
-                        p.input_responses = self.relayed_responses(relay.input_responses);
-                        p.request_state = relay.request_state;
+                        p.meta = Some(meta);
+                        p.input_responses = responses;
+                        p.request_state = state;
                         p
                     }
-                    _ => params,
+                    None => params,
                 };
                 let hold = session.holder().hold(forwarder.to);
                 let result = self.call_on(session, tool, params).await;
@@ -656,10 +656,61 @@ impl Upstream {
         self.main.service.peer().clone()
     }
 
+    /// `prompts/get` on the main session, one round: as a 2026-07-28 request
+    /// when `relay` is given and this server takes them (see
+    /// [`crate::forward::Relay`]; plain again if it refuses the version), else
+    /// plain. Bounded by the caller.
+    pub async fn get_prompt(
+        &self,
+        mut request: rmcp::model::GetPromptRequestParams,
+        relay: Option<crate::forward::Relay>,
+    ) -> Result<rmcp::model::GetPromptResponse, ServiceError> {
+        let plain = |mut r: rmcp::model::GetPromptRequestParams| {
+            r.meta = None;
+            r.input_responses = None;
+            r.request_state = None;
+            r
+        };
+        let peer = self.peer();
+        let Some((meta, responses, state)) = relay.and_then(|r| self.relayed(r)) else {
+            return peer.get_prompt_once(plain(request)).await;
+        };
+        request.meta = Some(meta);
+        request.input_responses = responses;
+        request.request_state = state;
+        match peer.get_prompt_once(request.clone()).await {
+            Err(ServiceError::McpError(e)) if e.code == ErrorCode::UNSUPPORTED_PROTOCOL_VERSION => {
+                self.refuse_relay();
+                peer.get_prompt_once(plain(request)).await
+            }
+            other => other,
+        }
+    }
+
+    /// What a relayed request carries to this server (`_meta`,
+    /// `inputResponses`, the server's own `requestState`); `None` when it
+    /// takes no relayed requests.
+    fn relayed(
+        &self,
+        relay: crate::forward::Relay,
+    ) -> Option<(
+        rmcp::model::RequestMetaObject,
+        Option<rmcp::model::InputResponses>,
+        Option<String>,
+    )> {
+        self.relays().then(|| {
+            (
+                self.relayed_meta(relay.meta),
+                self.relayed_responses(relay.input_responses),
+                relay.request_state,
+            )
+        })
+    }
+
     /// A relayed request's `inputResponses` as this server gets them: without
     /// an answer that carries roots unless it is given roots (see
     /// [`UpstreamConfig::roots`]), whoever asked.
-    pub fn relayed_responses(
+    fn relayed_responses(
         &self,
         responses: Option<rmcp::model::InputResponses>,
     ) -> Option<rmcp::model::InputResponses> {
@@ -698,7 +749,7 @@ impl Upstream {
     /// A relayed request's `_meta` as this server gets it: without the
     /// client's roots capability unless it is given roots (see
     /// [`UpstreamConfig::roots`]).
-    pub fn relayed_meta(
+    fn relayed_meta(
         &self,
         mut meta: rmcp::model::RequestMetaObject,
     ) -> rmcp::model::RequestMetaObject {
@@ -714,13 +765,13 @@ impl Upstream {
 
     /// Whether a 2026-07-28 client's request is passed to this server as one
     /// (see [`crate::forward::Relay`]): until it refuses the version.
-    pub fn relays(&self) -> bool {
+    fn relays(&self) -> bool {
         self.cfg.relay && !self.no_relay.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The server refused a relayed request's version (-32022): requests are
     /// passed plain from now on.
-    pub fn refuse_relay(&self) {
+    fn refuse_relay(&self) {
         self.no_relay
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
