@@ -840,6 +840,63 @@ pub async fn run_embedded(
     .unwrap()
 }
 
+/// One stateless 2026-07-28 request on `/mcp` (SEP-2575): `method` with
+/// `params`, its `_meta` the protocol version, no client capabilities and a
+/// client name, with `meta`'s entries over them (capabilities, log level,
+/// progress token); sent with `Mcp-Method` and, when the request names
+/// something (`name`, `uri`, `taskId`), `Mcp-Name`, as `bearer` when given.
+/// Every JSON-RPC message of the answer (plain JSON or SSE), the final one
+/// last.
+pub async fn mcp_modern(
+    http: &reqwest::Client,
+    url: &str,
+    bearer: Option<&str>,
+    method: &str,
+    mut params: Value,
+    meta: Value,
+) -> Vec<Value> {
+    let named = ["name", "uri", "taskId"]
+        .iter()
+        .find_map(|k| params.get(*k).and_then(Value::as_str))
+        .map(str::to_owned);
+    let mut m = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "trawl-tests", "version": "1"}});
+    if let (Some(m), Some(meta)) = (m.as_object_mut(), meta.as_object()) {
+        m.extend(meta.clone());
+    }
+    params["_meta"] = m;
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = named {
+        req = req.header("mcp-name", name);
+    }
+    if let Some(token) = bearer {
+        req = req.bearer_auth(token);
+    }
+    let text = req
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let messages: Vec<Value> = text
+        .lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(!messages.is_empty(), "no JSON-RPC message in {text:?}");
+    messages
+}
+
 /// `trawl dev` with `/mcp` open on loopback (no keys, no OAuth) and the
 /// upstream servers of `tools_yaml` behind it (see [`open_gateway`]).
 pub struct OpenGateway {

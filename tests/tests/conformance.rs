@@ -142,6 +142,15 @@ async fn mcp_conformance_suite_passes_its_baseline() {
                 "input-required-result-capability-check",
                 "input-required-result-ignore-extra-params",
                 "http-custom-header-server-validation",
+                "tasks-lifecycle",
+                "tasks-capability-negotiation",
+                "tasks-wire-fields",
+                "tasks-request-state-removal",
+                "tasks-mrtr-input",
+                "tasks-request-headers",
+                "tasks-dispatch-and-envelope",
+                "tasks-required-task-error",
+                "tasks-mrtr-composition",
             ],
         ),
     ];
@@ -274,35 +283,11 @@ async fn call_modern_with(
     meta: Value,
     extra: Value,
 ) -> Vec<Value> {
-    let mut m = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}});
-    if let (Some(m), Some(extra)) = (m.as_object_mut(), meta.as_object()) {
-        m.extend(extra.clone());
-    }
-    let mut params = json!({"name": tool, "arguments": arguments, "_meta": m});
+    let mut params = json!({"name": tool, "arguments": arguments});
     if let (Some(p), Some(extra)) = (params.as_object_mut(), extra.as_object()) {
         p.extend(extra.clone());
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
-    let text = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    trawl_tests::mcp_modern(http, url, None, "tools/call", params, meta).await
 }
 
 fn logs(messages: &[Value]) -> usize {
@@ -988,4 +973,185 @@ async fn roots_are_asked_of_the_calling_client_only_and_only_where_forwarded() {
             );
         }
     }
+}
+
+/// One stateless 2026-07-28 request of `method` on `/mcp` as the caller with
+/// the API key `key`, declaring `capabilities`: its answer.
+async fn modern_request(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    method: &str,
+    params: Value,
+    capabilities: Value,
+) -> Value {
+    let meta = json!({"io.modelcontextprotocol/clientCapabilities": capabilities});
+    let mut got = trawl_tests::mcp_modern(http, url, Some(key), method, params, meta).await;
+    got.pop().unwrap()
+}
+
+/// An upstream's task (SEP-2663) reaches the client that declared the tasks
+/// extension under a handle of the gateway's: only that caller can get,
+/// answer or cancel it (to anyone else it names no task); the task's input
+/// requests and its result pass through, the result sanitized like any tool
+/// result; a client that did not declare the extension gets no task and may
+/// not ask about one.
+#[tokio::test]
+async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized() {
+    trawl_brightdata::ensure_crypto_provider();
+    let tools =
+        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true}}\n");
+    let gateway = trawl_tests::open_gateway(
+        BIN,
+        &tools,
+        &[("TRAWL_API_KEYS", "alice:alice-secret,bob:bob-secret")],
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+    let http = client(Duration::from_secs(30));
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let ask = |key: &'static str, method: &'static str, params: Value, caps: Value| {
+        modern_request(&http, &url, key, method, params, caps)
+    };
+    let get =
+        |key: &'static str, id: &str| ask(key, "tasks/get", json!({"taskId": id}), tasks.clone());
+
+    // A long task, cancelled by its caller; another caller cannot touch it.
+    let created = ask(
+        "alice-secret",
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "long"}}),
+        tasks.clone(),
+    )
+    .await;
+    let r = &created["result"];
+    assert_eq!(r["resultType"], "task", "{created}\n{}", gateway.dev.log());
+    assert_eq!(r["status"], "working");
+    let handle = r["taskId"].as_str().unwrap().to_owned();
+    assert!(
+        !uuid_like(&handle),
+        "the client got the upstream's task id, not a handle of the gateway's: {handle}"
+    );
+    let theirs = get("bob-secret", &handle).await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let theirs = ask(
+        "bob-secret",
+        "tasks/cancel",
+        json!({"taskId": handle}),
+        tasks.clone(),
+    )
+    .await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let tampered = get("alice-secret", &format!("{handle}x")).await;
+    assert_eq!(tampered["error"]["code"], -32602, "{tampered}");
+    let working = get("alice-secret", &handle).await;
+    assert_eq!(working["result"]["status"], "working", "{working}");
+    assert_eq!(working["result"]["taskId"], handle.as_str());
+    // Undeclared, the tasks methods are refused (-32021) and a call is no task.
+    let undeclared = ask(
+        "alice-secret",
+        "tasks/get",
+        json!({"taskId": handle}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(undeclared["error"]["code"], -32021, "{undeclared}");
+    let plain = ask(
+        "alice-secret",
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "now"}}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(plain["result"]["resultType"], "complete", "{plain}");
+    assert!(plain["result"].get("taskId").is_none(), "{plain}");
+    let ack = ask(
+        "alice-secret",
+        "tasks/cancel",
+        json!({"taskId": handle}),
+        tasks.clone(),
+    )
+    .await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let cancelled = poll_until(
+        || get("alice-secret", &handle),
+        &["working", "input_required"],
+    )
+    .await;
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+
+    // A task that asks for input: the request reaches its caller through
+    // tasks/get, the answer goes back through tasks/update.
+    let created = ask(
+        "bob-secret",
+        "tools/call",
+        json!({"name": "confirm_delete", "arguments": {"filename": "old.txt"}}),
+        tasks.clone(),
+    )
+    .await;
+    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let asking = poll_until(|| get("bob-secret", &handle), &["working"]).await;
+    assert_eq!(asking["status"], "input_required", "{asking}");
+    assert_eq!(
+        asking["inputRequests"]["confirm"]["method"], "elicitation/create",
+        "{asking}"
+    );
+    let ack = ask(
+        "bob-secret",
+        "tasks/update",
+        json!({"taskId": handle, "inputResponses":
+            {"confirm": {"action": "accept", "content": {"confirm": true}}}}),
+        tasks.clone(),
+    )
+    .await;
+    assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
+    let done = poll_until(
+        || get("bob-secret", &handle),
+        &["working", "input_required"],
+    )
+    .await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "Deleted old.txt");
+
+    // The inlined result is sanitized: an invisible character is gone.
+    let created = ask(
+        "alice-secret",
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "a\u{200b}b"}}),
+        tasks.clone(),
+    )
+    .await;
+    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let done = poll_until(
+        || get("alice-secret", &handle),
+        &["working", "input_required"],
+    )
+    .await;
+    assert_eq!(
+        done["result"]["content"][0]["text"], "computed ab in 0s",
+        "{done}"
+    );
+}
+
+/// Whether `id` looks like the fixture's own task ids (UUIDs).
+fn uuid_like(id: &str) -> bool {
+    id.len() == 36 && id.bytes().filter(|&b| b == b'-').count() == 4
+}
+
+/// `get` (a task's `tasks/get`, polled as its client would, at most 30 s)
+/// until the task's status is none of `passing`: its `result`.
+async fn poll_until<F, Fut>(get: F, passing: &[&str]) -> Value
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Value>,
+{
+    for _ in 0..600 {
+        let got = get().await;
+        let status = got["result"]["status"].as_str().unwrap_or_default();
+        if !passing.contains(&status) {
+            return got["result"].clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the task stayed {passing:?} for 30 s");
 }

@@ -1091,42 +1091,17 @@ async fn mcp_re_serves_schemas_of_every_draft_as_given() {
 
     trawl_brightdata::ensure_crypto_provider();
     let http = reqwest::Client::new();
-    // One stateless (2026-07-28) request; the JSON-RPC answer, plain or as SSE.
-    let rpc = |id: u64, method: &str, mut params: Value| {
-        params["_meta"] = json!({
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
-        });
-        let mut req = http
-            .post(format!("http://127.0.0.1:{port}/mcp"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", method);
-        if let Some(name) = params["name"].as_str() {
-            req = req.header("mcp-name", name);
-        }
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    // One stateless (2026-07-28) request; the JSON-RPC answer.
+    let rpc = |method: &'static str, params: Value| {
+        let (http, url) = (&http, &url);
         async move {
-            let text = req
-                .body(body.to_string())
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            let line = text
-                .lines()
-                .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-                .find(|l| l.starts_with('{'))
-                .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"));
-            serde_json::from_str::<Value>(line).unwrap()
+            let mut got = trawl_tests::mcp_modern(http, url, None, method, params, json!({})).await;
+            got.pop().unwrap()
         }
     };
 
-    let listed = rpc(1, "tools/list", json!({})).await;
+    let listed = rpc("tools/list", json!({})).await;
     let tools = listed["result"]["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("{listed}\n{}", dev.log()));
@@ -1141,7 +1116,6 @@ async fn mcp_re_serves_schemas_of_every_draft_as_given() {
     assert!(!tools.iter().any(|t| t["name"] == "up.broken"), "{listed}");
 
     let refused = rpc(
-        2,
         "tools/call",
         json!({"name": "up.d4", "arguments": {"n": 0}}),
     )
@@ -1153,7 +1127,6 @@ async fn mcp_re_serves_schemas_of_every_draft_as_given() {
     );
     assert!(text.contains("input schema"), "{refused}");
     let ran = rpc(
-        3,
         "tools/call",
         json!({"name": "up.d4", "arguments": {"n": 1}}),
     )

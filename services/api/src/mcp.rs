@@ -646,6 +646,22 @@ impl Gateway {
                         },
                     );
                 }
+                // A task (SEP-2663): the client polls it through this gateway.
+                if v.get("resultType").and_then(Value::as_str) == Some("task") {
+                    return Ok(
+                        match serde_json::from_value::<rmcp::model::CreateTaskResult>(v) {
+                            Ok(mut r) => {
+                                self.parked.task_out(&mut r.task, tool, &caller.label);
+                                CallToolResponse::Task(r)
+                            }
+                            Err(e) => tool_error(&ToolError::permanent(
+                                "upstream_protocol",
+                                format!("{tool} answered an unreadable task: {e}"),
+                            ))
+                            .into(),
+                        },
+                    );
+                }
                 // An upstream tool's result, as the upstream gave it (sanitized).
                 let mut r =
                     serde_json::from_value::<CallToolResult>(v.clone()).unwrap_or_else(|_| {
@@ -851,6 +867,39 @@ impl Gateway {
         } else {
             Some(*self.log_level.lock().unwrap_or_else(|p| p.into_inner()))
         }
+    }
+
+    /// A request about the task behind `handle`, to the upstream of the tool
+    /// whose call created it, with one audit row. Only the caller the handle
+    /// was given to gets past it; to anyone else it names no task.
+    async fn task_request(
+        &self,
+        handle: &str,
+        context: &RequestContext<RoleServer>,
+        request: impl FnOnce(String) -> trawl_tools::mcp::TaskRequest,
+    ) -> Result<rmcp::model::ServerResult, ErrorData> {
+        let caller = need(context, SCOPE_TOOLS)?;
+        let (tool, upstream_id) = self.parked.task_in(handle, &caller.label)?;
+        let layer = self
+            .layer()
+            .ok_or_else(|| ErrorData::invalid_params("no upstream tools here", None))?;
+        let request = request(upstream_id);
+        let method = match &request {
+            trawl_tools::mcp::TaskRequest::Get(_) => "tasks/get",
+            trawl_tools::mcp::TaskRequest::Update(..) => "tasks/update",
+            trawl_tools::mcp::TaskRequest::Cancel(_) => "tasks/cancel",
+        };
+        let started = Instant::now();
+        let answer = layer.task(&tool, request, relayed_meta(context)).await;
+        self.audit_forwarded(
+            format!("{tool}.{method}"),
+            handle,
+            &caller,
+            started,
+            answer.as_ref().err().map(|e| e.message.to_string()),
+        )
+        .await;
+        answer
     }
 
     async fn write_audit(&self, rec: Recorder) {
@@ -1082,6 +1131,12 @@ fn relayed_meta(context: &RequestContext<RoleServer>) -> rmcp::model::RequestMet
     meta
 }
 
+/// What a task handle is bound to besides its caller (a name no tool has).
+const TASK_BINDING: &str = "tasks/";
+
+/// The longest a task handle is good for.
+const TASK_HANDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// A parked call: since when, the call, what it waits for.
 type Waiting = (Instant, Running, Awaited);
 
@@ -1124,6 +1179,44 @@ impl Parked {
             ("0", "") => Some(None),
             _ => None,
         }
+    }
+
+    /// An upstream task's id as its client gets it: the tool and the
+    /// upstream's own id, sealed (HMAC; signed, not encrypted) with the
+    /// caller, so that no other
+    /// caller can read or steer the task, and good for the task's `ttlMs` (a
+    /// day when the upstream sets none). Nothing is kept here: the upstream
+    /// keeps the task.
+    fn task_out(&self, task: &mut rmcp::model::Task, tool: &str, caller: &str) {
+        let ttl = task
+            .ttl_ms
+            .map_or(TASK_HANDLE_TTL, Duration::from_millis)
+            .min(TASK_HANDLE_TTL);
+        let bound = binding(TASK_BINDING, caller);
+        let options = rmcp::model::SealOptions::new()
+            .associated_data(&bound)
+            .ttl(ttl);
+        let payload = format!("{tool}\n{}", task.task_id);
+        task.task_id = self.sealer.seal_with(payload.as_bytes(), &options);
+    }
+
+    /// The tool and the upstream's task id in a handle [`Self::task_out`]
+    /// sealed for this caller; an error for any other (unknown, another
+    /// caller's, expired, tampered with), as for an unknown task.
+    fn task_in(&self, handle: &str, caller: &str) -> Result<(String, String), ErrorData> {
+        let unknown = || {
+            ErrorData::invalid_params(
+                format!("no task {handle} of this caller (unknown, expired or tampered with)"),
+                None,
+            )
+        };
+        let opened = self
+            .sealer
+            .open_with(handle, &binding(TASK_BINDING, caller))
+            .map_err(|_| unknown())?;
+        let text = String::from_utf8(opened).map_err(|_| unknown())?;
+        let (tool, id) = text.split_once('\n').ok_or_else(unknown)?;
+        Ok((tool.to_owned(), id.to_owned()))
     }
 
     /// Parks `running` until its client answers `awaited`: the client's
@@ -1321,6 +1414,15 @@ impl ServerHandler for Gateway {
             let mut resources = rmcp::model::ResourcesCapability::default();
             resources.subscribe = Some(true);
             caps.resources = Some(resources);
+        }
+        // Tasks (SEP-2663) of upstream servers, passed through: a client that
+        // declares the extension may be answered a task by an upstream that
+        // makes one, and polls it here.
+        if self.layer().is_some() {
+            caps.extensions.get_or_insert_with(Default::default).insert(
+                rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                JsonObject::new(),
+            );
         }
         ServerConfig::new(caps)
         .with_server_info(
@@ -1617,6 +1719,63 @@ impl ServerHandler for Gateway {
     ) -> Result<(), ErrorData> {
         *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = request.level;
         Ok(())
+    }
+
+    /// `tasks/get` of an upstream task this caller's call created: the
+    /// upstream's answer under the caller's handle, its inlined result
+    /// sanitized. rmcp has refused it already when the request did not declare
+    /// the tasks extension (-32021).
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let handle = request.task_id.clone();
+        let answer = self
+            .task_request(&handle, &context, trawl_tools::mcp::TaskRequest::Get)
+            .await?;
+        match answer {
+            rmcp::model::ServerResult::GetTaskResult(mut r) => {
+                r.task.task.task_id = handle;
+                r.result_type = rmcp::model::ResultType::COMPLETE;
+                Ok(r)
+            }
+            _ => Err(ErrorData::internal_error(
+                "an upstream answered tasks/get with something else",
+                None,
+            )),
+        }
+    }
+
+    /// `tasks/update`: the client's answers to the task's input requests,
+    /// passed to its upstream.
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let responses = request.input_responses;
+        self.task_request(&request.task_id, &context, |id| {
+            trawl_tools::mcp::TaskRequest::Update(id, responses)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// `tasks/cancel`: passed to the task's upstream, whose answer for a task
+    /// that has ended already is the same acknowledgment.
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.task_request(
+            &request.task_id,
+            &context,
+            trawl_tools::mcp::TaskRequest::Cancel,
+        )
+        .await
+        .map(|_| ())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

@@ -103,6 +103,16 @@ pub struct Relay {
     pub request_state: Option<String>,
 }
 
+impl Relay {
+    /// Whether the client declared the tasks extension (SEP-2663): its call
+    /// may be answered with a task.
+    pub fn takes_tasks(&self) -> bool {
+        self.meta
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+    }
+}
+
 tokio::task_local! {
     /// Set by a caller that can answer what an upstream asks during its calls.
     pub static FORWARD: Forwarder;

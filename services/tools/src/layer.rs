@@ -173,6 +173,69 @@ impl ToolLayer {
             .cloned()
     }
 
+    /// `tasks/get`, `tasks/update` or `tasks/cancel` of a task that a call of
+    /// `tool` created on its server (see [`Upstream::task`]), while the tool is
+    /// still one this layer offers and lists: a tool quarantined, held or
+    /// denied since gives nothing more. A task's inlined result is sanitized as
+    /// the tool's results are.
+    pub async fn task(
+        &self,
+        tool: &str,
+        request: crate::mcp::TaskRequest,
+        meta: rmcp::model::RequestMetaObject,
+    ) -> Result<rmcp::model::ServerResult, rmcp::ErrorData> {
+        use rmcp::model::{ServerResult, TaskPayload};
+        let catalog = self.catalog();
+        let entry = catalog
+            .get(tool)
+            .filter(|e| !e.builtin && e.state == crate::ToolState::Listed && self.offers(tool))
+            .ok_or_else(|| {
+                rmcp::ErrorData::invalid_params(
+                    format!("{tool}, whose task this is, is no longer offered"),
+                    None,
+                )
+            })?;
+        let up = self.connection(entry.name.server()).ok_or_else(|| {
+            rmcp::ErrorData::internal_error(
+                format!("upstream {} is not connected", entry.name.server()),
+                None,
+            )
+        })?;
+        let answer = match tokio::time::timeout(up.timeout(), up.task(request, meta)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(rmcp::ServiceError::McpError(e))) => return Err(e),
+            Ok(Err(e)) => {
+                return Err(rmcp::ErrorData::internal_error(
+                    format!("upstream {}: {e}", up.server()),
+                    None,
+                ));
+            }
+            Err(_) => {
+                return Err(rmcp::ErrorData::internal_error(
+                    format!(
+                        "upstream {} did not answer within {:?}",
+                        up.server(),
+                        up.timeout()
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(match answer {
+            ServerResult::GetTaskResult(mut r) => {
+                if let TaskPayload::Completed { result } = &mut r.task.payload {
+                    let body = serde_json::to_vec(&*result).unwrap_or_default();
+                    if let Ok(Value::Object(clean)) = serde_json::from_slice(&sanitize(entry, body))
+                    {
+                        *result = clean;
+                    }
+                }
+                ServerResult::GetTaskResult(r)
+            }
+            other => other,
+        })
+    }
+
     fn swap(&self, catalog: Catalog) {
         let listed: Vec<(String, String)> = catalog
             .listed()

@@ -97,6 +97,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::task::JoinHandle;
 use trawl_core::ports::ToolError;
 
+/// A request about one of an upstream's tasks (SEP-2663), by the server's own
+/// task id.
+#[derive(Debug)]
+pub enum TaskRequest {
+    Get(String),
+    Update(String, rmcp::model::InputResponses),
+    Cancel(String),
+}
+
 /// At most this many `tools/list` pages are followed.
 const MAX_PAGES: usize = 1_000;
 /// The text of a failed tool result is cut to this many bytes.
@@ -464,6 +473,25 @@ impl Upstream {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
         let result = match crate::forward::current() {
             None => self.call_on(&self.main, tool, params).await?,
+            // A relayed call whose client takes tasks runs where the server's
+            // tasks live (see [`Self::task`]).
+            Some(forwarder)
+                if forwarder
+                    .relay
+                    .as_ref()
+                    .is_some_and(crate::forward::Relay::takes_tasks)
+                    && self.relays() =>
+            {
+                let Some((meta, responses, state)) = forwarder.relay.and_then(|r| self.relayed(r))
+                else {
+                    return Err(self.closed(tool, "not relayed"));
+                };
+                let mut p = params;
+                p.meta = Some(meta);
+                p.input_responses = responses;
+                p.request_state = state;
+                self.call_on(&self.main, tool, p).await?
+            }
             Some(forwarder) => {
                 let mut lease = self.lease().await?;
                 let Some(session) = lease.session() else {
@@ -513,11 +541,24 @@ impl Upstream {
                     )
                 });
             }
+            // A task (SEP-2663), for a client that takes tasks: the gateway
+            // gives it a handle of its own.
+            CallToolResponse::Task(t) => {
+                return serde_json::to_value(&t).map_err(|e| {
+                    ToolError::permanent(
+                        "upstream_protocol",
+                        format!(
+                            "{}: {tool} answered an unreadable task: {e}",
+                            self.cfg.server
+                        ),
+                    )
+                });
+            }
             _ => {
                 return Err(ToolError::permanent(
                     "upstream_protocol",
                     format!(
-                        "{}: {tool} answered with a task, which trawl does not ask for",
+                        "{}: {tool} answered with a result of an unknown kind",
                         self.cfg.server
                     ),
                 ));
@@ -565,6 +606,9 @@ impl Upstream {
                 ServerResult::InputRequiredResult(r) if relayed => {
                     Ok(CallToolResponse::InputRequired(r))
                 }
+                // Only a client that declared the tasks extension, which a
+                // relayed call carries, can be answered a task.
+                ServerResult::CreateTaskResult(r) if relayed => Ok(CallToolResponse::Task(r)),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
         };
@@ -685,6 +729,59 @@ impl Upstream {
             }
             other => other,
         }
+    }
+
+    /// `tasks/get`, `tasks/update` or `tasks/cancel` (SEP-2663) of one of this
+    /// server's tasks, as a 2026-07-28 request of the client's (`meta`, what it
+    /// declared), on the main session: the one every call of a client that
+    /// takes tasks runs on, so that a stdio server, which keeps its tasks in its
+    /// process, is asked where the task is. Such a call sends nothing to its
+    /// client mid-call (2026-07-28 asks with `InputRequiredResult`, a task with
+    /// its `inputRequests`), so it needs no session of its own. Answers the
+    /// task's input requests and takes its responses without roots unless the
+    /// server is given roots. Bounded by the caller.
+    pub async fn task(
+        &self,
+        request: TaskRequest,
+        meta: rmcp::model::RequestMetaObject,
+    ) -> Result<ServerResult, ServiceError> {
+        use rmcp::model::{
+            CancelTaskParams, CancelTaskRequest, GetTaskParams, GetTaskRequest, TaskPayload,
+            UpdateTaskParams, UpdateTaskRequest,
+        };
+        if !self.relays() {
+            return Err(ServiceError::McpError(rmcp::ErrorData::invalid_params(
+                format!("{} takes no tasks", self.cfg.server),
+                None,
+            )));
+        }
+        let meta = Some(self.relayed_meta(meta));
+        let request = match request {
+            TaskRequest::Get(id) => {
+                let mut p = GetTaskParams::new(id);
+                p.meta = meta;
+                ClientRequest::GetTaskRequest(GetTaskRequest::new(p))
+            }
+            TaskRequest::Update(id, responses) => {
+                let responses = self.relayed_responses(Some(responses)).unwrap_or_default();
+                let mut p = UpdateTaskParams::new(id, responses);
+                p.meta = meta;
+                ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(p))
+            }
+            TaskRequest::Cancel(id) => {
+                let mut p = CancelTaskParams::new(id);
+                p.meta = meta;
+                ClientRequest::CancelTaskRequest(CancelTaskRequest::new(p))
+            }
+        };
+        let mut answer = self.main.service.peer().send_request(request).await?;
+        if let ServerResult::GetTaskResult(r) = &mut answer
+            && let TaskPayload::InputRequired { input_requests } = &mut r.task.payload
+            && !self.cfg.roots
+        {
+            input_requests.retain(|_, q| !matches!(q, rmcp::model::InputRequest::ListRoots(_)));
+        }
+        Ok(answer)
     }
 
     /// What a relayed request carries to this server (`_meta`,

@@ -51,6 +51,15 @@
 //!   `notifications/tools/list_changed`; with `TRAWL_FIXTURE_TOOLS_STATE`
 //!   naming a file, every fixture process shares the state (a gateway lists
 //!   tools on one upstream session and calls on others);
+//! - the tasks extension (SEP-2663, the suite's `tasks-*` scenarios), served
+//!   with rmcp's `TaskManager`, one per process: `greet` (never a task),
+//!   `slow_compute` (a task for a client that takes tasks, else answered in
+//!   line; settles `cancelled` when cancelled), `failing_job` (a tool error;
+//!   tasks required), `protocol_error_job` (fails with a JSON-RPC error),
+//!   `confirm_delete` and `multi_input` (ask for one and two answers through
+//!   the task's `inputRequests`; tasks required) and `test_tool_with_task`
+//!   (asks for a name with `InputRequiredResult`, then becomes a task whose
+//!   result names it; tasks required);
 //! - `test_log_level`, trawl's own: the level this session was last asked for
 //!   with `logging/setLevel` (`none` until then), so that a test can see what
 //!   the gateway asked of the upstream;
@@ -115,6 +124,8 @@ struct Fixture {
     /// The URIs the client subscribed to. Nothing ever changes, so nothing is
     /// ever notified; the set is only kept to answer truthfully.
     subscriptions: Arc<Mutex<HashSet<String>>>,
+    /// The process's tasks (SEP-2663), whichever session made them.
+    tasks: rmcp::task_manager::TaskManager,
 }
 
 /// `{"type": "object", "properties": ..., "required": [...]}`.
@@ -278,6 +289,44 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_trigger_tool_change",
             "Takes test_toggled_tool off the tool list, or puts it back, and says the list changed",
+            no_arguments(),
+        ),
+        Tool::new(
+            "greet",
+            "Greets someone by name; never a task",
+            object_schema(json!({"name": {"type": "string"}}), &["name"]),
+        ),
+        Tool::new(
+            "slow_compute",
+            "Sleeps `seconds` seconds, then answers; a task for a client that takes tasks",
+            object_schema(
+                json!({"seconds": {"type": "number"}, "label": {"type": "string"}}),
+                &["seconds"],
+            ),
+        ),
+        Tool::new(
+            "failing_job",
+            "A task that ends in a tool error after a second; needs the tasks extension",
+            no_arguments(),
+        ),
+        Tool::new(
+            "protocol_error_job",
+            "A task that fails with a JSON-RPC error",
+            no_arguments(),
+        ),
+        Tool::new(
+            "confirm_delete",
+            "A task that asks the client to confirm deleting `filename`",
+            object_schema(json!({"filename": {"type": "string"}}), &["filename"]),
+        ),
+        Tool::new(
+            "multi_input",
+            "A task that asks the client two things at once",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_tool_with_task",
+            "Asks for a name (InputRequiredResult), then becomes a task that greets it",
             no_arguments(),
         ),
     ];
@@ -856,6 +905,147 @@ fn input_required_tool(
     }
 }
 
+/// How long the fixture's tasks are kept, and how often a client should poll.
+const TASK_TTL_MS: u64 = 300_000;
+const TASK_POLL_MS: u64 = 200;
+
+/// Whether the request declared the tasks extension (SEP-2663).
+fn takes_tasks(cx: &RequestContext<RoleServer>) -> bool {
+    cx.client_capabilities().is_some_and(|c| c.supports_tasks())
+}
+
+/// -32021 for a tool that runs only as a task, to a client that takes none.
+fn tasks_required() -> ErrorData {
+    ErrorData::missing_required_client_capability(
+        rmcp::model::ClientCapabilities::builder()
+            .enable_tasks()
+            .build(),
+    )
+}
+
+/// A text result, or a tool error, as a task's outcome.
+fn task_text(text: impl Into<String>) -> Result<CallToolResult, rmcp::task_manager::TaskExit> {
+    Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+}
+
+impl Fixture {
+    /// `make` run as a task of this process: its `CreateTaskResult`.
+    fn task<F>(&self, make: impl FnOnce(rmcp::task_manager::TaskContext) -> F) -> CallToolResponse
+    where
+        F: std::future::Future<Output = Result<CallToolResult, rmcp::task_manager::TaskExit>>
+            + Send
+            + 'static,
+    {
+        let options = rmcp::task_manager::TaskOptions::new()
+            .with_ttl_ms(TASK_TTL_MS)
+            .with_poll_interval_ms(TASK_POLL_MS);
+        let task = self.tasks.spawn(options, |cx| {
+            Box::pin(make(cx)) as rmcp::task_manager::TaskFuture
+        });
+        CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
+    }
+
+    /// The tasks-extension tools (see the module doc); `None`: not one of them.
+    fn task_tool(
+        &self,
+        name: &str,
+        args: &JsonObject,
+        responses: Option<&rmcp::model::InputResponses>,
+        cx: &RequestContext<RoleServer>,
+    ) -> Option<Result<CallToolResponse, ErrorData>> {
+        use rmcp::task_manager::TaskExit;
+        let tasks = takes_tasks(cx);
+        let answer = match name {
+            "greet" => string_arg(args, "name").map(|who| text_result(format!("Hello, {who}!"))),
+            "slow_compute" => {
+                let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+                let label = args
+                    .get("label")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let pause = Duration::from_secs_f64(seconds.clamp(0.0, 600.0));
+                if !tasks {
+                    // Answered in line; long pauses are a task's business.
+                    return Some(Ok(text_result(format!("computed {label} in {seconds}s"))));
+                }
+                Ok(self.task(move |task| async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => task_text(format!("computed {label} in {seconds}s")),
+                        () = task.cancelled() => Err(TaskExit::Cancelled),
+                    }
+                }))
+            }
+            "failing_job" if tasks => Ok(self.task(|_| async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(CallToolResult::error(vec![ContentBlock::text(
+                    "the job failed, as it always does",
+                )]))
+            })),
+            "protocol_error_job" if tasks => Ok(self.task(|_| async {
+                Err(TaskExit::Error(ErrorData::internal_error(
+                    "protocol_error_job broke, as it always does",
+                    None,
+                )))
+            })),
+            "protocol_error_job" => Err(ErrorData::internal_error(
+                "protocol_error_job broke, as it always does",
+                None,
+            )),
+            "confirm_delete" if tasks => string_arg(args, "filename").and_then(|file| {
+                let file = file.to_owned();
+                let ask = input_request(
+                    "elicitation/create",
+                    json!({"message": format!("Delete {file}?"), "requestedSchema": {
+                        "type": "object", "properties": {"confirm": {"type": "boolean"}},
+                        "required": ["confirm"]}}),
+                )?;
+                Ok(self.task(move |task| async move {
+                    let answer = task.request_input("confirm", ask).await?;
+                    let yes = answer.get("action").and_then(Value::as_str) == Some("accept")
+                        && answer["content"]["confirm"] == json!(true);
+                    task_text(if yes {
+                        format!("Deleted {file}")
+                    } else {
+                        format!("Kept {file}")
+                    })
+                }))
+            }),
+            "multi_input" if tasks => {
+                let first = elicit_request("What is your name?", "name", "string");
+                let second = elicit_request("Confirm?", "confirm", "boolean");
+                first.and_then(|first| {
+                    let second = second?;
+                    Ok(self.task(move |task| async move {
+                        let (a, b) = tokio::join!(
+                            task.request_input("name", first),
+                            task.request_input("confirm", second)
+                        );
+                        let (a, b) = (a?, b?);
+                        task_text(format!(
+                            "name: {}, confirm: {}",
+                            a["content"]["name"], b["content"]["confirm"]
+                        ))
+                    }))
+                })
+            }
+            "test_tool_with_task" if tasks => match accepted(responses, "user_name", "name") {
+                None => elicit_request("What is your name?", "name", "string")
+                    .and_then(|q| ask(vec![("user_name", q)], None)),
+                Some(who) => {
+                    let who = who.to_owned();
+                    Ok(self.task(move |_| async move { task_text(format!("Hello, {who}!")) }))
+                }
+            },
+            "failing_job" | "confirm_delete" | "multi_input" | "test_tool_with_task" => {
+                Err(tasks_required())
+            }
+            _ => return None,
+        };
+        Some(answer)
+    }
+}
+
 /// The `{id}` of `test://template/{id}/data`.
 fn template_id(uri: &str) -> Option<&str> {
     let id = uri
@@ -890,11 +1080,39 @@ impl ServerHandler for Fixture {
             .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "trawl-conformance-fixture",
             env!("CARGO_PKG_VERSION"),
         ))
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.tasks
+            .get_task(&request.task_id)
+            .map(rmcp::model::GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_tools(
@@ -911,6 +1129,11 @@ impl ServerHandler for Fixture {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
+        if let Some(answer) =
+            self.task_tool(&request.name, &args, request.input_responses.as_ref(), &cx)
+        {
+            return answer;
+        }
         let response = match request.name.as_ref() {
             "test_simple_text" => text_result("This is a simple text response for testing."),
             "test_image_content" => {
@@ -1285,8 +1508,14 @@ async fn main() -> Result<(), BoxError> {
             .await?;
         return Ok(());
     };
+    let shared = Fixture::default();
     let service = StreamableHttpService::new(
-        || Ok(Fixture::default()),
+        move || {
+            Ok(Fixture {
+                tasks: shared.tasks.clone(),
+                ..Fixture::default()
+            })
+        },
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
