@@ -999,8 +999,14 @@ async fn modern_request(
 #[tokio::test]
 async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized() {
     trawl_brightdata::ensure_crypto_provider();
-    let tools =
-        format!("servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true}}\n");
+    let state = tempfile::tempdir().unwrap();
+    let redefined = state.path().join("redefined");
+    let tools = format!(
+        "servers:\n  fixture:\n    command: {FIXTURE}\n    expose: {{bare_names: true}}\n    \
+         env: {{TRAWL_FIXTURE_REDEFINED: {}, TRAWL_FIXTURE_TOOLS_STATE: {}}}\n",
+        redefined.display(),
+        state.path().join("toggled-off").display()
+    );
     let gateway = trawl_tests::open_gateway(
         BIN,
         &tools,
@@ -1130,6 +1136,51 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
     assert_eq!(
         done["result"]["content"][0]["text"], "computed ab in 0s",
         "{done}"
+    );
+
+    // A tool whose definition changed since its task began (a rug pull) is
+    // quarantined: its task gives nothing more.
+    let created = ask(
+        "alice-secret",
+        "tools/call",
+        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "pulled"}}),
+        tasks.clone(),
+    )
+    .await;
+    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
+    std::fs::write(&redefined, b"changed").unwrap();
+    // Any change makes the server say its list changed; the gateway lists again.
+    let told = ask(
+        "alice-secret",
+        "tools/call",
+        json!({"name": "test_trigger_tool_change", "arguments": {}}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        told["result"]["content"][0]["text"], "The tool list changed",
+        "{told}"
+    );
+    let mut refused = Value::Null;
+    for _ in 0..600 {
+        refused = get("alice-secret", &handle).await;
+        if refused.get("error").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        refused["error"]["code"],
+        -32602,
+        "{refused}\n{}",
+        gateway.dev.log()
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer offered"),
+        "{refused}"
     );
 }
 
