@@ -6,7 +6,9 @@
 //! `expected-failures-2026-07-28.yml` (each listed scenario with why). The fixture
 //! tools, prompts and resources the scenarios call come from an upstream behind
 //! the gateway (`trawl-conformance-fixture`, over stdio, `expose`d with bare
-//! names), so the scenarios exercise federation too. The suite exits
+//! names), so the scenarios exercise federation too. It runs against trawl
+//! alone too (no upstream server; `expected-failures-alone*.yml` lists the
+//! scenarios that need the fixture's tools). The suite exits
 //! non-zero when a scenario outside the baseline fails (a regression) or a listed
 //! one passes (the baseline must then shrink), and so does this test.
 
@@ -154,7 +156,46 @@ async fn mcp_conformance_suite_passes_its_baseline() {
             ],
         ),
     ];
-    for (revision, baseline, passing) in revisions {
+    // trawl alone, with no upstream server: what it answers by itself. The
+    // scenarios that call the fixture's tools, prompts and resources fail, as
+    // listed in `expected-failures-alone*.yml`.
+    let alone = trawl_tests::open_gateway(BIN, "servers: {}\n", &[]).await;
+    let alone_revisions: [(&str, &str, &[&str]); 2] = [
+        (
+            "2025-11-25",
+            "expected-failures-alone.yml",
+            &[
+                "server-initialize",
+                "logging-set-level",
+                "ping",
+                "completion-complete",
+                "tools-list",
+                "server-sse-multiple-streams",
+                "dns-rebinding-protection",
+                "server-session-lifecycle",
+                "server-sse-polling",
+            ],
+        ),
+        (
+            "2026-07-28",
+            "expected-failures-alone-2026-07-28.yml",
+            &[
+                "completion-complete",
+                "tools-list",
+                "server-sse-multiple-streams",
+                "dns-rebinding-protection",
+                "input-required-result-unsupported-methods",
+                "input-required-result-validate-input",
+                "http-header-validation",
+            ],
+        ),
+    ];
+    let runs = revisions.into_iter().map(|r| (dev, port, r)).chain(
+        alone_revisions
+            .into_iter()
+            .map(|r| (&alone.dev, alone.port, r)),
+    );
+    for (dev, port, (revision, baseline, passing)) in runs {
         let (suite, dir, path) = (suite.clone(), dir.clone(), path.clone());
         let out = tokio::task::spawn_blocking(move || {
             Command::new(&suite)
@@ -178,7 +219,7 @@ async fn mcp_conformance_suite_passes_its_baseline() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success(),
-            "{revision}: conformance suite against the baseline failed:\n{stdout}\n{stderr}\ntrawl:\n{}",
+            "{revision} ({baseline}): conformance suite against the baseline failed:\n{stdout}\n{stderr}\ntrawl:\n{}",
             dev.log()
         );
         for scenario in passing {
@@ -186,7 +227,7 @@ async fn mcp_conformance_suite_passes_its_baseline() {
                 stdout
                     .lines()
                     .any(|l| l.contains(&format!("✓ {scenario}:"))),
-                "{revision}: {scenario} did not pass:\n{stdout}"
+                "{revision} ({baseline}): {scenario} did not pass:\n{stdout}"
             );
         }
     }

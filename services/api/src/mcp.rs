@@ -1417,8 +1417,12 @@ impl ServerHandler for Gateway {
         }
         // Tasks (SEP-2663) of upstream servers, passed through: a client that
         // declares the extension may be answered a task by an upstream that
-        // makes one, and polls it here.
-        if self.layer().is_some() {
+        // makes one, and polls it here. Only relayed calls can be (trawl's own
+        // tools answer at once).
+        if self
+            .layer()
+            .is_some_and(|l| l.config().servers.iter().any(|s| s.upstream.relay))
+        {
             caps.extensions.get_or_insert_with(Default::default).insert(
                 rmcp::model::TASKS_EXTENSION_ID.to_owned(),
                 JsonObject::new(),
