@@ -1,26 +1,33 @@
-//! The MCP gateway's cost: a `tools/call` of one stdio upstream tool through
-//! `/mcp` of `trawl dev`, against the same call made to that upstream directly.
+//! The MCP gateway's cost: a `tools/call` of one upstream tool through `/mcp`
+//! of `trawl dev`, against the same call made to that upstream directly.
 //!
 //! The upstream is the conformance fixture (`trawl-conformance-fixture`, its
-//! `test_simple_text` tool: a constant text, no work), over stdio both ways:
+//! `test_simple_text` tool: a constant text, no work), over stdio, and over
+//! Streamable HTTP for the last two ways:
 //!
 //! - **direct**: this program spawns the fixture and speaks newline-delimited
 //!   JSON-RPC to it, with up to `--clients` calls in flight on its one session
 //!   (answers matched by id);
-//! - **gateway, shared**: `trawl dev` (`/mcp` open on loopback, the fixture
+//! - **gateway, 2026-07-28**: `trawl dev` (`/mcp` open on loopback, the fixture
 //!   behind it) called with stateless 2026-07-28 requests that ask for nothing
-//!   back (no log level, no progress token): the calls share the upstream's main
-//!   session;
-//! - **gateway, leased**: 2025-11-25 sessions, one per client, which get the
-//!   upstream's log messages: each call runs on an upstream session it holds
-//!   alone, leased from the pool (`sessions: --clients`, so none waits).
+//!   back (no log level, no progress token): each call is relayed upstream as a
+//!   2026-07-28 request on an upstream session it holds alone, leased from the
+//!   pool (`sessions: --clients`, so none waits);
+//! - **gateway, 2026-07-28 taking tasks**: the same requests declaring the
+//!   tasks extension: they run on the upstream's main session, where its tasks
+//!   live (the tool answers at once, so no task is made);
+//! - **gateway, 2025-11-25**: 2025-11-25 sessions, one per client, which get
+//!   the upstream's log messages: each call runs on a leased upstream session;
+//! - **direct, HTTP** and **gateway, 2026-07-28, HTTP upstream**: the fixture
+//!   serving Streamable HTTP on loopback, called with stateless 2026-07-28
+//!   requests directly, and through a second `trawl dev` whose upstream it is.
 //!
 //! Each client makes `--calls` calls one after the other, each timed from the
 //! request's write to its answer's end; every answer is checked (a text result,
 //! not an error). A warm-up of 10 calls per client (not counted) comes first.
 //! One JSON line per way and concurrency (1 and `--clients`): calls/s and
 //! latency p50 / p99; then the gateway's overhead per call at concurrency 1 (its
-//! p50 minus the direct p50).
+//! p50 minus the direct p50 of the same transport).
 //!
 //!     cargo build --release -p trawl-tests --bin trawl-e2e --bin trawl-conformance-fixture
 //!     cargo run --release -p trawl-tests --example gateway_bench [-- --calls 500 --clients 16]
@@ -158,25 +165,48 @@ fn last_message(text: &str) -> Value {
         .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"))
 }
 
-/// A client of `/mcp`: stateless 2026-07-28 requests, or a 2025-11-25 session.
+/// How a [`Client`] speaks.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// Stateless 2026-07-28 requests that declare nothing.
+    Modern,
+    /// Stateless 2026-07-28 requests that declare the tasks extension.
+    ModernTasks,
+    /// A 2025-11-25 session.
+    Legacy,
+}
+
+/// A client of an MCP endpoint (`/mcp`, or the fixture's own).
 struct Client {
     http: reqwest::Client,
     url: String,
-    /// 2025-11-25 (with a session once initialized) rather than 2026-07-28.
+    mode: Mode,
     legacy: bool,
     session: Option<String>,
 }
 
 impl Client {
-    async fn new(url: &str, session: bool) -> Client {
-        let http = reqwest::Client::new();
+    /// `pooled`: keep connections open between calls; off for the fixture's own
+    /// endpoint, whose connections, kept idle, stall ~40 ms on Linux, as
+    /// trawl's client of an HTTP upstream (no idle pool) avoids too.
+    async fn new(url: &str, mode: Mode, pooled: bool) -> Client {
+        let http = if pooled {
+            reqwest::Client::new()
+        } else {
+            reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap()
+        };
+        let legacy = matches!(mode, Mode::Legacy);
         let mut client = Client {
             http,
             url: url.to_owned(),
-            legacy: session,
+            mode,
+            legacy,
             session: None,
         };
-        if session {
+        if legacy {
             let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
                 "clientInfo": {"name": "gateway-bench", "version": "1"}}});
@@ -216,9 +246,13 @@ impl Client {
         let req = if self.legacy {
             self.post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
         } else {
+            let declared = match self.mode {
+                Mode::ModernTasks => json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+                Mode::Modern | Mode::Legacy => json!({}),
+            };
             params["_meta"] = json!({
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {}});
+                "io.modelcontextprotocol/clientCapabilities": declared});
             self.post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
                 .header("mcp-method", "tools/call")
                 .header("mcp-name", TOOL)
@@ -284,6 +318,55 @@ fn report(way: &str, concurrency: usize, (rate, took): &(f64, Vec<Duration>)) ->
     p50
 }
 
+/// The fixture serving Streamable HTTP on a free loopback port: its URL.
+async fn http_fixture(fixture: &PathBuf) -> (String, tokio::process::Child) {
+    let mut child = Command::new(fixture)
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.strip_prefix("listening on ").unwrap().to_owned();
+    (url, child)
+}
+
+/// `trawl dev` with the fixture as its upstream `fixture` (`upstream`: its
+/// command or URL line).
+async fn gateway(
+    trawl: &std::path::Path,
+    upstream: &str,
+    clients: usize,
+) -> trawl_tests::OpenGateway {
+    trawl_tests::open_gateway(
+        trawl.to_str().unwrap(),
+        &format!(
+            "servers:\n  fixture:\n    {upstream}\n    sessions: {clients}\n    expose: {{bare_names: true}}\n"
+        ),
+        // Far above what the benchmark sends: the per-caller limit is not measured.
+        &[
+            ("TRAWL_RATE_MCP", "1000000"),
+            ("TRAWL_RATE_MCP_BURST", "1000000"),
+        ],
+    )
+    .await
+}
+
+/// `concurrency` clients of `url` speaking `mode`: one line of figures, the p50.
+async fn clients_of(url: &str, mode: Mode, way: &str, concurrency: usize, calls: usize) -> f64 {
+    let pooled = way != "direct, HTTP";
+    let mut all = Vec::new();
+    for _ in 0..concurrency {
+        all.push(Arc::new(Client::new(url, mode, pooled).await));
+    }
+    let got = run(all, calls, |c: Arc<Client>| {
+        Box::pin(async move { c.call().await })
+    })
+    .await;
+    report(way, concurrency, &got)
+}
+
 #[tokio::main]
 async fn main() {
     trawl_brightdata::ensure_crypto_provider();
@@ -292,23 +375,28 @@ async fn main() {
     let fixture = binary("trawl-conformance-fixture");
     let trawl = binary("trawl-e2e");
 
-    let gateway = trawl_tests::open_gateway(
-        trawl.to_str().unwrap(),
-        &format!(
-            "servers:\n  fixture:\n    command: {}\n    sessions: {clients}\n    expose: {{bare_names: true}}\n",
-            fixture.display()
-        ),
-        // Far above what the benchmark sends: the per-caller limit is not measured.
-        &[
-            ("TRAWL_RATE_MCP", "1000000"),
-            ("TRAWL_RATE_MCP_BURST", "1000000"),
-        ],
-    )
-    .await;
-    let port = gateway.port;
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    let stdio = gateway(&trawl, &format!("command: {}", fixture.display()), clients).await;
+    let url = format!("http://127.0.0.1:{}/mcp", stdio.port);
+    let (fixture_url, _fixture_http) = http_fixture(&fixture).await;
+    let over_http = gateway(&trawl, &format!("url: {fixture_url}"), clients).await;
+    let http_url = format!("http://127.0.0.1:{}/mcp", over_http.port);
 
     let direct = Arc::new(Direct::start(&fixture).await);
+    let ways = [
+        ("gateway, 2026-07-28", url.as_str(), Mode::Modern),
+        (
+            "gateway, 2026-07-28 taking tasks",
+            url.as_str(),
+            Mode::ModernTasks,
+        ),
+        ("gateway, 2025-11-25", url.as_str(), Mode::Legacy),
+        ("direct, HTTP", fixture_url.as_str(), Mode::Modern),
+        (
+            "gateway, 2026-07-28, HTTP upstream",
+            http_url.as_str(),
+            Mode::Modern,
+        ),
+    ];
     let mut p50 = HashMap::new();
     for concurrency in [1, clients] {
         let all = vec![direct.clone(); concurrency];
@@ -317,24 +405,25 @@ async fn main() {
         })
         .await;
         p50.insert(("direct", concurrency), report("direct", concurrency, &got));
-        for (way, session) in [("gateway, shared", false), ("gateway, leased", true)] {
-            let mut all = Vec::new();
-            for _ in 0..concurrency {
-                all.push(Arc::new(Client::new(&url, session).await));
-            }
-            let got = run(all, calls, |c: Arc<Client>| {
-                Box::pin(async move { c.call().await })
-            })
-            .await;
-            p50.insert((way, concurrency), report(way, concurrency, &got));
+        for (way, url, mode) in ways {
+            let got = clients_of(url, mode, way, concurrency, calls).await;
+            p50.insert((way, concurrency), got);
         }
     }
-    for way in ["gateway, shared", "gateway, leased"] {
+    for (way, _, _) in ways {
+        let base = if way.contains("HTTP") {
+            "direct, HTTP"
+        } else {
+            "direct"
+        };
+        if way == base {
+            continue;
+        }
         println!(
             "{}",
-            json!({"overhead_p50_ms_at_1_client": way,
-                "ms": ((p50[&(way, 1)] - p50[&("direct", 1)]) * 1000.0).round() / 1000.0})
+            json!({"overhead_p50_ms_at_1_client": way, "against": base,
+                "ms": ((p50[&(way, 1)] - p50[&(base, 1)]) * 1000.0).round() / 1000.0})
         );
     }
-    drop(gateway);
+    drop((stdio, over_http));
 }

@@ -1247,3 +1247,80 @@ where
     }
     panic!("the task stayed {passing:?} for 30 s");
 }
+
+/// A Streamable HTTP upstream serves 2026-07-28 clients too: trawl's sessions
+/// with it are 2025-11-25 sessions, in which a 2026-07-28 request would be
+/// refused (-32020), so it gets plain calls, and what it asks mid-call reaches
+/// the client as an `InputRequiredResult` that the client answers by retrying.
+/// No tasks are declared on its account: only relayed calls can make them.
+#[tokio::test]
+async fn a_2026_client_calls_an_http_upstream_through_plain_calls() {
+    trawl_brightdata::ensure_crypto_provider();
+    let mut fixture = tokio::process::Command::new(FIXTURE)
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+        fixture.stdout.take().unwrap(),
+    ));
+    let first = lines.next_line().await.unwrap().unwrap();
+    let upstream = first.strip_prefix("listening on ").unwrap().to_owned();
+    let tools =
+        format!("servers:\n  fixture:\n    url: {upstream}\n    expose: {{bare_names: true}}\n");
+    let gateway = trawl_tests::open_gateway(BIN, &tools, &[]).await;
+    let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+    let http = client(Duration::from_secs(30));
+
+    let got = call_modern(&http, &url, "test_simple_text", json!({}), json!({})).await;
+    let done = got.last().unwrap();
+    assert_eq!(
+        done["result"]["resultType"],
+        "complete",
+        "{got:?}\n{}",
+        gateway.dev.log()
+    );
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "This is a simple text response for testing."
+    );
+
+    let elicit = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}});
+    let args = json!({"message": "who are you?"});
+    let got = call_modern(
+        &http,
+        &url,
+        "test_elicitation",
+        args.clone(),
+        elicit.clone(),
+    )
+    .await;
+    let asked = got.last().unwrap();
+    assert_eq!(asked["result"]["resultType"], "input_required", "{got:?}");
+    let state = asked["result"]["requestState"].clone();
+    let content = json!({"action": "accept",
+        "content": {"username": "ada", "email": "ada@example.com"}});
+    let got = call_modern_with(
+        &http,
+        &url,
+        "test_elicitation",
+        args,
+        elicit,
+        json!({"requestState": state, "inputResponses": {"upstream": content}}),
+    )
+    .await;
+    let done = got.last().unwrap();
+    assert_eq!(done["result"]["resultType"], "complete", "{got:?}");
+    assert_ne!(done["result"]["isError"], true, "{got:?}");
+
+    let discovered =
+        trawl_tests::mcp_modern(&http, &url, None, "server/discover", json!({}), json!({})).await;
+    let caps = &discovered.last().unwrap()["result"]["capabilities"];
+    assert!(
+        caps.get("extensions")
+            .and_then(|e| e.get("io.modelcontextprotocol/tasks"))
+            .is_none(),
+        "{caps}"
+    );
+}

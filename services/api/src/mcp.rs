@@ -1183,10 +1183,9 @@ impl Parked {
 
     /// An upstream task's id as its client gets it: the tool and the
     /// upstream's own id, sealed (HMAC; signed, not encrypted) with the
-    /// caller, so that no other
-    /// caller can read or steer the task, and good for the task's `ttlMs` (a
-    /// day when the upstream sets none). Nothing is kept here: the upstream
-    /// keeps the task.
+    /// caller, so that no other caller can get, answer or cancel the task,
+    /// and good for the task's `ttlMs` (a day when the upstream sets none).
+    /// Nothing is kept here: the upstream keeps the task.
     fn task_out(&self, task: &mut rmcp::model::Task, tool: &str, caller: &str) {
         let ttl = task
             .ttl_ms
@@ -1421,7 +1420,7 @@ impl ServerHandler for Gateway {
         // tools answer at once).
         if self
             .layer()
-            .is_some_and(|l| l.config().servers.iter().any(|s| s.upstream.relay))
+            .is_some_and(|l| l.config().servers.iter().any(|s| s.upstream.relays()))
         {
             caps.extensions.get_or_insert_with(Default::default).insert(
                 rmcp::model::TASKS_EXTENSION_ID.to_owned(),

@@ -202,6 +202,19 @@ pub struct UpstreamConfig {
     pub list_changed: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
+impl UpstreamConfig {
+    /// Whether a 2026-07-28 client's request goes to this server as one (see
+    /// [`crate::forward::Relay`]): a stdio server configured `relay` (the
+    /// default). Never a Streamable HTTP server: trawl's sessions with it are
+    /// 2025-11-25 sessions (`Mcp-Session-Id`, the version `initialize`
+    /// negotiated), in which a server refuses a request that says 2026-07-28
+    /// (-32020: the version header against the request's `_meta`). It gets
+    /// plain calls, and what it asks mid-call is bridged.
+    pub fn relays(&self) -> bool {
+        self.relay && matches!(self.transport, Transport::Stdio { .. })
+    }
+}
+
 /// Connecting to or listing an upstream failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -861,9 +874,9 @@ impl Upstream {
     }
 
     /// Whether a 2026-07-28 client's request is passed to this server as one
-    /// (see [`crate::forward::Relay`]): until it refuses the version.
+    /// (see [`UpstreamConfig::relays`]): until it refuses the version.
     fn relays(&self) -> bool {
-        self.cfg.relay && !self.no_relay.load(std::sync::atomic::Ordering::Relaxed)
+        self.cfg.relays() && !self.no_relay.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The server refused a relayed request's version (-32022): requests are
