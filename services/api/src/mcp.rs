@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use trawl_core::ports::ToolError;
 use trawl_core::retry::RetryPolicy;
 use trawl_tools::config::{Access, Expose};
+use trawl_tools::mcp::bounded;
 use trawl_tools::schema::Contract;
 use trawl_tools::{Budget, CallOptions, Recorder, TOOL_SEARCH, ToolLayer};
 
@@ -939,30 +940,6 @@ impl Gateway {
         if let Err(e) = self.state.store.record_audit(&[row]).await {
             tracing::warn!(error = %e, "audit row of an MCP call not written");
         }
-    }
-}
-
-/// An upstream request within the upstream's timeout; its JSON-RPC error passed
-/// on as it is, anything else as an internal error naming the server.
-async fn bounded<T>(
-    up: &trawl_tools::mcp::Upstream,
-    fut: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
-) -> Result<T, ErrorData> {
-    match tokio::time::timeout(up.timeout(), fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(rmcp::ServiceError::McpError(e))) => Err(e),
-        Ok(Err(e)) => Err(ErrorData::internal_error(
-            format!("upstream {}: {e}", up.server()),
-            None,
-        )),
-        Err(_) => Err(ErrorData::internal_error(
-            format!(
-                "upstream {} did not answer within {:?}",
-                up.server(),
-                up.timeout()
-            ),
-            None,
-        )),
     }
 }
 

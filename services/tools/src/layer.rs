@@ -201,34 +201,21 @@ impl ToolLayer {
                 None,
             )
         })?;
-        let answer = match tokio::time::timeout(up.timeout(), up.task(request, meta)).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(rmcp::ServiceError::McpError(e))) => return Err(e),
-            Ok(Err(e)) => {
-                return Err(rmcp::ErrorData::internal_error(
-                    format!("upstream {}: {e}", up.server()),
-                    None,
-                ));
-            }
-            Err(_) => {
-                return Err(rmcp::ErrorData::internal_error(
-                    format!(
-                        "upstream {} did not answer within {:?}",
-                        up.server(),
-                        up.timeout()
-                    ),
-                    None,
-                ));
-            }
-        };
+        let answer = crate::mcp::bounded(&up, up.task(request, meta)).await?;
         Ok(match answer {
             ServerResult::GetTaskResult(mut r) => {
                 if let TaskPayload::Completed { result } = &mut r.task.payload {
                     let body = serde_json::to_vec(&*result).unwrap_or_default();
-                    if let Ok(Value::Object(clean)) = serde_json::from_slice(&sanitize(entry, body))
-                    {
-                        *result = clean;
-                    }
+                    // Sanitizing keeps a JSON object one; anything else is
+                    // not passed on unsanitized.
+                    let Ok(Value::Object(clean)) = serde_json::from_slice(&sanitize(entry, body))
+                    else {
+                        return Err(rmcp::ErrorData::internal_error(
+                            format!("the result of a task of {tool} could not be sanitized"),
+                            None,
+                        ));
+                    };
+                    *result = clean;
                 }
                 ServerResult::GetTaskResult(r)
             }

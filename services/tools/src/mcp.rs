@@ -97,6 +97,30 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 use tokio::task::JoinHandle;
 use trawl_core::ports::ToolError;
 
+/// An upstream request within the upstream's timeout; its JSON-RPC error passed
+/// on as it is, anything else as an internal error naming the server.
+pub async fn bounded<T>(
+    up: &Upstream,
+    fut: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, rmcp::ErrorData> {
+    match tokio::time::timeout(up.timeout(), fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(ServiceError::McpError(e))) => Err(e),
+        Ok(Err(e)) => Err(rmcp::ErrorData::internal_error(
+            format!("upstream {}: {e}", up.server()),
+            None,
+        )),
+        Err(_) => Err(rmcp::ErrorData::internal_error(
+            format!(
+                "upstream {} did not answer within {:?}",
+                up.server(),
+                up.timeout()
+            ),
+            None,
+        )),
+    }
+}
+
 /// A request about one of an upstream's tasks (SEP-2663), by the server's own
 /// task id.
 #[derive(Debug)]
