@@ -1324,3 +1324,45 @@ async fn a_2026_client_calls_an_http_upstream_through_plain_calls() {
         "{caps}"
     );
 }
+
+/// A call that outlives its server's `timeout` is ended with a tool error, and
+/// the server is told (`notifications/cancelled`), so that it stops working
+/// for nobody. Seen on the server's main session (a 2026-07-28 call that takes
+/// tasks runs there), which stays open; a leased session whose call timed out
+/// is closed besides.
+#[tokio::test]
+async fn a_call_that_times_out_is_cancelled_upstream() {
+    trawl_brightdata::ensure_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("cancelled");
+    let gateway = open_gateway(&format!(
+        "    timeout: 1s\n    expose: {{bare_names: true}}\n    env: {{TRAWL_FIXTURE_CANCELLED: {}}}\n",
+        marker.display()
+    ))
+    .await;
+    let url = format!("http://127.0.0.1:{}/mcp", gateway.port);
+    let http = client(Duration::from_secs(30));
+    let tasks = json!({"io.modelcontextprotocol/clientCapabilities":
+        {"extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    let got = call_modern(&http, &url, "test_wait_for_cancel", json!({}), tasks).await;
+    let answer = got.last().unwrap();
+    assert_eq!(
+        answer["result"]["isError"],
+        true,
+        "{got:?}\n{}",
+        gateway.dev.log()
+    );
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("did not answer within"), "{text}");
+    // The server heard of it: it wrote its marker when its call was cancelled.
+    for _ in 0..100 {
+        if marker.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the upstream was not told its call was cancelled\n{}",
+        gateway.dev.log()
+    );
+}

@@ -61,6 +61,9 @@
 //!   (asks for a name with `InputRequiredResult`, then becomes a task whose
 //!   result names it; tasks required); `slow_compute` is listed with another
 //!   description while the file `TRAWL_FIXTURE_REDEFINED` names exists;
+//! - `test_wait_for_cancel`, trawl's own: answers only once cancelled, and
+//!   writes the file `TRAWL_FIXTURE_CANCELLED` names, so that a test can see
+//!   the gateway send `notifications/cancelled` when a call times out;
 //! - `test_log_level`, trawl's own: the level this session was last asked for
 //!   with `logging/setLevel` (`none` until then), so that a test can see what
 //!   the gateway asked of the upstream;
@@ -290,6 +293,11 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "test_trigger_tool_change",
             "Takes test_toggled_tool off the tool list, or puts it back, and says the list changed",
+            no_arguments(),
+        ),
+        Tool::new(
+            "test_wait_for_cancel",
+            "Waits until the call is cancelled; TRAWL_FIXTURE_CANCELLED's file then says so",
             no_arguments(),
         ),
         Tool::new(
@@ -1194,6 +1202,15 @@ impl ServerHandler for Fixture {
                 }
             }
             "test_toggled_tool" => text_result("still here"),
+            "test_wait_for_cancel" => {
+                // Answers only when cancelled (`notifications/cancelled`), and
+                // then says so in the file `TRAWL_FIXTURE_CANCELLED` names.
+                cx.ct.cancelled().await;
+                if let Some(f) = std::env::var_os("TRAWL_FIXTURE_CANCELLED") {
+                    let _ = std::fs::write(f, b"cancelled");
+                }
+                error_result("cancelled")
+            }
             "test_custom_header" => {
                 text_result(format!("region: {}", string_arg(&args, "region")?))
             }
