@@ -158,10 +158,8 @@ impl Direct {
 
 /// The last JSON-RPC message of a response body (JSON or SSE).
 fn last_message(text: &str) -> Value {
-    text.lines()
-        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .next_back()
+    trawl_tests::jsonrpc_messages(text)
+        .pop()
         .unwrap_or_else(|| panic!("no JSON-RPC message in {text:?}"))
 }
 

@@ -888,13 +888,18 @@ pub async fn mcp_modern(
         .text()
         .await
         .unwrap();
-    let messages: Vec<Value> = text
-        .lines()
-        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let messages = jsonrpc_messages(&text);
     assert!(!messages.is_empty(), "no JSON-RPC message in {text:?}");
     messages
+}
+
+/// The JSON-RPC messages of an MCP response body, plain JSON or SSE (`data:`
+/// lines), in order.
+pub fn jsonrpc_messages(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| l.strip_prefix("data:").unwrap_or(l).trim())
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
 }
 
 /// `trawl dev` with `/mcp` open on loopback (no keys, no OAuth) and the

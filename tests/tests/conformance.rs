@@ -296,10 +296,7 @@ async fn call_in(
         .text()
         .await
         .unwrap();
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|l| serde_json::from_str(l.trim()).ok())
-        .collect()
+    trawl_tests::jsonrpc_messages(&text)
 }
 
 /// A stateless 2026-07-28 tools/call with `meta` added to its `_meta`: every
@@ -1062,6 +1059,22 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
     };
     let get =
         |key: &'static str, id: &str| ask(key, "tasks/get", json!({"taskId": id}), tasks.clone());
+    // A task of `tool` started by the caller with `key`: its handle.
+    let start = |key: &'static str, tool: &'static str, arguments: Value| {
+        let call = ask(
+            key,
+            "tools/call",
+            json!({"name": tool, "arguments": arguments}),
+            tasks.clone(),
+        );
+        async move {
+            let created = call.await;
+            let handle = created["result"]["taskId"].as_str();
+            handle
+                .unwrap_or_else(|| panic!("no task: {created}"))
+                .to_owned()
+        }
+    };
 
     // A long task, cancelled by its caller; another caller cannot touch it.
     let created = ask(
@@ -1120,23 +1133,17 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
     )
     .await;
     assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
-    let cancelled = poll_until(
-        || get("alice-secret", &handle),
-        &["working", "input_required"],
-    )
-    .await;
+    let cancelled = poll_until(|| get("alice-secret", &handle), UNENDED).await;
     assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
 
     // A task that asks for input: the request reaches its caller through
     // tasks/get, the answer goes back through tasks/update.
-    let created = ask(
+    let handle = start(
         "bob-secret",
-        "tools/call",
-        json!({"name": "confirm_delete", "arguments": {"filename": "old.txt"}}),
-        tasks.clone(),
+        "confirm_delete",
+        json!({"filename": "old.txt"}),
     )
     .await;
-    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
     let asking = poll_until(|| get("bob-secret", &handle), &["working"]).await;
     assert_eq!(asking["status"], "input_required", "{asking}");
     assert_eq!(
@@ -1152,28 +1159,18 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
     )
     .await;
     assert_eq!(ack["result"], json!({"resultType": "complete"}), "{ack}");
-    let done = poll_until(
-        || get("bob-secret", &handle),
-        &["working", "input_required"],
-    )
-    .await;
+    let done = poll_until(|| get("bob-secret", &handle), UNENDED).await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "Deleted old.txt");
 
     // The inlined result is sanitized: an invisible character is gone.
-    let created = ask(
+    let handle = start(
         "alice-secret",
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 0, "label": "a\u{200b}b"}}),
-        tasks.clone(),
+        "slow_compute",
+        json!({"seconds": 0, "label": "a\u{200b}b"}),
     )
     .await;
-    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
-    let done = poll_until(
-        || get("alice-secret", &handle),
-        &["working", "input_required"],
-    )
-    .await;
+    let done = poll_until(|| get("alice-secret", &handle), UNENDED).await;
     assert_eq!(
         done["result"]["content"][0]["text"], "computed ab in 0s",
         "{done}"
@@ -1181,14 +1178,12 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
 
     // A tool whose definition changed since its task began (a rug pull) is
     // quarantined: its task gives nothing more.
-    let created = ask(
+    let handle = start(
         "alice-secret",
-        "tools/call",
-        json!({"name": "slow_compute", "arguments": {"seconds": 60, "label": "pulled"}}),
-        tasks.clone(),
+        "slow_compute",
+        json!({"seconds": 60, "label": "pulled"}),
     )
     .await;
-    let handle = created["result"]["taskId"].as_str().unwrap().to_owned();
     std::fs::write(&redefined, b"changed").unwrap();
     // Any change makes the server say its list changed; the gateway lists again.
     let told = ask(
@@ -1224,6 +1219,9 @@ async fn upstream_tasks_are_their_callers_alone_and_their_results_are_sanitized(
         "{refused}"
     );
 }
+
+/// The statuses of a task that has not ended.
+const UNENDED: &[&str] = &["working", "input_required"];
 
 /// Whether `id` looks like the fixture's own task ids (UUIDs).
 fn uuid_like(id: &str) -> bool {
