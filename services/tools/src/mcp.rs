@@ -498,7 +498,8 @@ impl Upstream {
     /// /mcp gateway) has set a forwarder: the call then runs on a session it
     /// holds alone, leased from the pool (see [`crate::forward`]), which is
     /// asked first for the log level the caller's client wants. Other calls
-    /// share the main session.
+    /// share the main session, and so do relayed calls of clients that take
+    /// tasks (see [`Self::task`]).
     #[tracing::instrument(skip_all, fields(server = %self.cfg.server, tool = %tool))]
     pub async fn call(&self, tool: &str, args: &Value) -> Result<Value, ToolError> {
         let Some(arguments) = args.as_object() else {
@@ -510,55 +511,46 @@ impl Upstream {
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments.clone());
         let result = match crate::forward::current() {
             None => self.call_on(&self.main, tool, params).await?,
-            // A relayed call whose client takes tasks runs where the server's
-            // tasks live (see [`Self::task`]).
-            Some(forwarder)
-                if forwarder
+            Some(forwarder) => {
+                let takes_tasks = forwarder
                     .relay
                     .as_ref()
-                    .is_some_and(crate::forward::Relay::takes_tasks)
-                    && self.relays() =>
-            {
-                let Some((meta, responses, state)) = forwarder.relay.and_then(|r| self.relayed(r))
-                else {
-                    return Err(self.closed(tool, "not relayed"));
-                };
-                let mut p = params;
-                p.meta = Some(meta);
-                p.input_responses = responses;
-                p.request_state = state;
-                self.call_on(&self.main, tool, p).await?
-            }
-            Some(forwarder) => {
-                let mut lease = self.lease().await?;
-                let Some(session) = lease.session() else {
-                    return Err(self.closed(tool, "no session"));
-                };
-                let level = forwarder.logs.unwrap_or(LoggingLevel::Emergency);
-                session.set_level(level, self.cfg.timeout).await;
-                let params = match forwarder.relay.and_then(|r| self.relayed(r)) {
+                    .is_some_and(crate::forward::Relay::takes_tasks);
+                let (params, relayed) = match forwarder.relay.and_then(|r| self.relayed(r)) {
                     Some((meta, responses, state)) => {
                         let mut p = params;
                         p.meta = Some(meta);
                         p.input_responses = responses;
                         p.request_state = state;
-                        p
+                        (p, true)
                     }
-                    None => params,
+                    None => (params, false),
                 };
-                let hold = session.holder().hold(forwarder.to);
-                let result = self.call_on(session, tool, params).await;
-                drop(hold);
-                // A call that got an answer, a result or a JSON-RPC error,
-                // leaves its session clean; any other end closes it.
-                let answered = match &result {
-                    Ok(_) => true,
-                    Err(e) => e.code == "upstream_error" || e.code == MISSING_CLIENT_CAPABILITY,
-                };
-                if answered {
-                    lease.give_back();
+                // A relayed call whose client takes tasks runs where the
+                // server's tasks live (see [`Self::task`]).
+                if relayed && takes_tasks {
+                    self.call_on(&self.main, tool, params).await?
+                } else {
+                    let mut lease = self.lease().await?;
+                    let Some(session) = lease.session() else {
+                        return Err(self.closed(tool, "no session"));
+                    };
+                    let level = forwarder.logs.unwrap_or(LoggingLevel::Emergency);
+                    session.set_level(level, self.cfg.timeout).await;
+                    let hold = session.holder().hold(forwarder.to);
+                    let result = self.call_on(session, tool, params).await;
+                    drop(hold);
+                    // A call that got an answer, a result or a JSON-RPC error,
+                    // leaves its session clean; any other end closes it.
+                    let answered = match &result {
+                        Ok(_) => true,
+                        Err(e) => e.code == "upstream_error" || e.code == MISSING_CLIENT_CAPABILITY,
+                    };
+                    if answered {
+                        lease.give_back();
+                    }
+                    result?
                 }
-                result?
             }
         };
         let result = match result {
