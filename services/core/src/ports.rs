@@ -625,6 +625,16 @@ pub struct GuardVerdict {
     pub decided_ms: i64,
 }
 
+/// An upstream server's last good `tools/list`, as the tool layer keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolListing {
+    pub server: String,
+    /// The tools as the server listed them (its own names, every field kept).
+    pub tools: Vec<Value>,
+    /// When the server was listed.
+    pub listed_ms: i64,
+}
+
 /// What writing an outcome did.
 #[derive(Clone, Debug, Default)]
 pub struct Recorded {
@@ -951,6 +961,22 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<GuardVerdict>, PortError>;
     /// Stores a verdict, replacing the one of the same model and hash.
     async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError>;
+
+    // --- the tool layer's catalog: each upstream server's last good listing
+    //
+    // The defaults refuse, as for artifacts below.
+
+    /// Every stored listing, by server name.
+    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError> {
+        Err(not_supported("tool_listings"))
+    }
+    /// Stores a server's listing, replacing the one stored before.
+    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError> {
+        Err(not_supported(&format!(
+            "save_tool_listing {}",
+            listing.server
+        )))
+    }
 
     // --- browser slices: artifacts and the browse replay cache
     //

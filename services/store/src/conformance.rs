@@ -20,7 +20,7 @@ use trawl_core::model::{
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, GuardVerdict, Idempotency,
     JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store,
-    ToolPin,
+    ToolListing, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -83,6 +83,7 @@ macro_rules! suite {
             saving_an_embedding_again_keeps_the_first,
             guard_verdicts_round_trip_and_are_replaced,
             a_tool_held_for_review_is_approved_or_rejected,
+            a_server_listing_is_kept_byte_for_byte_and_replaced,
         );
     };
     (@tests $fixtures:path; $($name:ident),* $(,)?) => {
@@ -2519,4 +2520,42 @@ pub(crate) async fn a_tool_held_for_review_is_approved_or_rejected(f: &dyn Fixtu
         (Some("b1"), Some("b2"))
     );
     assert!(store.approvals(true, 10).await.unwrap().is_empty());
+}
+
+pub(crate) async fn a_server_listing_is_kept_byte_for_byte_and_replaced(f: &dyn Fixture) {
+    let store = f.store();
+    assert!(store.tool_listings().await.unwrap().is_empty());
+    // A NUL and other control characters, non-ASCII text and a large integer
+    // come back as they were sent.
+    let tools = vec![
+        json!({"name": "b", "inputSchema": {"type": "object"}, "description": "nul \u{0} tab \t 天気"}),
+        json!({"description": "first", "name": "a", "annotations": {"n": 18_446_744_073_709_551_615_u64}}),
+    ];
+    let up = ToolListing {
+        server: "up".into(),
+        tools: tools.clone(),
+        listed_ms: 1_000,
+    };
+    let other = ToolListing {
+        server: "another".into(),
+        tools: Vec::new(),
+        listed_ms: 2_000,
+    };
+    store.save_tool_listing(&up).await.unwrap();
+    store.save_tool_listing(&other).await.unwrap();
+    let got = store.tool_listings().await.unwrap();
+    assert_eq!(got, vec![other.clone(), up.clone()]);
+    assert_eq!(
+        serde_json::to_string(&got[1].tools).unwrap(),
+        serde_json::to_string(&tools).unwrap()
+    );
+
+    // A later listing replaces the server's row, and only that one.
+    let later = ToolListing {
+        tools: vec![json!({"name": "c"})],
+        listed_ms: 3_000,
+        ..up
+    };
+    store.save_tool_listing(&later).await.unwrap();
+    assert_eq!(store.tool_listings().await.unwrap(), vec![other, later]);
 }

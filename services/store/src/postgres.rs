@@ -70,7 +70,7 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
-    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
+    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -124,6 +124,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         8,
         "guard",
         include_str!("../../../migrations/0008_guard.sql"),
+    ),
+    (
+        9,
+        "tool_listings",
+        include_str!("../../../migrations/0009_tool_listings.sql"),
     ),
 ];
 
@@ -897,6 +902,15 @@ impl Store for PgStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&self.pool, after, limit).await
+    }
+
+    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError> {
+        tools::tool_listings(&self.pool).await
+    }
+
+    #[instrument(skip_all, fields(server = %listing.server, tools = listing.tools.len()))]
+    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError> {
+        tools::save_tool_listing(&self.pool, listing).await
     }
 
     async fn embeddings(

@@ -29,7 +29,7 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
-    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolPin,
+    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -56,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v7.sql"),
     include_str!("sqlite_v8.sql"),
     include_str!("sqlite_v9.sql"),
+    include_str!("sqlite_v10.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -768,6 +769,15 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
         tools::audit_page(&mut *self.conn().await?, after, limit).await
+    }
+
+    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError> {
+        tools::tool_listings(&mut *self.conn().await?).await
+    }
+
+    #[instrument(skip_all, fields(server = %listing.server, tools = listing.tools.len()))]
+    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError> {
+        tools::save_tool_listing(&mut *self.conn().await?, listing).await
     }
 
     async fn embeddings(

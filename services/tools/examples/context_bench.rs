@@ -210,12 +210,12 @@ async fn main() {
     );
     let mut reductions = Vec::new();
     for q in QUERIES {
-        let found = catalog.search(q, TOP);
+        let found = catalog.search(&trawl_tools::search::Query::words(*q), TOP);
         let (loaded, whole) = catalog
-            .context_tokens(std::iter::once(&search).chain(found.iter().map(|(e, _)| &e.def)));
+            .context_tokens(std::iter::once(&search).chain(found.iter().map(|f| &f.entry.def)));
         let reduction = 100.0 * (1.0 - loaded as f64 / whole as f64);
         reductions.push(reduction);
-        let names: Vec<&str> = found.iter().map(|(e, _)| e.name.as_str()).collect();
+        let names: Vec<&str> = found.iter().map(|f| f.entry.name.as_str()).collect();
         println!(
             "{:<40} {loaded:>7} {whole:>8} {reduction:>8.1}%  {}",
             format!("{q:?}"),

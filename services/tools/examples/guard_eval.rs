@@ -21,32 +21,19 @@ use std::time::Instant;
 
 use guard_corpus::{Corpus, Poisoned};
 use serde_json::{Value, json};
-use trawl_tools::catalog::{Assessment, Listing, Offered, assemble_with};
-use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy};
+use trawl_tools::catalog::{Assessment, Listing, assemble_with};
+use trawl_tools::config::RESULT_MAX_BYTES;
 use trawl_tools::embed::Embeddings;
 use trawl_tools::guard::{Detector, Guard, Head};
 use trawl_tools::name::ServerName;
 use trawl_tools::{ToolState, scan};
 
 fn listing(server: &str, tools: Vec<Value>) -> Listing {
-    Listing {
-        server: ServerName::parse(server).expect("a server name"),
-        transport: "file",
-        builtin: false,
-        tools: tools
-            .into_iter()
-            .map(|raw| Offered {
-                raw,
-                cost_model: String::new(),
-                batch: None,
-            })
-            .collect(),
-        scan: ScanPolicy::default(),
-        allow_hosts: Vec::new(),
-        new_tools: NewTools::Auto,
-        result_max_bytes: RESULT_MAX_BYTES,
-        error: None,
-    }
+    Listing::upstream(
+        ServerName::parse(server).expect("a server name"),
+        "file",
+        tools,
+    )
 }
 
 fn server_name(s: &str) -> String {

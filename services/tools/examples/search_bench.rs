@@ -11,6 +11,16 @@
 //! ```
 //!
 //! Options: `--tools N` (10000), `--queries Q` (2000), `--limit K` (10), `--seed S` (7).
+//!
+//! `--hybrid` measures the search as `tool_search` runs it with a model: each
+//! query embedded by the sentence embedding model (`TRAWL_EMBED_MODEL`, or the
+//! tests' `tests/models/all-minilm-l6-v2`), then BM25 and the dense half over a
+//! [`Catalog`](trawl_tools::Catalog) of the N tools, fused. Every query is
+//! distinct, so none is answered from the memo of query vectors. The tools'
+//! vectors are random unit vectors (embedding 10,000 tools would take minutes,
+//! and what a dot product costs does not depend on the values); the figure is
+//! per search, embedding included. It also prints the process's peak RSS
+//! before and after loading the model.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -70,6 +80,7 @@ struct Options {
     queries: usize,
     limit: usize,
     seed: u64,
+    hybrid: bool,
 }
 
 fn options() -> Options {
@@ -78,6 +89,7 @@ fn options() -> Options {
         queries: 2_000,
         limit: 10,
         seed: 7,
+        hybrid: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -91,6 +103,7 @@ fn options() -> Options {
             "--queries" => o.queries = value(&mut args) as usize,
             "--limit" => o.limit = value(&mut args) as usize,
             "--seed" => o.seed = value(&mut args),
+            "--hybrid" => o.hybrid = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -102,7 +115,7 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("search_bench: {problem}");
     }
-    eprintln!("usage: search_bench [--tools N] [--queries Q] [--limit K] [--seed S]");
+    eprintln!("usage: search_bench [--tools N] [--queries Q] [--limit K] [--seed S] [--hybrid]");
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }
 
@@ -217,6 +230,16 @@ fn camel(snake: &str) -> String {
     out
 }
 
+fn print_latency(sorted: &[Duration]) {
+    println!(
+        "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
+        percentile(sorted, 0.50),
+        percentile(sorted, 0.90),
+        percentile(sorted, 0.99),
+        percentile(sorted, 1.0),
+    );
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1e6
@@ -226,6 +249,10 @@ fn main() {
     let o = options();
     let mut generator = Generator::new(o.seed);
     let defs: Vec<ToolDef> = (0..o.tools).map(|_| generator.tool()).collect();
+    if o.hybrid {
+        hybrid(&o, &mut generator, defs);
+        return;
+    }
 
     let started = Instant::now();
     let index = SearchIndex::build(&defs);
@@ -263,13 +290,7 @@ fn main() {
         o.limit,
         hits as f64 / queries.len() as f64
     );
-    println!(
-        "latency µs: p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
-        percentile(&latencies, 0.50),
-        percentile(&latencies, 0.90),
-        percentile(&latencies, 0.99),
-        percentile(&latencies, 1.0),
-    );
+    print_latency(&latencies);
     println!(
         "throughput: {:.0} queries/s (one thread)",
         queries.len() as f64 / total.as_secs_f64()
@@ -282,4 +303,112 @@ fn main() {
             .collect();
         println!("example: {q:?} → {top:?}");
     }
+}
+
+/// The peak resident set of this process, from `/proc/self/status` (`VmHWM`), in MiB.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// `--hybrid`: the query embedded, then both halves and their fusion.
+fn hybrid(o: &Options, generator: &mut Generator, defs: Vec<ToolDef>) {
+    use trawl_tools::catalog::{Listing, assemble};
+    use trawl_tools::name::ServerName;
+
+    // One listing per server of the generated names, as a catalog holds them.
+    let mut by_server: std::collections::BTreeMap<String, Vec<Value>> = Default::default();
+    for d in &defs {
+        let (server, bare) = d.name.split_once('.').unwrap();
+        let mut raw = serde_json::to_value(d).unwrap();
+        raw["name"] = json!(bare);
+        by_server.entry(server.to_owned()).or_default().push(raw);
+    }
+    let listings: Vec<Listing> = by_server
+        .into_iter()
+        .map(|(server, tools)| {
+            Listing::upstream(ServerName::parse(&server).unwrap(), "stdio", tools)
+        })
+        .collect();
+    let (mut catalog, _) = assemble(&listings, None);
+    let n = catalog.listed().count();
+    let mut rng = fastrand::Rng::with_seed(o.seed);
+    let vectors: Vec<Vec<f32>> = (0..n)
+        .map(|_| {
+            let v: Vec<f32> = (0..384).map(|_| rng.f32() - 0.5).collect();
+            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.into_iter().map(|x| x / norm).collect()
+        })
+        .collect();
+    assert!(catalog.set_vectors(&vectors));
+    let before = peak_rss_mib();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = std::env::var_os("TRAWL_EMBED_MODEL").map_or_else(
+        || {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../tests/models/all-minilm-l6-v2")
+        },
+        std::path::PathBuf::from,
+    );
+    let embeddings = runtime
+        .block_on(trawl_tools::embed::Embeddings::load(&dir, None))
+        .unwrap();
+    let loaded = peak_rss_mib();
+
+    let mut seen = std::collections::HashSet::new();
+    let queries: Vec<String> = std::iter::repeat_with(|| generator.query())
+        .filter(|q| seen.insert(q.clone()))
+        .take(o.queries + 20)
+        .collect();
+    let embedding = std::cell::Cell::new(Duration::ZERO);
+    let search = |q: &str| {
+        let t = Instant::now();
+        let vector = runtime.block_on(embeddings.query(q)).unwrap();
+        embedding.set(embedding.get() + t.elapsed());
+        let query = trawl_tools::search::Query {
+            text: q.to_owned(),
+            vector: Some(vector),
+        };
+        black_box(catalog.search(&query, o.limit).len())
+    };
+    // Warm up on queries not measured.
+    for q in queries.iter().take(20) {
+        search(q);
+    }
+    let mut latencies = Vec::with_capacity(o.queries);
+    embedding.set(Duration::ZERO);
+    let started = Instant::now();
+    for q in queries.iter().skip(20) {
+        let t = Instant::now();
+        search(q);
+        latencies.push(t.elapsed());
+    }
+    let total = started.elapsed();
+    latencies.sort_unstable();
+    println!(
+        "hybrid: {n} tools with vectors; {} distinct queries embedded and searched (limit {})",
+        latencies.len(),
+        o.limit
+    );
+    print_latency(&latencies);
+    println!(
+        "of which embedding the query: {:.1} µs on average",
+        embedding.get().as_secs_f64() * 1e6 / latencies.len().max(1) as f64
+    );
+    println!(
+        "throughput: {:.0} searches/s; peak RSS {before:.0} MiB with the catalog, {loaded:.0} MiB with the model loaded ({:.0} MiB for the model), {:.0} MiB at the end",
+        latencies.len() as f64 / total.as_secs_f64(),
+        loaded - before,
+        peak_rss_mib()
+    );
 }

@@ -34,7 +34,7 @@ use crate::name::{ServerName, ToolName};
 use crate::scan::{
     Finding, NameIndex, ScanContext, rules_of, scan_catalog_server, strip_definition,
 };
-use crate::search::SearchIndex;
+use crate::search::{DenseIndex, Fusion, Query, Rank, SearchIndex, dense_text, fuse};
 
 /// Where a tool stands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -107,6 +107,10 @@ pub struct ServerState {
     /// Why it could not be listed, if it could not.
     pub error: Option<String>,
     pub tools: usize,
+    /// When its tools were listed, when they come from the store: listed
+    /// earlier (the catalog was assembled without starting it), or stale (it
+    /// could not be listed now, `error` says why). `None`: listed now.
+    pub listed_ms: Option<i64>,
 }
 
 /// What one server offered.
@@ -121,9 +125,32 @@ pub struct Listing {
     pub allow_hosts: Vec<String>,
     pub new_tools: NewTools,
     pub result_max_bytes: usize,
-    /// The server could not be listed: its tools keep the state their pins say,
-    /// but none is listed.
+    /// The server could not be listed. Without `listed_ms` none of its tools
+    /// is listed; with it, `tools` are its last good listing, listed as stale.
     pub error: Option<String>,
+    /// When `tools` were listed, when they come from the store rather than
+    /// from the server now.
+    pub listed_ms: Option<i64>,
+}
+
+impl Listing {
+    /// What an upstream server offered, under the default policies: its scan
+    /// policy, no allowed hosts, new tools pinned on sight, results up to
+    /// [`RESULT_MAX_BYTES`](crate::config::RESULT_MAX_BYTES).
+    pub fn upstream(server: ServerName, transport: &'static str, tools: Vec<Value>) -> Listing {
+        Listing {
+            server,
+            transport,
+            builtin: false,
+            tools: tools.into_iter().map(Offered::upstream).collect(),
+            scan: ScanPolicy::default(),
+            allow_hosts: Vec::new(),
+            new_tools: NewTools::Auto,
+            result_max_bytes: crate::config::RESULT_MAX_BYTES,
+            error: None,
+            listed_ms: None,
+        }
+    }
 }
 
 /// One tool a server offered.
@@ -134,6 +161,17 @@ pub struct Offered {
     pub batch: Option<BatchOf>,
 }
 
+impl Offered {
+    /// A tool of an upstream server, as it listed it.
+    pub fn upstream(raw: Value) -> Offered {
+        Offered {
+            raw,
+            cost_model: "billed by the server's operator, not by trawl".into(),
+            batch: None,
+        }
+    }
+}
+
 /// Every tool the layer knows.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -142,6 +180,9 @@ pub struct Catalog {
     /// Entries that are listed, in name order; the search index covers these.
     listed: Vec<usize>,
     index: SearchIndex,
+    /// The listed tools' sentence vectors, in the order of `listed`, once
+    /// [`Catalog::set_vectors`] gave them.
+    dense: Option<DenseIndex>,
     pub refused: Vec<Refusal>,
     pub servers: Vec<ServerState>,
 }
@@ -161,13 +202,54 @@ impl Catalog {
         self.listed.iter().map(|&i| &self.entries[i])
     }
 
-    /// The best `limit` listed tools for `query` (BM25 over names, descriptions,
-    /// parameters and examples), with their scores.
-    pub fn search(&self, query: &str, limit: usize) -> Vec<(&Entry, f32)> {
-        self.index
-            .search(query, limit)
+    /// The best `limit` listed tools for `query`, best first: BM25 over names,
+    /// descriptions, parameters and examples, fused with the dense half when the
+    /// catalog has vectors and the query one (see [`crate::search`]).
+    pub fn search(&self, query: &Query, limit: usize) -> Vec<Found<'_>> {
+        self.search_with(query, limit, Fusion::default())
+    }
+
+    /// [`Catalog::search`] with other fusion settings (for measuring them).
+    pub fn search_with(&self, query: &Query, limit: usize, fusion: Fusion) -> Vec<Found<'_>> {
+        if limit == 0 {
+            return Vec::new();
+        }
+        let depth = limit.max(fusion.depth);
+        let lexical = self.index.search(&query.text, depth);
+        let dense = match (&self.dense, &query.vector) {
+            (Some(d), Some(v)) => d.search(v, depth),
+            _ => Vec::new(),
+        };
+        let entry = |i: usize| &self.entries[self.listed[i]];
+        if dense.is_empty() {
+            return lexical
+                .into_iter()
+                .take(limit)
+                .enumerate()
+                .map(|(i, h)| Found {
+                    entry: entry(h.index),
+                    score: h.score,
+                    lexical: Some(Rank {
+                        rank: i + 1,
+                        score: h.score,
+                    }),
+                    dense: None,
+                })
+                .collect();
+        }
+        let fusion = Fusion { depth, ..fusion };
+        let cosine = |i: usize| match (&self.dense, &query.vector) {
+            (Some(d), Some(v)) => d.cosine(i, v),
+            _ => 0.0,
+        };
+        fuse(&lexical, &dense, limit, fusion, cosine)
             .into_iter()
-            .map(|h| (&self.entries[self.listed[h.index]], h.score))
+            .map(|r| Found {
+                entry: entry(r.index),
+                score: r.score,
+                lexical: r.lexical,
+                dense: r.dense,
+            })
             .collect()
     }
 
@@ -175,17 +257,17 @@ impl Catalog {
     /// accepts, best first: tools `keep` refuses take no place in the limit.
     pub fn search_where(
         &self,
-        query: &str,
+        query: &Query,
         limit: usize,
         keep: impl Fn(&Entry) -> bool,
-    ) -> Vec<(&Entry, f32)> {
+    ) -> Vec<Found<'_>> {
         let mut want = limit;
         loop {
             let hits = self.search(query, want);
             let all = hits.len() < want;
-            let kept: Vec<(&Entry, f32)> = hits
+            let kept: Vec<Found<'_>> = hits
                 .into_iter()
-                .filter(|(e, _)| keep(e))
+                .filter(|f| keep(f.entry))
                 .take(limit)
                 .collect();
             if kept.len() == limit || all {
@@ -193,6 +275,26 @@ impl Catalog {
             }
             want = want.saturating_mul(4);
         }
+    }
+
+    /// What the dense half embeds of each listed tool, in order: give
+    /// [`Catalog::set_vectors`] their vectors.
+    pub fn dense_texts(&self) -> Vec<String> {
+        self.listed().map(|e| dense_text(&e.def)).collect()
+    }
+
+    /// The sentence vectors of [`Catalog::dense_texts`], in order: searches
+    /// with a query vector then use the dense half too. Vectors that are not
+    /// one per listed tool, all of one length, are refused (`false`) and the
+    /// search stays lexical.
+    pub fn set_vectors<V: AsRef<[f32]>>(&mut self, vectors: &[V]) -> bool {
+        self.dense = DenseIndex::build(vectors).filter(|d| d.len() == self.listed.len());
+        self.dense.is_some()
+    }
+
+    /// Whether the dense half is on.
+    pub fn has_vectors(&self) -> bool {
+        self.dense.is_some()
     }
 
     /// Tokens (o200k_base) of the definitions of `loaded` (models are shown these)
@@ -208,6 +310,16 @@ impl Catalog {
             .sum();
         (part, whole)
     }
+}
+
+/// A tool a search found, with where each half of the search put it.
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a> {
+    pub entry: &'a Entry,
+    /// The fused score; BM25 when the search was lexical only.
+    pub score: f32,
+    pub lexical: Option<Rank>,
+    pub dense: Option<Rank>,
 }
 
 /// The arguments of `tool_search`; its input schema is derived from them.
@@ -600,6 +712,7 @@ pub fn assemble_with(
             transport: l.transport,
             error: l.error.clone(),
             tools: tools.len(),
+            listed_ms: l.listed_ms,
         });
         let server_known = known_servers.contains(l.server.as_str());
         for ((i, name, mut def, validator), mut found) in tools.into_iter().zip(findings) {
@@ -680,7 +793,7 @@ pub fn assemble_with(
     }
     let failed: HashSet<&str> = listings
         .iter()
-        .filter(|l| l.error.is_some())
+        .filter(|l| l.error.is_some() && l.listed_ms.is_none())
         .map(|l| l.server.as_str())
         .collect();
     catalog.listed = (0..catalog.entries.len())
@@ -913,22 +1026,9 @@ mod tests {
 
     fn listing(server: &str, tools: Vec<Value>, builtin: bool) -> Listing {
         Listing {
-            server: ServerName::parse(server).unwrap(),
-            transport: "stdio",
             builtin,
-            tools: tools
-                .into_iter()
-                .map(|raw| Offered {
-                    raw,
-                    cost_model: String::new(),
-                    batch: None,
-                })
-                .collect(),
-            scan: ScanPolicy::default(),
-            allow_hosts: Vec::new(),
-            new_tools: NewTools::Auto,
             result_max_bytes: 1024,
-            error: None,
+            ..Listing::upstream(ServerName::parse(server).unwrap(), "stdio", tools)
         }
     }
 
@@ -941,24 +1041,25 @@ mod tests {
         let tools: Vec<Value> = (0..40).map(|i| tool(&format!("find_{i}"))).collect();
         let (c, _) = assemble(&[listing("up", tools, false)], None);
         let all: Vec<&str> = c
-            .search("looks things up", 40)
+            .search(&Query::words("looks things up"), 40)
             .iter()
-            .map(|(e, _)| e.name.as_str())
+            .map(|f| f.entry.name.as_str())
             .collect();
         assert_eq!(all.len(), 40);
         // Only every tenth tool is kept: the limit of 3 is still filled, in the
         // unfiltered order.
+        let q = Query::words("looks things up");
         let keep = |e: &Entry| all.iter().position(|n| *n == e.name.as_str()).unwrap() % 10 == 9;
         let kept: Vec<&str> = c
-            .search_where("looks things up", 3, keep)
+            .search_where(&q, 3, keep)
             .iter()
-            .map(|(e, _)| e.name.as_str())
+            .map(|f| f.entry.name.as_str())
             .collect();
         assert_eq!(kept, [all[9], all[19], all[29]]);
         // Fewer matches than the limit: all of them, and no endless widening.
-        assert_eq!(c.search_where("looks things up", 10, keep).len(), 4);
-        assert!(c.search_where("looks things up", 5, |_| false).is_empty());
-        assert!(c.search_where("looks things up", 0, |_| true).is_empty());
+        assert_eq!(c.search_where(&q, 10, keep).len(), 4);
+        assert!(c.search_where(&q, 5, |_| false).is_empty());
+        assert!(c.search_where(&q, 0, |_| true).is_empty());
     }
 
     #[test]

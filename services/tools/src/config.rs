@@ -11,9 +11,12 @@
 //!     scan: {high: block, medium: hold, low: flag}    # the defaults; also strip
 //!     allow_hosts: [example.com]         # hosts its descriptions may send data to
 //!     result_max_bytes: 262144
+//!     timeout: 30s                       # per request
+//!     list_timeout: 10s                  # a whole listing: start, handshake, every page
 //!   docs:
 //!     url: http://127.0.0.1:3001/mcp     # Streamable HTTP
 //!     headers: {X-Team: research}
+//! list_concurrency: 8                   # servers listed at once by a refresh
 //! policy:
 //!   default: allow                       # allow | deny | approve | isolated
 //!   tools:
@@ -156,6 +159,9 @@ pub struct ServerConfig {
     pub allow_hosts: Vec<String>,
     pub result_max_bytes: usize,
     pub expose: Expose,
+    /// A whole listing of the server (start, handshake, every page) ends after
+    /// this: the server counts as down for that refresh, and the others do not wait.
+    pub list_timeout: Duration,
 }
 
 /// What trawl's own MCP endpoint (`/mcp`) shows of a server besides its
@@ -179,9 +185,11 @@ pub struct Expose {
 }
 
 /// The whole configuration, checked.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ToolsConfig {
     pub servers: Vec<ServerConfig>,
+    /// How many servers a refresh lists at once.
+    pub list_concurrency: usize,
     /// Scanning policy of the built-in tools.
     pub builtin_scan: ScanPolicy,
     pub policy: Policy,
@@ -191,6 +199,19 @@ pub struct ToolsConfig {
     /// The guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off. Not part of
     /// the YAML file.
     pub judge: Option<std::sync::Arc<crate::guard::Judge>>,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> ToolsConfig {
+        ToolsConfig {
+            servers: Vec::new(),
+            list_concurrency: LIST_CONCURRENCY,
+            builtin_scan: ScanPolicy::default(),
+            policy: Policy::default(),
+            embeddings: None,
+            judge: None,
+        }
+    }
 }
 
 /// Per-tool access rules.
@@ -269,6 +290,7 @@ struct File {
     builtin: Option<BuiltinFile>,
     #[serde(default)]
     policy: Option<PolicyFile>,
+    list_concurrency: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -299,6 +321,8 @@ struct ServerFile {
     result_max_bytes: Option<usize>,
     /// Per request, e.g. `30s`.
     timeout: Option<String>,
+    /// A whole listing, e.g. `10s`.
+    list_timeout: Option<String>,
     /// Sessions for calls from MCP clients, one call each at a time.
     sessions: Option<usize>,
     #[serde(default = "yes")]
@@ -408,6 +432,12 @@ fn allow() -> Access {
 pub const RESULT_MAX_BYTES: usize = 256 * 1024;
 /// The default per-request timeout of an upstream server.
 pub const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default time a whole listing of a server may take. A server started
+/// by `npx` that must first download its package can take longer: give it its
+/// own `list_timeout`.
+pub const LIST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The default number of servers a refresh lists at once.
+pub const LIST_CONCURRENCY: usize = 8;
 fn yes() -> bool {
     true
 }
@@ -500,8 +530,14 @@ impl ToolsConfig {
             policy.rules.retain(|(d, _)| !p.tools.contains_key(d));
             policy.rules.extend(p.tools);
         }
+        let list_concurrency = match file.list_concurrency {
+            Some(0) => return Err("list_concurrency must be at least 1".into()),
+            Some(n) => n,
+            None => LIST_CONCURRENCY,
+        };
         Ok(ToolsConfig {
             servers,
+            list_concurrency,
             builtin_scan: file.builtin.map(|b| b.scan).unwrap_or_default(),
             policy,
             embeddings: None,
@@ -575,6 +611,10 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         Some(t) => humantime::parse_duration(&t).map_err(|e| format!("timeout {t:?}: {e}"))?,
         None => UPSTREAM_TIMEOUT,
     };
+    let list_timeout = match s.list_timeout {
+        Some(t) => humantime::parse_duration(&t).map_err(|e| format!("list_timeout {t:?}: {e}"))?,
+        None => LIST_TIMEOUT,
+    };
     let sessions = match s.sessions {
         Some(0) => return Err("sessions must be at least 1".into()),
         Some(n) => n,
@@ -597,6 +637,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         allow_hosts: s.allow_hosts,
         result_max_bytes: s.result_max_bytes.unwrap_or(RESULT_MAX_BYTES),
         expose: s.expose,
+        list_timeout,
     })
 }
 

@@ -1,5 +1,5 @@
 //! [`Embeddings`]: the tool layer's sentence embeddings, one service for the
-//! guard's semantic poisoning detector and, later, tool search.
+//! guard's semantic poisoning detector and the dense half of tool search.
 //!
 //! A vector is looked up, in order: in a bounded in-process map (a warm call
 //! touches neither the model nor the store), in the store (vectors computed by any
@@ -12,7 +12,8 @@
 //! computed all the same, with a warning.
 //!
 //! Built from the setting `TRAWL_EMBED_MODEL` (a model folder); without it there
-//! is no such service, and the detector that needs it is off.
+//! is no such service: the detector that needs it is off, and tool search is
+//! lexical only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -175,6 +176,38 @@ impl Embeddings {
         }
         drop(memo);
         assemble(&keys, &found)
+    }
+}
+
+impl Embeddings {
+    /// The vector of a search query: from the process's map or the model, not
+    /// the store (queries are many and seldom repeated across processes; a
+    /// store round trip would cost more than the model on a short text).
+    pub async fn query(&self, text: &str) -> Result<Vector, EmbeddingsError> {
+        let k = key(text);
+        if let Some(v) = self
+            .memo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&k)
+            .cloned()
+        {
+            return Ok(v);
+        }
+        let embedder = self.embedder.clone();
+        let owned = text.to_owned();
+        let mut computed = tokio::task::spawn_blocking(move || embedder.embed(&[&owned]))
+            .await
+            .map_err(|e| EmbeddingsError::Task(e.to_string()))??;
+        let v: Vector = computed
+            .pop()
+            .ok_or(EmbeddingsError::Count { asked: 1, got: 0 })?
+            .into();
+        self.memo
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(k, v.clone());
+        Ok(v)
     }
 }
 

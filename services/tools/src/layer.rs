@@ -12,11 +12,13 @@ use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tracing::Instrument as _;
 use trawl_core::cost::Micros;
+use trawl_core::model::now_ms;
 use trawl_core::ports::{
-    ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolProvider,
+    ContentCache, LoadFuture, PortError, Served, Store, ToolError, ToolListing, ToolProvider,
 };
 
 use crate::catalog::{Catalog, Entry, Listing, Offered, assemble, assemble_with, tool_search_def};
@@ -26,6 +28,7 @@ use crate::guard::Guard;
 use crate::mcp::{Transport, Upstream};
 use crate::name::ServerName;
 use crate::scan::{self, sanitize_result};
+use crate::search::Query;
 use crate::{CallOptions, Recorder};
 
 /// The meta-tool that finds tools: an agent's context holds it and the few tools
@@ -49,6 +52,19 @@ pub struct RefreshReport {
     pub pin_changes: usize,
     /// Servers that could not be reached or listed, with why.
     pub server_errors: Vec<(String, String)>,
+    /// Of those, the ones whose last good listing, from the store, is listed.
+    pub stale: Vec<String>,
+}
+
+/// Where [`ToolLayer::refresh_from`] takes each server's tools from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listings {
+    /// Every server is listed now.
+    Live,
+    /// A server listed before is taken from its stored listing, as it was
+    /// then, without being started; only servers never listed are listed now
+    /// (`trawl tools list|search` without `--refresh`).
+    Stored,
 }
 
 /// Tools behind the guard, the cache, retries, budget, trace and audit.
@@ -100,6 +116,18 @@ impl ToolLayer {
         config: ToolsConfig,
         pool: Pool,
     ) -> Result<(ToolLayer, RefreshReport), PortError> {
+        ToolLayer::open(provider, cache, store, config, pool, Listings::Live).await
+    }
+
+    /// [`ToolLayer::connect`], its first catalog assembled `from` there.
+    pub async fn open(
+        provider: Arc<dyn ToolProvider>,
+        cache: Arc<dyn ContentCache>,
+        store: Option<Arc<dyn Store>>,
+        config: ToolsConfig,
+        pool: Pool,
+        from: Listings,
+    ) -> Result<(ToolLayer, RefreshReport), PortError> {
         let mut layer = ToolLayer::new(provider, cache);
         layer.store = store;
         layer.config = config;
@@ -107,7 +135,7 @@ impl ToolLayer {
             s.upstream.list_changed = Some(layer.upstream_changed.clone());
         }
         layer.pool = pool;
-        let report = layer.refresh().await?;
+        let report = layer.refresh_from(from).await?;
         Ok((layer, report))
     }
 
@@ -277,21 +305,70 @@ impl ToolLayer {
             new_tools: NewTools::Auto,
             result_max_bytes: BUILTIN_RESULT_MAX_BYTES,
             error: None,
+            listed_ms: None,
         }
     }
 
     /// Lists every server again (connecting those not connected), scans, holds
     /// the tools against their pins, stores the pin changes, and swaps the catalog.
     pub async fn refresh(&self) -> Result<RefreshReport, PortError> {
+        self.refresh_from(Listings::Live).await
+    }
+
+    /// [`ToolLayer::refresh`], taking each server's tools from where `from` says.
+    ///
+    /// Servers are listed [`ToolsConfig::list_concurrency`] at a time, each
+    /// within its `list_timeout`, so one that hangs holds up no other. A good
+    /// listing is kept in the store with its time; a server that cannot be
+    /// listed keeps its last good listing, listed as stale (its calls fail as
+    /// transient until it is back), rather than losing its tools.
+    pub async fn refresh_from(&self, from: Listings) -> Result<RefreshReport, PortError> {
         let _one = self.refreshing.lock().await;
+        let mut stored = self.stored_listings().await;
+        let live: Vec<&ServerConfig> = self
+            .config
+            .servers
+            .iter()
+            .filter(|s| from == Listings::Live || !stored.contains_key(s.name.as_str()))
+            .collect();
+        // The futures are made first: a stream mapped by a closure here would
+        // not be `Send` for every lifetime, as a spawned refresh needs.
+        let listings: Vec<_> = live.into_iter().map(|s| self.list_server(s)).collect();
+        let mut listed: HashMap<String, Listing> = futures_util::stream::iter(listings)
+            .buffer_unordered(self.config.list_concurrency.max(1))
+            .map(|l| (l.server.to_string(), l))
+            .collect()
+            .await;
+
         let mut listings = vec![self.builtin_listing()];
         let mut report = RefreshReport::default();
         for s in &self.config.servers {
-            let listing = self.list_server(s).await;
-            if let Some(e) = &listing.error {
-                tracing::warn!(server = %s.name, error = %e, "upstream server not listed");
-                report.server_errors.push((s.name.to_string(), e.clone()));
-            }
+            let name = s.name.to_string();
+            let kept = stored.remove(&name);
+            let listing = match (listed.remove(&name), kept) {
+                (Some(mut l), kept) => {
+                    if let Some(e) = &l.error {
+                        tracing::warn!(server = %s.name, error = %e, "upstream server not listed");
+                        report.server_errors.push((name.clone(), e.clone()));
+                        if let Some(k) = kept {
+                            l.tools = k.tools.into_iter().map(Offered::upstream).collect();
+                            l.listed_ms = Some(k.listed_ms);
+                            report.stale.push(name);
+                        }
+                    } else {
+                        self.keep_listing(&l).await;
+                    }
+                    l
+                }
+                (None, Some(k)) => {
+                    let mut l = self.empty_listing(s);
+                    l.tools = k.tools.into_iter().map(Offered::upstream).collect();
+                    l.listed_ms = Some(k.listed_ms);
+                    l
+                }
+                // Every server is either listed now or stored.
+                (None, None) => continue,
+            };
             listings.push(listing);
         }
         let pins = match &self.store {
@@ -314,70 +391,147 @@ impl ToolLayer {
         report.listed = catalog.listed().count();
         report.refused = catalog.refused.len();
         report.pin_changes = changes.len();
+        self.embed(&mut catalog).await;
         self.swap(catalog);
         Ok(report)
     }
 
-    async fn list_server(&self, s: &ServerConfig) -> Listing {
-        let mut listing = Listing {
-            server: s.name.clone(),
-            transport: match s.upstream.transport {
-                Transport::Stdio { .. } => "stdio",
-                Transport::Http { .. } => "http",
-            },
-            builtin: false,
-            tools: Vec::new(),
+    /// Gives the catalog the sentence vectors of its listed tools, when the
+    /// layer has embeddings: tool search then uses its dense half. Vectors are
+    /// cached by text, so a refresh that changed nothing runs no model. When
+    /// they cannot be had, search stays lexical, with a warning.
+    async fn embed(&self, catalog: &mut Catalog) {
+        let Some(embeddings) = &self.config.embeddings else {
+            return;
+        };
+        let texts = catalog.dense_texts();
+        if texts.is_empty() {
+            return;
+        }
+        match embeddings.vectors(&texts).await {
+            Ok(vectors) => {
+                if !catalog.set_vectors(&vectors) {
+                    tracing::warn!("tool vectors of mixed lengths; tool search stays lexical");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "tools not embedded; tool search stays lexical");
+            }
+        }
+    }
+
+    /// A query to search `catalog` with: its words, and its vector when the
+    /// catalog has vectors to compare it with (embedded once, here). A query
+    /// that cannot be embedded is searched by its words alone, with a warning.
+    pub async fn query(&self, catalog: &Catalog, text: &str) -> Query {
+        let mut query = Query::words(text);
+        if let Some(embeddings) = &self.config.embeddings
+            && catalog.has_vectors()
+        {
+            match embeddings.query(text).await {
+                Ok(v) => query.vector = Some(v),
+                Err(e) => {
+                    tracing::warn!(error = %e, "query not embedded; searching its words alone")
+                }
+            }
+        }
+        query
+    }
+
+    /// The stored listings by server; none without a store, or when it cannot
+    /// be read (a warning: the servers are then listed).
+    async fn stored_listings(&self) -> HashMap<String, ToolListing> {
+        let Some(store) = &self.store else {
+            return HashMap::new();
+        };
+        match store.tool_listings().await {
+            Ok(all) => all.into_iter().map(|l| (l.server.clone(), l)).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "stored tool listings not read; listing every server");
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Keeps a good listing in the store, with its time; a store that cannot
+    /// take it costs only the fallback (a warning).
+    async fn keep_listing(&self, l: &Listing) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let kept = ToolListing {
+            server: l.server.to_string(),
+            tools: l.tools.iter().map(|o| o.raw.clone()).collect(),
+            listed_ms: now_ms(),
+        };
+        if let Err(e) = store.save_tool_listing(&kept).await {
+            tracing::warn!(server = %l.server, error = %e, "tool listing not kept in the store");
+        }
+    }
+
+    fn empty_listing(&self, s: &ServerConfig) -> Listing {
+        let transport = match s.upstream.transport {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+        };
+        Listing {
             scan: s.scan,
             allow_hosts: s.allow_hosts.clone(),
             new_tools: s.new_tools,
             result_max_bytes: s.result_max_bytes,
-            error: None,
-        };
-        let name = s.name.to_string();
-        let known = self
-            .upstreams
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&name)
-            .cloned();
-        let upstream = match known {
-            Some(u) => u,
-            None => match Upstream::connect(&s.upstream).await {
-                Ok(u) => {
-                    let u = Arc::new(u);
-                    self.upstreams
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name.clone(), u.clone());
-                    u
-                }
-                Err(e) => {
-                    listing.error = Some(e.to_string());
-                    return listing;
-                }
-            },
-        };
-        match upstream.list_tools().await {
-            Ok(tools) => {
-                listing.tools = tools
-                    .into_iter()
-                    .map(|raw| Offered {
-                        raw,
-                        cost_model: "billed by the server's operator, not by trawl".into(),
-                        batch: None,
-                    })
-                    .collect();
-            }
-            Err(e) => {
-                // Connected again on the next refresh.
-                self.upstreams
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&name);
-                listing.error = Some(e.to_string());
+            ..Listing::upstream(s.name.clone(), transport, Vec::new())
+        }
+    }
+
+    /// Lists one server now, within its `list_timeout`.
+    async fn list_server(&self, s: &ServerConfig) -> Listing {
+        let mut listing = self.empty_listing(s);
+        match tokio::time::timeout(s.list_timeout, self.server_tools(s)).await {
+            Ok(Ok(tools)) => listing.tools = tools.into_iter().map(Offered::upstream).collect(),
+            Ok(Err(e)) => listing.error = Some(e),
+            Err(_) => {
+                // A connection made before the time ran out is dropped too:
+                // the server is tried afresh next time.
+                self.disconnect(s.name.as_str());
+                listing.error = Some(format!(
+                    "not listed within {:?} (its list_timeout)",
+                    s.list_timeout
+                ));
             }
         }
         listing
+    }
+
+    /// The server's `tools/list`, connecting first if it is not connected.
+    async fn server_tools(&self, s: &ServerConfig) -> Result<Vec<Value>, String> {
+        let name = s.name.to_string();
+        let upstream = match self.connection(&name) {
+            Some(u) => u,
+            None => {
+                let u = Arc::new(
+                    Upstream::connect(&s.upstream)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+                self.upstreams
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.clone(), u.clone());
+                u
+            }
+        };
+        upstream.list_tools().await.map_err(|e| {
+            // Connected again on the next refresh.
+            self.disconnect(&name);
+            e.to_string()
+        })
+    }
+
+    fn disconnect(&self, server: &str) {
+        self.upstreams
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(server);
     }
 
     /// Ends the upstream servers' connections (and child processes).
@@ -568,9 +722,15 @@ impl ToolLayer {
         rec: &Recorder,
     ) -> (&'static str, String, Result<Vec<u8>, ToolError>) {
         if tool == TOOL_SEARCH {
-            let found = tool_search(catalog, args, |e| {
-                self.offers(e.name.as_str()) && (opts.offer_builtins || !e.builtin)
-            });
+            let found = match tool_search_args(args) {
+                Ok(parsed) => {
+                    let query = self.query(catalog, &parsed.query).await;
+                    Ok(tool_search(catalog, &query, parsed.limit, |e| {
+                        self.offers(e.name.as_str()) && (opts.offer_builtins || !e.builtin)
+                    }))
+                }
+                Err(e) => Err(e),
+            };
             return ("allow", "meta-tool".into(), found);
         }
         let Some(entry) = catalog.get(tool) else {
@@ -895,13 +1055,8 @@ impl ToolLayer {
     }
 }
 
-/// The `tool_search` meta-tool: the best matches' definitions.
-/// `tool_search`: the best matches among the listed tools that `offered` keeps.
-fn tool_search(
-    catalog: &Catalog,
-    args: &Value,
-    offered: impl Fn(&Entry) -> bool,
-) -> Result<Vec<u8>, ToolError> {
+/// The arguments of a `tool_search` call, checked against its schema.
+fn tool_search_args(args: &Value) -> Result<crate::catalog::ToolSearchArgs, ToolError> {
     static VALIDATOR: LazyLock<Result<jsonschema::Validator, String>> = LazyLock::new(|| {
         jsonschema::validator_for(&tool_search_def().input_schema).map_err(|e| e.to_string())
     });
@@ -914,24 +1069,30 @@ fn tool_search(
             format!("arguments of tool_search: {e}"),
         ));
     }
-    let parsed =
-        serde_json::from_value::<crate::catalog::ToolSearchArgs>(args.clone()).map_err(|e| {
-            ToolError::permanent("bad_arguments", format!("arguments of tool_search: {e}"))
-        })?;
-    let query = parsed.query.as_str();
-    let limit = parsed
-        .limit
-        .unwrap_or(crate::catalog::ToolSearchArgs::DEFAULT_LIMIT);
+    serde_json::from_value(args.clone()).map_err(|e| {
+        ToolError::permanent("bad_arguments", format!("arguments of tool_search: {e}"))
+    })
+}
+
+/// `tool_search`: the definitions of the best matches among the listed tools
+/// that `offered` keeps.
+fn tool_search(
+    catalog: &Catalog,
+    query: &Query,
+    limit: Option<usize>,
+    offered: impl Fn(&Entry) -> bool,
+) -> Vec<u8> {
+    let limit = limit.unwrap_or(crate::catalog::ToolSearchArgs::DEFAULT_LIMIT);
     let tools: Vec<Value> = catalog
         .search_where(query, limit, offered)
         .into_iter()
-        .map(|(e, score)| {
-            let mut v = serde_json::to_value(&e.def).unwrap_or(Value::Null);
-            v["score"] = json!(score);
+        .map(|f| {
+            let mut v = serde_json::to_value(&f.entry.def).unwrap_or(Value::Null);
+            v["score"] = json!(f.score);
             v
         })
         .collect();
-    Ok(json!({"tools": tools}).to_string().into_bytes())
+    json!({"tools": tools}).to_string().into_bytes()
 }
 
 /// The tool name browser sessions are admitted under (policy rules match it; the

@@ -41,7 +41,7 @@ pub mod search;
 pub mod tokens;
 
 pub use catalog::{Catalog, Entry, ToolState};
-pub use layer::{BROWSER_TOOL, Pool, RefreshReport, TOOL_SEARCH, ToolLayer};
+pub use layer::{BROWSER_TOOL, Listings, Pool, RefreshReport, TOOL_SEARCH, ToolLayer};
 
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -42,6 +42,29 @@
 //! Why hand-written rather than a search library (tantivy and the like): this is
 //! ~400 lines without new dependencies, the catalog lives in memory and is small
 //! (thousands of short documents), and the tokenizer is specific to tool names.
+//!
+//! # The dense half, and how the two are fused
+//!
+//! Lexical search misses paraphrases ("remember a fact about a person" shares no
+//! word with a memory server's "create entities in the knowledge graph"). So each
+//! listed tool also has a sentence vector ([`DenseIndex`]): the tool layer's
+//! embedding model run over [`dense_text`] (its name in words, title, description
+//! and parameters), cached by that text's hash like every vector of the layer.
+//! A query is embedded once per search; its cosine with every tool's vector is
+//! one dot product each (the vectors have length 1).
+//!
+//! [`fuse`] combines the two rankings ([`FUSION`]): over the candidates (the
+//! best [`FUSE_DEPTH`] of each half), BM25 is scaled by the best BM25 score and
+//! the cosine between the worst and best cosine, and the fused score is
+//! `0.2 × bm25 + 0.8 × cosine`. Scores rather than ranks (reciprocal rank
+//! fusion), because a query's words often match many tools weakly ("works" in
+//! every "only works within allowed directories"): with ranks, those weak
+//! matches outrank a tool the dense half puts first by far; with scores, a tool
+//! near in meaning and near in words still wins. The weight was chosen on the
+//! train split of `tests/search/` among rank fusions (`K` 10–60, dense weight
+//! 1–3) and score weights 0.1–0.6; see docs/benchmarks.md for the dev split.
+//! With no vector (no model configured, or the
+//! query could not be embedded) the lexical ranking is the result, scored as BM25.
 
 use std::collections::HashMap;
 
@@ -218,12 +241,7 @@ impl SearchIndex {
                 score: scores[doc as usize],
             })
             .collect();
-        let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index));
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
-        hits.sort_unstable_by(order);
+        top(&mut hits, limit);
         hits
     }
 
@@ -235,6 +253,318 @@ impl SearchIndex {
     pub fn is_empty(&self) -> bool {
         self.docs == 0
     }
+}
+
+/// The dense half of the search: one unit vector per tool, in the order of the
+/// definitions the lexical index was built from.
+#[derive(Clone, Default)]
+pub struct DenseIndex {
+    dims: usize,
+    /// `docs × dims` floats, row by row.
+    rows: Vec<f32>,
+}
+
+impl std::fmt::Debug for DenseIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DenseIndex")
+            .field("docs", &self.len())
+            .field("dims", &self.dims)
+            .finish()
+    }
+}
+
+impl DenseIndex {
+    /// Over one vector per tool; `None` when they are not all of one non-zero length.
+    pub fn build<V: AsRef<[f32]>>(vectors: &[V]) -> Option<DenseIndex> {
+        let dims = vectors.first().map_or(0, |v| v.as_ref().len());
+        if dims == 0 || vectors.iter().any(|v| v.as_ref().len() != dims) {
+            return None;
+        }
+        let mut rows = Vec::with_capacity(vectors.len() * dims);
+        for v in vectors {
+            rows.extend_from_slice(v.as_ref());
+        }
+        Some(DenseIndex { dims, rows })
+    }
+
+    /// How many tools have a vector.
+    pub fn len(&self) -> usize {
+        self.rows.len().checked_div(self.dims).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The length of every vector.
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// The cosine of `query` with tool `index` (0 for an index out of range or
+    /// a query of another length).
+    pub fn cosine(&self, index: usize, query: &[f32]) -> f32 {
+        if query.len() != self.dims {
+            return 0.0;
+        }
+        self.rows
+            .chunks_exact(self.dims)
+            .nth(index)
+            .map_or(0.0, |row| dot(row, query))
+    }
+
+    /// The `limit` tools nearest to `query` (a unit vector of [`DenseIndex::dims`]
+    /// floats), best first, scored by cosine; ties broken by index. A query of
+    /// another length finds nothing.
+    pub fn search(&self, query: &[f32], limit: usize) -> Vec<Hit> {
+        if limit == 0 || query.len() != self.dims || self.dims == 0 {
+            return Vec::new();
+        }
+        let mut hits: Vec<Hit> = self
+            .rows
+            .chunks_exact(self.dims)
+            .enumerate()
+            .map(|(index, row)| Hit {
+                index,
+                score: dot(row, query),
+            })
+            .collect();
+        top(&mut hits, limit);
+        hits
+    }
+}
+
+/// The dot product, in eight lanes so that the compiler can keep them in
+/// vector registers (a sum in one accumulator must be added in order).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8
+        .remainder()
+        .iter()
+        .zip(b8.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// Keeps the best `limit` hits, best first; ties go by index.
+fn top(hits: &mut Vec<Hit>, limit: usize) {
+    let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index));
+    if hits.len() > limit {
+        hits.select_nth_unstable_by(limit - 1, order);
+        hits.truncate(limit);
+    }
+    hits.sort_unstable_by(order);
+}
+
+/// What a search is given: the words, and their vector when the dense half runs.
+#[derive(Clone, Debug, Default)]
+pub struct Query {
+    pub text: String,
+    pub vector: Option<std::sync::Arc<[f32]>>,
+}
+
+impl Query {
+    /// Words alone: the lexical half only.
+    pub fn words(text: impl Into<String>) -> Query {
+        Query {
+            text: text.into(),
+            vector: None,
+        }
+    }
+}
+
+/// A tool's place in one of the two rankings.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Rank {
+    /// From 1.
+    pub rank: usize,
+    /// BM25, or the cosine.
+    pub score: f32,
+}
+
+/// A tool found by the hybrid search.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Ranked {
+    /// Position of the tool in the definitions the indexes were built from.
+    pub index: usize,
+    /// The fused score (BM25 when the search was lexical only).
+    pub score: f32,
+    /// Where BM25 put it, if it matched any word (within [`FUSE_DEPTH`]).
+    pub lexical: Option<Rank>,
+    /// Where the dense half put it (within [`FUSE_DEPTH`]), when it ran.
+    pub dense: Option<Rank>,
+}
+
+/// How far down each ranking [`fuse`] looks.
+pub const FUSE_DEPTH: usize = 100;
+
+/// How [`fuse`] combines the two rankings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Method {
+    /// Reciprocal rank fusion: `lexical / (k + rank)` plus `dense / (k + rank)`,
+    /// from each ranking the tool is in.
+    Ranks { k: f32, lexical: f32, dense: f32 },
+    /// A convex combination of scores scaled to [0, 1] over the candidates:
+    /// `alpha × bm25 / best bm25 + (1 − alpha) × (cos − worst) / (best − worst)`,
+    /// a tool BM25 did not match counting 0 there.
+    Scores { alpha: f32 },
+}
+
+/// The fusion [`Catalog::search`](crate::Catalog::search) uses (see the module doc).
+pub const FUSION: Fusion = Fusion {
+    method: Method::Scores { alpha: 0.2 },
+    depth: FUSE_DEPTH,
+};
+
+/// How [`fuse`] weighs the rankings, and how far down it looks: [`FUSION`],
+/// or others for measuring them on the train split.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fusion {
+    pub method: Method,
+    pub depth: usize,
+}
+
+impl Default for Fusion {
+    fn default() -> Fusion {
+        FUSION
+    }
+}
+
+/// The best `limit` tools of both rankings (see the module doc), best first;
+/// ties broken by index. `lexical` and `dense` are each best first;
+/// `cosine(index)` is the query's cosine with a tool that `dense` may have cut.
+pub fn fuse(
+    lexical: &[Hit],
+    dense: &[Hit],
+    limit: usize,
+    fusion: Fusion,
+    cosine: impl Fn(usize) -> f32,
+) -> Vec<Ranked> {
+    let mut by_index: HashMap<usize, (Ranked, f32, f32)> = HashMap::new();
+    let blank = |index| {
+        (
+            Ranked {
+                index,
+                score: 0.0,
+                lexical: None,
+                dense: None,
+            },
+            0.0,
+            f32::NAN,
+        )
+    };
+    for (i, h) in lexical.iter().take(fusion.depth).enumerate() {
+        let r = by_index.entry(h.index).or_insert_with(|| blank(h.index));
+        r.0.lexical = Some(Rank {
+            rank: i + 1,
+            score: h.score,
+        });
+        r.1 = h.score;
+    }
+    for (i, h) in dense.iter().take(fusion.depth).enumerate() {
+        let r = by_index.entry(h.index).or_insert_with(|| blank(h.index));
+        r.0.dense = Some(Rank {
+            rank: i + 1,
+            score: h.score,
+        });
+        r.2 = h.score;
+    }
+    match fusion.method {
+        Method::Ranks { k, lexical, dense } => {
+            for (r, _, _) in by_index.values_mut() {
+                let credit =
+                    |rank: Option<Rank>, w: f32| rank.map_or(0.0, |r| w / (k + r.rank as f32));
+                r.score = credit(r.lexical, lexical) + credit(r.dense, dense);
+            }
+        }
+        Method::Scores { alpha } => {
+            for (r, _, cos) in by_index.values_mut() {
+                if cos.is_nan() {
+                    *cos = cosine(r.index);
+                }
+            }
+            let best_bm25 = by_index.values().map(|v| v.1).fold(0.0, f32::max);
+            let (worst, best) = by_index
+                .values()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), v| {
+                    (lo.min(v.2), hi.max(v.2))
+                });
+            let spread = best - worst;
+            for (r, bm25, cos) in by_index.values_mut() {
+                let lexical = if best_bm25 > 0.0 {
+                    *bm25 / best_bm25
+                } else {
+                    0.0
+                };
+                let dense = if spread > 0.0 {
+                    (*cos - worst) / spread
+                } else {
+                    0.0
+                };
+                r.score = alpha * lexical + (1.0 - alpha) * dense;
+            }
+        }
+    }
+    let mut out: Vec<Ranked> = by_index.into_values().map(|v| v.0).collect();
+    out.sort_unstable_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    out.truncate(limit);
+    out
+}
+
+/// What the dense half embeds of a tool: its name in words (`memory.create_entities`
+/// → `memory: create entities`), title, description, and each parameter's name
+/// and description, on lines. The model reads at most 256 tokens of it.
+pub fn dense_text(def: &ToolDef) -> String {
+    let mut out = String::new();
+    let (server, tool) = def.name.split_once('.').unwrap_or(("", &def.name));
+    let words = |s: &str| {
+        let mut parts = Vec::new();
+        let mut w = String::new();
+        for run in s
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|r| !r.is_empty())
+        {
+            split_case(run, &mut parts);
+            for p in &parts {
+                if !w.is_empty() {
+                    w.push(' ');
+                }
+                w.push_str(&p.to_lowercase());
+            }
+        }
+        w
+    };
+    if !server.is_empty() {
+        out.push_str(&words(server));
+        out.push_str(": ");
+    }
+    out.push_str(&words(tool));
+    if let Some(title) = def.title.as_deref().filter(|t| !t.trim().is_empty()) {
+        out.push_str(". ");
+        out.push_str(title.trim());
+    }
+    if !def.description.trim().is_empty() {
+        out.push_str(". ");
+        out.push_str(def.description.trim());
+    }
+    if let Some(Value::Object(props)) = def.input_schema.get("properties") {
+        for (name, p) in props {
+            out.push('\n');
+            out.push_str(&words(name));
+            if let Some(Value::String(d)) = p.get("description") {
+                out.push_str(": ");
+                out.push_str(d.trim());
+            }
+        }
+    }
+    out
 }
 
 /// Feeds the parameter names (weight 2) and descriptions (weight 1) of a JSON
@@ -657,5 +987,159 @@ mod tests {
         assert!(!index.is_empty());
         assert!(SearchIndex::build(&[]).is_empty());
         assert!(SearchIndex::build(&[]).search("weather", 5).is_empty());
+    }
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn the_dense_half_ranks_by_cosine_and_breaks_ties_by_index() {
+        let vectors = [
+            unit(&[1.0, 0.0, 0.0]),
+            unit(&[0.0, 1.0, 0.0]),
+            unit(&[1.0, 1.0, 0.0]),
+            unit(&[0.0, 1.0, 0.0]),
+        ];
+        let dense = DenseIndex::build(&vectors).unwrap();
+        assert_eq!((dense.len(), dense.dims()), (4, 3));
+        let hits = dense.search(&unit(&[0.0, 1.0, 0.1]), 3);
+        let order: Vec<usize> = hits.iter().map(|h| h.index).collect();
+        assert_eq!(order, [1, 3, 2]);
+        assert!(hits[0].score > hits[2].score);
+        assert_eq!(hits[0].score, hits[1].score);
+        // A query of another length, a zero limit, mixed lengths: nothing.
+        assert!(dense.search(&[1.0, 0.0], 3).is_empty());
+        assert!(dense.search(&unit(&[1.0, 0.0, 0.0]), 0).is_empty());
+        assert!(DenseIndex::build(&[vec![1.0, 0.0], vec![1.0]]).is_none());
+        assert!(DenseIndex::build::<Vec<f32>>(&[]).is_none());
+    }
+
+    #[test]
+    fn the_dot_product_has_every_lane_and_the_tail() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..19).map(|i| (i % 3) as f32).collect();
+        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert_eq!(dot(&a, &b), plain);
+    }
+
+    fn hits(indexes: &[usize]) -> Vec<Hit> {
+        indexes
+            .iter()
+            .enumerate()
+            .map(|(i, &index)| Hit {
+                index,
+                score: 10.0 - i as f32,
+            })
+            .collect()
+    }
+
+    fn ranks(k: f32, lexical: f32, dense: f32, depth: usize) -> Fusion {
+        Fusion {
+            method: Method::Ranks { k, lexical, dense },
+            depth,
+        }
+    }
+
+    fn order(fused: &[Ranked]) -> Vec<usize> {
+        fused.iter().map(|r| r.index).collect()
+    }
+
+    #[test]
+    fn rank_fusion_adds_the_reciprocal_ranks_of_both_halves() {
+        let f = ranks(60.0, 1.0, 1.0, 100);
+        let no_cosine = |_| unreachable!("rank fusion needs no cosine");
+        // 7 is second in both: it beats 1 and 2, each first in one only.
+        let fused = fuse(&hits(&[1, 7]), &hits(&[2, 7]), 3, f, no_cosine);
+        assert_eq!(order(&fused), [7, 1, 2]);
+        assert_eq!(fused[0].lexical.map(|r| r.rank), Some(2));
+        assert_eq!(fused[0].dense.map(|r| r.rank), Some(2));
+        assert!((fused[0].score - 2.0 / 62.0).abs() < 1e-6);
+        assert_eq!(fused[1].dense, None);
+        assert_eq!(fused[2].lexical, None);
+        // Equal scores go by index.
+        assert_eq!(fused[1].score, fused[2].score);
+        // A weight scales its half; depth cuts each ranking.
+        let dense_heavy = ranks(60.0, 1.0, 2.0, 100);
+        assert_eq!(
+            order(&fuse(
+                &hits(&[1, 7]),
+                &hits(&[2, 7]),
+                3,
+                dense_heavy,
+                no_cosine
+            )),
+            [7, 2, 1]
+        );
+        let shallow = ranks(60.0, 1.0, 1.0, 1);
+        assert_eq!(
+            order(&fuse(&hits(&[1, 7]), &hits(&[2, 7]), 3, shallow, no_cosine)),
+            [1, 2]
+        );
+    }
+
+    #[test]
+    fn score_fusion_scales_both_halves_and_asks_for_missing_cosines() {
+        let f = Fusion {
+            method: Method::Scores { alpha: 0.5 },
+            depth: 2,
+        };
+        // BM25: 1 (10), 7 (5). Dense, cut at 2: 2 (1.0), 7 (0.5); 1's cosine
+        // (0.0) is asked for.
+        let lexical = [
+            Hit {
+                index: 1,
+                score: 10.0,
+            },
+            Hit {
+                index: 7,
+                score: 5.0,
+            },
+        ];
+        let dense = [
+            Hit {
+                index: 2,
+                score: 1.0,
+            },
+            Hit {
+                index: 7,
+                score: 0.5,
+            },
+        ];
+        let asked = std::cell::RefCell::new(Vec::new());
+        let fused = fuse(&lexical, &dense, 3, f, |i| {
+            asked.borrow_mut().push(i);
+            0.0
+        });
+        assert_eq!(*asked.borrow(), [1]);
+        // 1: (1 + 0) / 2; 7: (0.5 + 0.5) / 2; 2: (0 + 1) / 2.
+        assert_eq!(order(&fused), [1, 2, 7]);
+        assert!(fused.iter().all(|r| r.score == 0.5), "{fused:?}");
+        let dense_only = Fusion {
+            method: Method::Scores { alpha: 0.0 },
+            depth: 2,
+        };
+        assert_eq!(
+            order(&fuse(&lexical, &dense, 3, dense_only, |_| 0.0)),
+            [2, 7, 1]
+        );
+    }
+
+    #[test]
+    fn the_dense_text_names_the_tool_in_words_with_its_parameters() {
+        let mut d = def(
+            "crm.getContactByEmail",
+            "  Look up a person.  ",
+            json!({"type": "object", "properties": {
+                "email_address": {"type": "string", "description": "Their address"},
+                "limit": {"type": "integer"}
+            }}),
+        );
+        d.title = Some("Contact lookup".into());
+        assert_eq!(
+            dense_text(&d),
+            "crm: get contact by email. Contact lookup. Look up a person.\nemail address: Their address\nlimit"
+        );
     }
 }

@@ -16,7 +16,7 @@ use trawl_tools::config::{NewTools, RESULT_MAX_BYTES, ScanPolicy};
 use trawl_tools::embed::Embeddings;
 use trawl_tools::guard::Guard;
 use trawl_tools::name::ServerName;
-use trawl_tools::{Catalog, Pool, ToolLayer, ToolState};
+use trawl_tools::{Catalog, Listings, Pool, ToolLayer, ToolState};
 
 /// Where the tool layer's configuration and state are.
 #[derive(Args, Clone)]
@@ -56,12 +56,22 @@ enum ToolsCommand {
     List {
         #[arg(long)]
         all: bool,
+        /// List every server now, rather than answer from their stored listings.
+        #[arg(long)]
+        refresh: bool,
     },
-    /// The best tools for a task (BM25), and what loading only them saves.
+    /// The best tools for a task (BM25 fused with the dense half when a model is
+    /// configured), and what loading only them saves.
     Search {
         query: String,
         #[arg(long, default_value_t = 5)]
         limit: usize,
+        /// Show each hit's BM25 and dense ranks and scores beside the fused score.
+        #[arg(long)]
+        explain: bool,
+        /// List every server now, rather than answer from their stored listings.
+        #[arg(long)]
+        refresh: bool,
     },
     /// Scan tool definitions for poisoning: a configured server's, or a file
     /// holding a `tools/list` result (`{"tools": [...]}`). Exits 0 when clean
@@ -131,7 +141,7 @@ async fn scan(
         (None, None) => anyhow::bail!("trawl tools scan: give --server NAME or a FILE.json"),
         (Some(server), _) => {
             // Looking, not trusting: no store, so nothing is pinned.
-            let layer = layer(args, None).await?;
+            let layer = layer(args, None, Listings::Live).await?;
             let catalog = layer.catalog();
             layer.close().await;
             if !catalog.servers.iter().any(|s| s.name == server) {
@@ -159,40 +169,83 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
                 }
             },
         ),
-        ToolsCommand::List { all } => {
+        ToolsCommand::List { all, refresh } => {
             let store = store(&args).await?;
-            let layer = layer(&args, Some(store)).await?;
+            let layer = layer(&args, Some(store), listings(*refresh)).await?;
             let catalog = layer.catalog();
             layer.close().await;
             print_list(&catalog, *all, args.json);
             Ok(OK)
         }
-        ToolsCommand::Search { query, limit } => {
+        ToolsCommand::Search {
+            query,
+            limit,
+            explain,
+            refresh,
+        } => {
             let store = store(&args).await?;
-            let layer = layer(&args, Some(store)).await?;
+            let layer = layer(&args, Some(store), listings(*refresh)).await?;
             let catalog = layer.catalog();
+            let q = layer.query(&catalog, query).await;
             layer.close().await;
-            let hits = catalog.search(query, *limit);
+            let hits = catalog.search(&q, *limit);
             let search = trawl_tools::catalog::tool_search_def();
             let (loaded, whole) = catalog
-                .context_tokens(std::iter::once(&search).chain(hits.iter().map(|(e, _)| &e.def)));
+                .context_tokens(std::iter::once(&search).chain(hits.iter().map(|f| &f.entry.def)));
+            let mode = if q.vector.is_some() {
+                "hybrid"
+            } else {
+                "lexical"
+            };
             if args.json {
                 let tools: Vec<Value> = hits
                     .iter()
-                    .map(|(e, s)| json!({"name": e.name.as_str(), "score": s, "description": e.def.description}))
+                    .map(|f| {
+                        let mut t = json!({"name": f.entry.name.as_str(), "score": f.score, "description": f.entry.def.description});
+                        if *explain {
+                            t["bm25"] = json!(f.lexical);
+                            t["dense"] = json!(f.dense);
+                        }
+                        t
+                    })
                     .collect();
                 outln!(
                     "{}",
-                    json!({"tools": tools, "tokens": {"loaded": loaded, "catalog": whole}})
+                    json!({"search": mode, "tools": tools, "tokens": {"loaded": loaded, "catalog": whole}})
                 );
             } else {
-                for (e, score) in &hits {
+                if *explain {
                     outln!(
-                        "{:>6.2}  {}  {}",
-                        score,
-                        e.name,
-                        first_line(&e.def.description)
+                        "{:>8}  {:>14}  {:>14}  tool ({mode} search)",
+                        "fused",
+                        "bm25 rank/score",
+                        "dense rank/cos"
                     );
+                }
+                let rank = |r: Option<trawl_tools::search::Rank>, digits: usize| {
+                    r.map_or_else(
+                        || "-".to_owned(),
+                        |r| format!("{} / {:.*}", r.rank, digits, r.score),
+                    )
+                };
+                for f in &hits {
+                    if *explain {
+                        outln!(
+                            "{:>8.4}  {:>14}  {:>14}  {}  {}",
+                            f.score,
+                            rank(f.lexical, 2),
+                            rank(f.dense, 3),
+                            f.entry.name,
+                            first_line(&f.entry.def.description)
+                        );
+                    } else {
+                        outln!(
+                            "{:>6.3}  {}  {}",
+                            f.score,
+                            f.entry.name,
+                            first_line(&f.entry.def.description)
+                        );
+                    }
                 }
                 outln!(
                     "context: tool_search and these {} tools are {loaded} tokens; the whole catalog ({} tools) is {whole} (o200k_base)",
@@ -270,7 +323,21 @@ async fn store(args: &ToolsArgs) -> anyhow::Result<Arc<dyn Store>> {
     })
 }
 
-async fn layer(args: &ToolsArgs, store: Option<Arc<dyn Store>>) -> anyhow::Result<ToolLayer> {
+/// Where `list` and `search` take the servers' tools from: their stored
+/// listings unless `--refresh` (a server never listed is listed either way).
+fn listings(refresh: bool) -> Listings {
+    if refresh {
+        Listings::Live
+    } else {
+        Listings::Stored
+    }
+}
+
+async fn layer(
+    args: &ToolsArgs,
+    store: Option<Arc<dyn Store>>,
+    from: Listings,
+) -> anyhow::Result<ToolLayer> {
     let config = crate::cli::tools_config(args.config.as_deref(), &args.state)?
         .unwrap_or_default()
         .with_embeddings(embeddings(args, store.clone()).await?)
@@ -281,10 +348,21 @@ async fn layer(args: &ToolsArgs, store: Option<Arc<dyn Store>>) -> anyhow::Resul
         .map_err(anyhow::Error::msg)?
         .unwrap_or_else(|| BrightDataConfig::new("http://127.0.0.1:9", ""));
     let provider = Arc::new(BrightData::new(bd)?);
-    let (layer, report) =
-        ToolLayer::connect(provider, Arc::new(NoCache), store, config, Pool::Standard).await?;
+    let (layer, report) = ToolLayer::open(
+        provider,
+        Arc::new(NoCache),
+        store,
+        config,
+        Pool::Standard,
+        from,
+    )
+    .await?;
     for (server, e) in &report.server_errors {
-        eprintln!("warning: server {server}: {e}");
+        if report.stale.contains(server) {
+            eprintln!("warning: server {server}: {e}; its stored tools are shown, stale");
+        } else {
+            eprintln!("warning: server {server}: {e}");
+        }
     }
     Ok(layer)
 }
@@ -355,10 +433,31 @@ fn print_list(catalog: &Catalog, all: bool, as_json: bool) {
         );
         return;
     }
+    let now = now_ms();
     for s in &catalog.servers {
-        match &s.error {
-            Some(e) => outln!("server {} ({}): not listed: {e}", s.name, s.transport),
-            None => outln!("server {} ({}): {} tools", s.name, s.transport, s.tools),
+        let age = |at: i64| {
+            humantime::format_duration(std::time::Duration::from_secs(
+                u64::try_from((now - at) / 1000).unwrap_or(0),
+            ))
+            .to_string()
+        };
+        match (&s.error, s.listed_ms) {
+            (Some(e), Some(at)) => outln!(
+                "server {} ({}): {} tools, stale: listed {} ago; not listed now: {e}",
+                s.name,
+                s.transport,
+                s.tools,
+                age(at)
+            ),
+            (Some(e), None) => outln!("server {} ({}): not listed: {e}", s.name, s.transport),
+            (None, Some(at)) => outln!(
+                "server {} ({}): {} tools, listed {} ago (--refresh to list it now)",
+                s.name,
+                s.transport,
+                s.tools,
+                age(at)
+            ),
+            (None, None) => outln!("server {} ({}): {} tools", s.name, s.transport, s.tools),
         }
     }
     for e in entries {
@@ -470,6 +569,7 @@ async fn scan_file(
         new_tools: NewTools::Auto,
         result_max_bytes: RESULT_MAX_BYTES,
         error: None,
+        listed_ms: None,
     };
     let listings = [listing];
     let assessment = guard.assess(&listings).await;

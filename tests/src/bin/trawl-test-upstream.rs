@@ -2,7 +2,7 @@
 //! (`CARGO_BIN_EXE_trawl-test-upstream`).
 //!
 //! ```text
-//! trawl-test-upstream --tools FILE [--page-size N] [--http 127.0.0.1:0]
+//! trawl-test-upstream --tools FILE [--page-size N] [--http 127.0.0.1:0] [--starts FILE]
 //! ```
 //!
 //! - `--tools FILE`: `{"tools": [...MCP tool definitions...]}`, read again on
@@ -12,6 +12,8 @@
 //!   default, is one page).
 //! - `--http ADDR`: serve Streamable HTTP at `/mcp` and print
 //!   `listening on http://ADDR/mcp` as the first line of stdout; stdio otherwise.
+//! - `--starts FILE`: append a line to FILE when the server starts, so a test
+//!   can count how often it was started.
 //!
 //! `tools/call` of a listed tool answers its arguments: as JSON text in
 //! `content`, and `{"tool", "arguments"}` in `structuredContent`. Two names are
@@ -119,6 +121,7 @@ async fn main() -> Result<(), BoxError> {
     let mut tools_file = None;
     let mut page_size = 0;
     let mut http = None;
+    let mut starts = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or(format!("{flag} needs a value"))?;
@@ -126,8 +129,16 @@ async fn main() -> Result<(), BoxError> {
             "--tools" => tools_file = Some(PathBuf::from(value)),
             "--page-size" => page_size = value.parse()?,
             "--http" => http = Some(value),
+            "--starts" => starts = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {flag}").into()),
         }
+    }
+    if let Some(path) = starts {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        writeln!(f, "started")?;
     }
     let server = Scripted {
         tools_file: Arc::new(tools_file.ok_or("--tools FILE is required")?),

@@ -19,7 +19,8 @@ use trawl_core::model::{
     SliceSpec, TraceStep, Violation,
 };
 use trawl_core::ports::{
-    ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError, ToolPin,
+    ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError,
+    ToolListing, ToolPin,
 };
 
 use crate::error::ResultExt;
@@ -345,6 +346,15 @@ pub(super) fn job_counts(row: &PgRow) -> Result<JobCounts, PortError> {
         cache_hits: get_u64(row, "cache_hits")?,
         cost: Micros(get(row, "cost")?),
         budget_stops: get_u64(row, "budget_stops")?,
+    })
+}
+
+pub(super) fn tool_listing(row: &PgRow) -> Result<ToolListing, PortError> {
+    let tools: String = get(row, "tools")?;
+    Ok(ToolListing {
+        server: get(row, "server")?,
+        tools: serde_json::from_str(&tools).map_err(|e| corrupt("tool listing", e))?,
+        listed_ms: get(row, "listed_ms")?,
     })
 }
 

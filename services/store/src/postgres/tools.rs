@@ -2,9 +2,9 @@
 
 use sqlx::postgres::PgPool;
 use trawl_core::model::{AuditRecord, now_ms};
-use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolPin};
+use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolListing, ToolPin};
 
-use super::rows::{approval_record, audit_record, json, text, to_i64, tool_pin};
+use super::rows::{approval_record, audit_record, json, text, to_i64, tool_listing, tool_pin};
 use crate::error::ResultExt;
 use crate::sqlite::tools::SUPERSEDED_BY;
 
@@ -282,4 +282,31 @@ pub(super) async fn tool_call_approval(
     .await
     .port()?;
     Ok(row)
+}
+
+pub(super) async fn tool_listings(pool: &PgPool) -> Result<Vec<ToolListing>, PortError> {
+    let rows = sqlx::query("SELECT server, tools, listed_ms FROM tool_listings ORDER BY server")
+        .fetch_all(pool)
+        .await
+        .port()?;
+    rows.iter().map(tool_listing).collect()
+}
+
+pub(super) async fn save_tool_listing(pool: &PgPool, l: &ToolListing) -> Result<(), PortError> {
+    sqlx::query(
+        "INSERT INTO tool_listings (server, tools, listed_ms) VALUES ($1, $2, $3) \
+         ON CONFLICT (server) DO UPDATE SET tools = excluded.tools, listed_ms = excluded.listed_ms",
+    )
+    .bind(text(&l.server))
+    // JSON text escapes every control character, NUL included: it is stored
+    // as it is.
+    .bind(
+        serde_json::to_string(&l.tools)
+            .map_err(|e| PortError::Corrupt(format!("cannot encode: {e}")))?,
+    )
+    .bind(l.listed_ms)
+    .execute(pool)
+    .await
+    .port()?;
+    Ok(())
 }

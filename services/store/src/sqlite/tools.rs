@@ -3,9 +3,9 @@
 use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
 use trawl_core::model::{AuditRecord, now_ms};
-use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolPin};
+use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolListing, ToolPin};
 
-use super::rows::{approval_record, audit_record, insert_audit, to_json, tool_pin};
+use super::rows::{approval_record, audit_record, insert_audit, to_json, tool_listing, tool_pin};
 use crate::error::ResultExt;
 
 /// Who closes a pending approval the server made moot.
@@ -237,4 +237,31 @@ pub(super) async fn tool_call_approval(
     .await
     .port()?;
     Ok(row)
+}
+
+pub(super) async fn tool_listings(
+    conn: &mut SqliteConnection,
+) -> Result<Vec<ToolListing>, PortError> {
+    let rows = sqlx::query("SELECT server, tools, listed_ms FROM tool_listings ORDER BY server")
+        .fetch_all(&mut *conn)
+        .await
+        .port()?;
+    rows.iter().map(tool_listing).collect()
+}
+
+pub(super) async fn save_tool_listing(
+    conn: &mut SqliteConnection,
+    l: &ToolListing,
+) -> Result<(), PortError> {
+    sqlx::query(
+        "INSERT INTO tool_listings (server, tools, listed_ms) VALUES (?, ?, ?) \
+         ON CONFLICT (server) DO UPDATE SET tools = excluded.tools, listed_ms = excluded.listed_ms",
+    )
+    .bind(&l.server)
+    .bind(to_json(&l.tools)?)
+    .bind(l.listed_ms)
+    .execute(&mut *conn)
+    .await
+    .port()?;
+    Ok(())
 }
