@@ -64,9 +64,11 @@ async fn trawl_dev(port: u16, issuer: &str, extra: &[(&str, &str)]) -> (Role, De
 }
 
 /// `trawl tools list --json` with this tools file and state folder.
+/// `trawl tools list --refresh`: every server is listed now (reached with its
+/// credential), not answered from its stored listing.
 fn tools_list(config: &Path, state: &Path) -> (bool, Value, String) {
     let out = Command::new(BIN)
-        .args(["tools", "list", "--json", "--config"])
+        .args(["tools", "list", "--refresh", "--json", "--config"])
         .arg(config)
         .arg("--state")
         .arg(state)
