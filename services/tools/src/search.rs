@@ -48,8 +48,8 @@
 //! Lexical search misses paraphrases ("remember a fact about a person" shares no
 //! word with a memory server's "create entities in the knowledge graph"). So each
 //! listed tool also has a sentence vector ([`DenseIndex`]): the tool layer's
-//! embedding model run over [`dense_text`] (its name in words, title, description
-//! and parameters), cached by that text's hash like every vector of the layer.
+//! embedding model run over [`dense_text`] (its name in words, title and
+//! description, or its parameters when it has no description), cached by that text's hash like every vector of the layer.
 //! A query is embedded once per search; its cosine with every tool's vector is
 //! one dot product each (the vectors have length 1).
 //!
@@ -519,8 +519,9 @@ pub fn fuse(
 }
 
 /// What the dense half embeds of a tool: its name in words (`memory.create_entities`
-/// → `memory: create entities`), title, description, and each parameter's name
-/// and description, on lines. The model reads at most 256 tokens of it.
+/// → `memory: create entities`), title and description; when it has no
+/// description, each parameter's name and description instead, on lines. The
+/// model reads at most 256 tokens of it.
 pub fn dense_text(def: &ToolDef) -> String {
     let mut out = String::new();
     let (server, tool) = def.name.split_once('.').unwrap_or(("", &def.name));
@@ -553,6 +554,12 @@ pub fn dense_text(def: &ToolDef) -> String {
     if !def.description.trim().is_empty() {
         out.push_str(". ");
         out.push_str(def.description.trim());
+    }
+    // Parameters only stand in for a missing description: averaged into the
+    // vector with one, they pull it away from what the tool is for (dense R@5 on
+    // the train split of tests/search: 73.3 % with them, 75.6 % without).
+    if !def.description.trim().is_empty() {
+        return out;
     }
     if let Some(Value::Object(props)) = def.input_schema.get("properties") {
         for (name, p) in props {
@@ -1127,19 +1134,27 @@ mod tests {
     }
 
     #[test]
-    fn the_dense_text_names_the_tool_in_words_with_its_parameters() {
+    fn the_dense_text_names_the_tool_in_words_and_says_what_it_does() {
+        let schema = json!({"type": "object", "properties": {
+            "email_address": {"type": "string", "description": "Their address"},
+            "limit": {"type": "integer"}
+        }});
         let mut d = def(
             "crm.getContactByEmail",
             "  Look up a person.  ",
-            json!({"type": "object", "properties": {
-                "email_address": {"type": "string", "description": "Their address"},
-                "limit": {"type": "integer"}
-            }}),
+            schema.clone(),
         );
         d.title = Some("Contact lookup".into());
         assert_eq!(
             dense_text(&d),
-            "crm: get contact by email. Contact lookup. Look up a person.\nemail address: Their address\nlimit"
+            "crm: get contact by email. Contact lookup. Look up a person."
+        );
+        // Without a description, the parameters say what it takes.
+        let mut d = def("crm.getContactByEmail", " ", schema);
+        d.title = Some("Contact lookup".into());
+        assert_eq!(
+            dense_text(&d),
+            "crm: get contact by email. Contact lookup\nemail address: Their address\nlimit"
         );
     }
 }
