@@ -8,7 +8,9 @@
 //! Three sets of made-up but varied English texts: short (10–20 tokens), tool
 //! descriptions (60–120 tokens), and a catalog of 500 tools as the guard would
 //! see it (2,000 sentences, about 25 tokens on average). `RAYON_NUM_THREADS`
-//! sets the threads of the matrix kernels (default: one per core).
+//! sets the threads of the matrix kernels (default: one per core). Last, 300
+//! short queries one at a time, as a search embeds its query, through the f32
+//! path and the int8 one ([`Embedder::embed_quick`]).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -129,6 +131,34 @@ fn run(model: &Embedder, name: &str, texts: &[String]) -> Result<(), Box<dyn std
     Ok(())
 }
 
+/// One text at a time, as a search embeds its query: the f32 path against the
+/// int8 one, p50 and p90 of each, and the lowest cosine between their vectors.
+fn queries(model: &Embedder, texts: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let mut full = Vec::new();
+    let mut quick = Vec::new();
+    let mut lowest = f32::MAX;
+    for t in texts {
+        let started = Instant::now();
+        let a = model.embed(&[t])?.remove(0);
+        full.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = Instant::now();
+        let b = model.embed_quick(t)?;
+        quick.push(started.elapsed().as_secs_f64() * 1e3);
+        lowest = lowest.min(trawl_embed::cosine(&a, &b));
+    }
+    for (name, ms) in [("f32", &mut full), ("int8", &mut quick)] {
+        ms.sort_by(f64::total_cmp);
+        println!(
+            "one query of 4-11 tokens, {name}: p50 {:.2} ms, p90 {:.2} ms ({} queries)",
+            ms[ms.len() / 2],
+            ms[ms.len() * 9 / 10],
+            ms.len()
+        );
+    }
+    println!("lowest cosine between a query's f32 and int8 vectors: {lowest:.4}");
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::args().nth(1).map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/models/all-minilm-l6-v2"),
@@ -155,5 +185,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "catalog of 500 tools, 2,000 sentences of 10-40 tokens",
         &texts(2_000, 7, 37, 3),
     )?;
+    queries(&model, &texts(300, 2, 9, 4))?;
     Ok(())
 }

@@ -18,6 +18,9 @@
 //! cargo run --release -p trawl-tools --example search_eval -- --split dev --misses
 //! ```
 //!
+//! `--f32-queries` embeds the queries through the model's f32 path, as tools are
+//! embedded, instead of the int8 path `tool_search` uses.
+//!
 //! `--sweep` also prints the recall of other fusion settings: for tuning, on
 //! the train split only (see tests/search/README.md).
 
@@ -59,6 +62,10 @@ fn model_dir() -> PathBuf {
 
 fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
+}
+
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
 const KS: [usize; 3] = [1, 5, 10];
@@ -105,8 +112,8 @@ fn row(name: &str, found: [usize; 3], n: usize) {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let split = arg("--split").unwrap_or_else(|| "dev".into());
-    let sweep = std::env::args().any(|a| a == "--sweep");
-    let misses = std::env::args().any(|a| a == "--misses");
+    let sweep = flag("--sweep");
+    let misses = flag("--misses");
     let tasks_path = arg("--tasks")
         .map(PathBuf::from)
         .unwrap_or_else(|| guard_corpus::root().join("../search/tasks.jsonl"));
@@ -161,7 +168,17 @@ async fn main() {
         .collect();
     let mut queries = Vec::new();
     for t in &tasks {
-        let vector = embeddings.query(&t.query).await.unwrap();
+        // The int8 query path, as tool_search embeds a query; `--f32-queries`
+        // embeds queries as tools are embedded, to compare.
+        let vector = if flag("--f32-queries") {
+            embeddings
+                .vectors(std::slice::from_ref(&t.query))
+                .await
+                .unwrap()
+                .remove(0)
+        } else {
+            embeddings.query(&t.query).await.unwrap()
+        };
         queries.push((
             *t,
             Query {

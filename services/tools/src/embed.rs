@@ -180,11 +180,13 @@ impl Embeddings {
 }
 
 impl Embeddings {
-    /// The vector of a search query: from the process's map or the model, not
-    /// the store (queries are many and seldom repeated across processes; a
-    /// store round trip would cost more than the model on a short text).
+    /// The vector of a search query: from the process's map or the model's int8
+    /// path ([`Embedder::embed_quick`]), never the store (queries are many and
+    /// seldom repeated across processes; a store round trip would cost more than
+    /// the model on a short text). Query vectors have keys of their own in the
+    /// map, so a query that reads like a tool's text never gets its f32 vector.
     pub async fn query(&self, text: &str) -> Result<Vector, EmbeddingsError> {
-        let k = key(text);
+        let k = format!("query:{}", key(text));
         if let Some(v) = self
             .memo
             .lock()
@@ -196,12 +198,9 @@ impl Embeddings {
         }
         let embedder = self.embedder.clone();
         let owned = text.to_owned();
-        let mut computed = tokio::task::spawn_blocking(move || embedder.embed(&[&owned]))
+        let v: Vector = tokio::task::spawn_blocking(move || embedder.embed_quick(&owned))
             .await
-            .map_err(|e| EmbeddingsError::Task(e.to_string()))??;
-        let v: Vector = computed
-            .pop()
-            .ok_or(EmbeddingsError::Count { asked: 1, got: 0 })?
+            .map_err(|e| EmbeddingsError::Task(e.to_string()))??
             .into();
         self.memo
             .lock()
