@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Module, Tensor};
 use candle_nn::LayerNorm;
-use candle_transformers::models::bert::Config;
+use candle_transformers::models::bert::{Config, HiddenAct};
 use candle_transformers::quantized_nn::Linear;
 
 /// candle's fastest int8 kernels (weights repacked for AVX-512 VNNI) take
@@ -63,6 +63,7 @@ pub(crate) struct Quick {
     layers: Vec<Layer>,
     heads: usize,
     head_size: usize,
+    act: HiddenAct,
 }
 
 impl Quick {
@@ -136,6 +137,7 @@ impl Quick {
             layers,
             heads: config.num_attention_heads,
             head_size: config.hidden_size / config.num_attention_heads,
+            act: config.hidden_act,
         })
     }
 
@@ -171,7 +173,13 @@ impl Quick {
             x = layer
                 .attention_norm
                 .forward(&(layer.out.forward(&context)? + x)?)?;
-            let up = layer.up.forward(&x)?.gelu_erf()?;
+            let up = layer.up.forward(&x)?;
+            // As the f32 model applies the config's activation.
+            let up = match self.act {
+                HiddenAct::Gelu => up.gelu_erf()?,
+                HiddenAct::GeluApproximate => up.gelu()?,
+                HiddenAct::Relu => up.relu()?,
+            };
             x = layer
                 .output_norm
                 .forward(&(layer.down.forward(&up)? + x)?)?;
