@@ -32,6 +32,7 @@ import glob
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -96,6 +97,13 @@ def main():
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="trawl-search-bench-")
+    try:
+        bench(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(args, work):
     if args.trivial:
         listings = []
         for i in range(args.servers):
@@ -134,7 +142,7 @@ def main():
     config = os.path.join(work, "tools.yaml")
     with open(config, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"{args.servers} stdio servers, {tools} tools; work folder {work}")
+    print(f"{args.servers} stdio servers, {tools} tools")
 
     def run(state, query, model, refresh=False):
         env = dict(os.environ, TRAWL_TOOLS_CONFIG=config, TRAWL_HOME=state, RUST_LOG="warn")

@@ -8,9 +8,9 @@
 //! (`config.json`, `tokenizer.json`, `model.safetensors`, as sentence-transformers
 //! saves them) and [`Embedder::embed`] turns texts into unit vectors.
 //! [`Embedder::embed_quick`] runs one short text (a search query) through the
-//! same weights quantized to int8 (module `quick`): about a third of the time,
-//! a close but not equal vector. Caching
-//! vectors (in the store, in the process) is the caller's business: the tool
+//! same weights quantized to int8 (module `quick`): under half the time, a
+//! close but not equal vector. Caching vectors (in the store, in the process)
+//! is the caller's business: the tool
 //! layer's `Embeddings` service does it, keyed by [`Embedder::model_id`] so that
 //! different weights never share a cached vector.
 //!
@@ -216,8 +216,8 @@ impl Embedder {
         Ok(out)
     }
 
-    /// One text's vector through int8 matrix products: about a third of the
-    /// time of [`Embedder::embed`] on a short text, close to its vector but not
+    /// One text's vector through int8 matrix products: under half the time of
+    /// [`Embedder::embed`] on a short text, close to its vector but not
     /// equal (a cosine above 0.99 on the tests' texts). For search queries, where
     /// the embedding is the whole latency; never cached beside `embed`'s vectors.
     /// Blocks.

@@ -4,10 +4,11 @@
 //! A query of ten tokens is too short for the f32 matrix kernels to reuse what
 //! they read: each pass streams the model's 10.6 M matrix weights (42 MB) once
 //! per product. Here those weights are GGML `Q8_0` (blocks of 32 int8 values
-//! with one f16 scale, 11 MB), quantized at load from the same f32 tensors, and
-//! candle's quantized kernels run the products (AVX-512 VNNI where the
-//! processor has it). Q, K and V are one product. Everything else (embedding
-//! tables, layer norms, attention, pooling) is the f32 model's arithmetic.
+//! with one f16 scale, about 14 MB with the padding below), quantized at load
+//! from the same f32 tensors, and candle's quantized kernels run the products
+//! (AVX-512 VNNI where the processor has it). Q, K and V are one product.
+//! Everything else (embedding tables, layer norms, attention, pooling) is the
+//! f32 model's arithmetic.
 //!
 //! A vector from here is close to, not equal to, [`crate::Embedder::embed`]'s
 //! vector of the same text (the tests bound the difference); it is still a
