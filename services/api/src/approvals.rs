@@ -1,9 +1,9 @@
 //! `GET /v1/approvals` and `POST /v1/approvals/{id}/approve` / `/reject`: a human's
 //! say on jobs that cost more than their `approve_above_usd`.
 //!
-//! The decision itself is the scheduler's ([`Scheduler::decide`]): it records it and
-//! moves the job to `queued` or `cancelled`; the API then emits
-//! `approval.decided` so the scheduler acts on it at once. A click in Slack
+//! The decision itself is the scheduler's ([`trawl_scheduler::decide`]): it records
+//! it, moves the job to `queued` or `cancelled`, and emits `approval.decided` so
+//! the scheduler acts on it at once. A click in Slack
 //! (`crate::slack`) decides through the same [`decide`]. The first decision wins;
 //! an approval decided, or past its expiry, answers 409 and changes nothing.
 //!
@@ -13,7 +13,6 @@
 //! approval, anyone else only the approvals of jobs they may see.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -22,12 +21,11 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tracing::instrument;
 use trawl_core::model::{AuditRecord, JobId, JobStatus, now_ms};
-use trawl_core::ports::{ApprovalRecord, Event};
-use trawl_scheduler::{ScheduleError, Scheduler};
+use trawl_core::ports::ApprovalRecord;
+use trawl_scheduler::ScheduleError;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::error::{ApiError, Problem};
-use crate::jobs::emit;
 use crate::oauth::SCOPE_DECIDE;
 use crate::state::{ApiState, Caller};
 
@@ -274,15 +272,15 @@ pub(crate) async fn decide(
             None => Err(lost().await),
         };
     };
-    let scheduler = Scheduler {
-        store: state.store.as_ref(),
-        queue: state.queue.as_ref(),
-        events: state.events.as_ref(),
-        prices: state.prices,
-        // Only `drive` reads it; `decide` does not wait.
-        reconcile_every: Duration::from_secs(1),
-    };
-    let job_status = match scheduler.decide(&job_id, approved, by).await {
+    let decided = trawl_scheduler::decide(
+        state.store.as_ref(),
+        state.events.as_ref(),
+        &job_id,
+        approved,
+        by,
+    )
+    .await;
+    let job_status = match decided {
         Ok(status) => status,
         Err(ScheduleError::UnknownJob(_)) => {
             return Err(ApiError::Internal(anyhow::anyhow!(
@@ -301,15 +299,6 @@ pub(crate) async fn decide(
         Err(ScheduleError::ApprovalClosed(_)) => return Err(lost().await),
         Err(ScheduleError::Port(e)) => return Err(e.into()),
     };
-    tracing::info!(job_id = %job_id, status = job_status.as_str(), "approval decided");
-    emit(
-        state,
-        Event::ApprovalDecided {
-            job_id: job_id.clone(),
-            approved,
-        },
-    )
-    .await;
     let record = state.store.approval(id).await?.ok_or_else(not_found)?;
     Ok((record, Some(job_status)))
 }

@@ -37,6 +37,10 @@ pub enum ApiError {
     /// The body is a document but not a valid job spec.
     #[error("invalid job spec ({} error(s))", .0.0.len())]
     InvalidSpec(SpecErrors),
+    /// No worker of this deployment can run the job (a research job without a
+    /// model worker); the text names what is missing.
+    #[error("no worker can run the job: {0}")]
+    Unrunnable(String),
     /// The `Idempotency-Key` was first used with another body.
     #[error("idempotency key reused with another request body")]
     IdempotencyKeyReuse,
@@ -155,7 +159,7 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
-            ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse => {
+            ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse | ApiError::Unrunnable(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -179,6 +183,7 @@ impl ApiError {
                 ("malformed-body", "The body is not a JSON or YAML document")
             }
             ApiError::InvalidSpec(_) => ("invalid-spec", "The job spec is not valid"),
+            ApiError::Unrunnable(_) => ("no-capable-worker", "No worker can run the job"),
             ApiError::IdempotencyKeyReuse => (
                 "idempotency-key-reuse",
                 "The idempotency key was used for another request",
@@ -220,6 +225,7 @@ impl ApiError {
                 "the job spec has {} error(s); see `errors`; nothing was stored",
                 errs.0.len()
             ),
+            ApiError::Unrunnable(why) => format!("{why}; nothing was stored"),
             ApiError::IdempotencyKeyReuse => "this Idempotency-Key was first sent with another \
                  request body; use a new key for a new request"
                 .to_owned(),

@@ -13,15 +13,15 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tracing::{instrument, warn};
 use trawl_core::cost::Micros;
-use trawl_core::model::{JobCounts, JobId, JobStatus, now_ms};
-use trawl_core::plan::plan;
-use trawl_core::ports::{Event, Idempotency, JobRecord, PortError};
+use trawl_core::model::{JobCounts, JobId, JobStatus};
+use trawl_core::ports::{Idempotency, JobRecord, PortError, Store};
 use trawl_core::spec::JobSpec;
+use trawl_scheduler::{Submission, SubmitError};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, Problem};
@@ -34,7 +34,7 @@ pub const CANCEL_REASON: &str = "cancelled over the API";
 pub const REPLAYED: &str = "idempotent-replayed";
 
 /// What a job is expected to cost, at most.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct EstimateView {
     /// Slices planned before anything runs: searches plus pages.
     pub slices: u64,
@@ -82,7 +82,7 @@ impl EstimateView {
 }
 
 /// Where a job's resources are.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobLinks {
     #[serde(rename = "self")]
     pub self_: String,
@@ -118,7 +118,7 @@ pub struct JobAccepted {
 }
 
 /// Slices of a job by state.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct SliceCounts {
     pub total: u64,
     pub succeeded: u64,
@@ -128,14 +128,14 @@ pub struct SliceCounts {
 }
 
 /// Items of a job by outcome.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct ItemCounts {
     pub valid: u64,
     pub rejected: u64,
 }
 
 /// What a job has done so far.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct CountsView {
     pub slices: SliceCounts,
     pub items: ItemCounts,
@@ -171,7 +171,7 @@ impl From<JobCounts> for CountsView {
 }
 
 /// A job as the API shows it.
-#[derive(Clone, Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 pub struct JobView {
     #[schema(value_type = String, example = "job_0193b4c1a2f04e9d2c7a1b3e5f60")]
     pub job_id: JobId,
@@ -197,8 +197,9 @@ pub struct JobView {
 }
 
 impl JobView {
-    pub(crate) async fn of(state: &ApiState, job: JobRecord) -> Result<JobView, ApiError> {
-        let counts = state.store.counts(&job.id).await?;
+    /// The view of a stored job, its counts read from `store`.
+    pub async fn of(store: &dyn Store, job: JobRecord) -> Result<JobView, PortError> {
+        let counts = store.counts(&job.id).await?;
         let estimate = EstimateView::of(&job).await;
         Ok(JobView {
             links: JobLinks::of(&job.id),
@@ -240,15 +241,6 @@ pub(crate) async fn load_job(
         return Err(not_found());
     }
     Ok(job)
-}
-
-/// Emits an event; a failure is logged, not fatal: the store already holds the
-/// change and the scheduler's reconciler finds it.
-pub(crate) async fn emit(state: &ApiState, ev: Event) {
-    let job_id = ev.job_id().clone();
-    if let Err(e) = state.events.emit(ev).await {
-        warn!(job_id = %job_id, error = %e, "event not emitted; the reconciler will pick the change up");
-    }
 }
 
 /// The formats a job spec may come in.
@@ -404,40 +396,34 @@ pub(crate) async fn submit_job(
         return replay(&job, &digest).await;
     }
 
-    // Parsing and planning a large spec is CPU work: keep it off the async threads.
-    let prices = state.prices;
-    let egress = state.browse_egress.clone();
-    let (spec, estimate) = tokio::task::spawn_blocking(move || {
-        let spec = format.read(&body)?;
-        egress.check_browse(&spec).map_err(ApiError::InvalidSpec)?;
-        let estimate = plan(&spec, &prices).estimate;
-        Ok::<_, ApiError>((spec, estimate))
-    })
-    .await
-    .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("checking a job spec")))??;
-
-    let created_ms = now_ms();
-    let job = JobRecord {
-        id: JobId::generate(created_ms, fastrand::u64(..)),
-        name: spec.name.clone(),
-        spec: spec.document.clone(),
-        status: JobStatus::Pending,
-        reason: None,
-        estimate: estimate.cost,
-        created_ms,
+    // Parsing a large spec is CPU work: keep it off the async threads.
+    let spec = tokio::task::spawn_blocking(move || format.read(&body))
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("reading a job spec")))??;
+    let submission = Submission {
+        spec,
+        owner: Some(caller.owner()),
         idempotency: key.clone().map(|key| Idempotency {
             key,
             request_digest: digest.clone(),
         }),
         // Planning and the slices continue this request's trace.
         traceparent: trawl_telemetry::propagation::current_traceparent(),
-        owner: Some(caller.owner()),
     };
-    match state.store.create_job(&job, &[]).await {
-        Ok(()) => {}
+    let submitted = match trawl_scheduler::submit(
+        state.store.as_ref(),
+        state.events.as_ref(),
+        &state.submit_config(),
+        submission,
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(SubmitError::Invalid(errors)) => return Err(ApiError::InvalidSpec(errors)),
+        Err(SubmitError::Unrunnable(why)) => return Err(ApiError::Unrunnable(why)),
         // Another request with the same key won the race: answer as if this one
         // had come second.
-        Err(PortError::Conflict(_)) if key.is_some() => {
+        Err(SubmitError::Port(PortError::Conflict(_))) if key.is_some() => {
             let key = key.as_deref().unwrap_or_default();
             let first = state
                 .store
@@ -450,19 +436,11 @@ pub(crate) async fn submit_job(
                 })?;
             return replay(&first, &digest).await;
         }
-        Err(e) => return Err(e.into()),
-    }
-    tracing::info!(job_id = %job.id, name = %job.name, estimate = %job.estimate, "job submitted");
-    emit(
-        &state,
-        Event::JobCreated {
-            job_id: job.id.clone(),
-        },
-    )
-    .await;
+        Err(SubmitError::Port(e)) => return Err(e.into()),
+    };
     Ok(accepted(
-        &job,
-        EstimateView::new(Some(&spec), estimate.cost),
+        &submitted.record,
+        EstimateView::new(Some(&submitted.spec), submitted.estimate.cost),
         false,
     ))
 }
@@ -487,7 +465,7 @@ pub(crate) async fn get_job(
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
     let job = load_job(&state, &caller, &id).await?;
-    Ok(Json(JobView::of(&state, job).await?))
+    Ok(Json(JobView::of(state.store.as_ref(), job).await?))
 }
 
 /// Cancel a job that has not ended.
@@ -520,10 +498,13 @@ pub(crate) async fn cancel_job(
             job.status.as_str()
         )));
     }
-    let ended = state
-        .store
-        .end_job(&job.id, JobStatus::Cancelled, Some(CANCEL_REASON))
-        .await?;
+    let ended = trawl_scheduler::cancel(
+        state.store.as_ref(),
+        state.events.as_ref(),
+        &job.id,
+        CANCEL_REASON,
+    )
+    .await?;
     if !ended {
         // It ended between the read above and the write: say how.
         let job = load_job(&state, &caller, job.id.as_str()).await?;
@@ -533,21 +514,8 @@ pub(crate) async fn cancel_job(
             job.status.as_str()
         )));
     }
-    // A spend approval it was waiting for is moot now.
-    state
-        .store
-        .decide_approval(&job.id, false, "cancelled over the API")
-        .await?;
-    tracing::info!(job_id = %job.id, "job cancelled over the API");
-    emit(
-        &state,
-        Event::JobCancelled {
-            job_id: job.id.clone(),
-        },
-    )
-    .await;
     let job = load_job(&state, &caller, job.id.as_str()).await?;
-    Ok(Json(JobView::of(&state, job).await?))
+    Ok(Json(JobView::of(state.store.as_ref(), job).await?))
 }
 
 #[cfg(test)]

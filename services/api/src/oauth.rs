@@ -239,10 +239,7 @@ impl ResourceServer {
     /// again until it succeeds, so the API can start before the authorization
     /// server answers.
     pub fn new(config: OAuthConfig) -> Result<ResourceServer, reqwest::Error> {
-        // reqwest is built without a TLS crypto provider and panics when it finds
-        // none installed, even for plain http; install ring unless one already is.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let http = trawl_telemetry::http::client()
             .timeout(config.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()?;

@@ -54,7 +54,7 @@ use crate::state::ApiState;
 /// How long one reply to a `response_url` may take.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tries of one reply (Slack accepts up to five uses of a `response_url`).
-const REPLY_ATTEMPTS: u32 = 3;
+const REPLY_ATTEMPTS: usize = 3;
 
 /// What the interactions route needs: the signing secret, where replies may go,
 /// and a client to send them with.
@@ -106,8 +106,7 @@ impl SlackConfig {
         hosts: ResponseHosts,
         public_url: Option<Url>,
     ) -> Result<SlackConfig, reqwest::Error> {
-        trawl_notify::ensure_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = trawl_telemetry::http::client()
             .timeout(REPLY_TIMEOUT)
             .connect_timeout(REPLY_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -365,27 +364,16 @@ async fn answer(
     }
 }
 
-/// Posts a reply to a click's `response_url`: a few tries with a growing,
-/// jittered pause, each within the client's timeout. A failure is logged; the
-/// decision stands either way.
-async fn post_reply(http: reqwest::Client, url: Url, reply: Value, attempts: u32) {
-    let host = url.host_str().unwrap_or_default().to_owned();
-    for attempt in 1..=attempts {
-        match http.post(url.clone()).json(&reply).send().await {
-            Ok(res) if res.status().is_success() => {
-                debug!(%host, "Slack message updated");
-                return;
-            }
-            Ok(res) if res.status().is_client_error() => {
-                warn!(%host, status = res.status().as_u16(), "Slack refused the reply; not retried");
-                return;
-            }
-            Ok(res) => warn!(%host, status = res.status().as_u16(), attempt, "Slack reply failed"),
-            Err(e) => warn!(%host, timeout = e.is_timeout(), attempt, "Slack reply failed"),
-        }
-        if attempt < attempts {
-            let pause = Duration::from_millis(250 * 2u64.pow(attempt) + fastrand::u64(..250));
-            tokio::time::sleep(pause).await;
-        }
+/// Posts a reply to a click's `response_url`, through the notifier's one way
+/// of posting to Slack (jittered retries while the failure is transient). A
+/// failure is logged; the decision stands either way.
+async fn post_reply(http: reqwest::Client, url: Url, reply: Value, attempts: usize) {
+    let body = serde_json::to_vec(&reply).unwrap_or_default();
+    match trawl_notify::post_json(&http, &url, body, None, attempts).await {
+        Ok(()) => debug!(
+            host = url.host_str().unwrap_or_default(),
+            "Slack message updated"
+        ),
+        Err(e) => warn!(error = %e, "Slack reply not delivered"),
     }
 }

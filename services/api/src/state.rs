@@ -197,6 +197,14 @@ impl ApiState {
         }
     }
 
+    /// What submissions are checked and priced with.
+    pub(crate) fn submit_config(&self) -> trawl_scheduler::SubmitConfig {
+        trawl_scheduler::SubmitConfig {
+            prices: self.prices,
+            egress: Some(self.browse_egress.clone()),
+        }
+    }
+
     /// The workers' browse egress policy (`TRAWL_BROWSE_ALLOW`), for early
     /// feedback on browse URLs; default: closed (public destinations only).
     pub fn with_browse_egress(mut self, policy: trawl_core::egress::EgressPolicy) -> ApiState {

@@ -32,7 +32,6 @@ use trawl_core::ports::{
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_scheduler::Scheduler;
 use trawl_store::SqliteStore;
 
 // ---------------------------------------------------------------------------
@@ -49,7 +48,6 @@ struct App {
     store: Arc<SqliteStore>,
     queue: Arc<EmbeddedQueue>,
     events: UnboundedReceiver<Event>,
-    event_port: Arc<InProcessEvents>,
     _dir: TempDir,
 }
 
@@ -110,7 +108,7 @@ async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App
     };
     let state = ApiState::new(
         store.clone(),
-        event_port.clone(),
+        event_port,
         queue.clone(),
         cache,
         PriceTable::default(),
@@ -121,7 +119,6 @@ async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App
         store,
         queue,
         events,
-        event_port,
         _dir: dir,
     }
 }
@@ -207,14 +204,29 @@ impl App {
             .unwrap()
     }
 
-    fn scheduler(&self) -> Scheduler<'_> {
-        Scheduler {
-            store: self.store.as_ref(),
-            queue: self.queue.as_ref(),
-            events: self.event_port.as_ref(),
+    /// Submits a job through the one submit and plans it, as the scheduler
+    /// role does next: the way `trawl run` parks a job that needs approval.
+    async fn submit_planned(&self, spec: &JobSpec) -> trawl_scheduler::Submitted {
+        // Its announcement goes nowhere: the tests read what the API emits.
+        let (quiet, _) = InProcessEvents::channel();
+        let mut s = trawl_scheduler::submit(
+            self.store.as_ref(),
+            &quiet,
+            &trawl_scheduler::SubmitConfig::default(),
+            trawl_scheduler::Submission::new(spec.clone()),
+        )
+        .await
+        .unwrap();
+        let service = trawl_scheduler::Service {
+            store: self.store.clone(),
+            queue: self.queue.clone(),
+            events: Arc::new(quiet),
             prices: PriceTable::default(),
-            reconcile_every: Duration::from_secs(1),
-        }
+            config: trawl_scheduler::ServiceConfig::default(),
+        };
+        service.advance_id(&s.job_id).await.unwrap();
+        s.status = self.store.job(&s.job_id).await.unwrap().unwrap().status;
+        s
     }
 
     /// The job id of a 202 answer, checked.
@@ -1050,6 +1062,56 @@ async fn a_running_job_is_cancelled_once() {
     assert!(app.events.try_recv().is_err());
 }
 
+/// A research job no reported worker can run is refused with 422 naming why,
+/// and nothing is stored; once a worker with a model reports, it is taken.
+#[tokio::test]
+async fn a_research_job_no_worker_can_run_is_refused_with_the_reason() {
+    use trawl_core::model::Pool;
+    use trawl_core::workers::{Capabilities, ModelProviders, WorkerInfo};
+    let app = spawn_app().await;
+    let report = |id: &str, anthropic: bool| WorkerInfo {
+        id: id.into(),
+        pool: Pool::Standard,
+        capabilities: Capabilities {
+            models: ModelProviders {
+                anthropic,
+                openai: false,
+                default_model: None,
+            },
+            browser: false,
+        },
+        concurrency: 4,
+        started_ms: trawl_core::model::now_ms(),
+        heartbeat_ms: trawl_core::model::now_ms(),
+    };
+    app.store
+        .report_worker(&report("worker-a", false))
+        .await
+        .unwrap();
+    let research = "name: r\nresearch:\n  question: Which shops sell the X1 Carbon?\n  model: claude-sonnet-4-5\n";
+    let p = app
+        .submit("application/yaml", research)
+        .await
+        .problem(422, "no-capable-worker");
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("research question")
+            && detail.contains("standard pool")
+            && detail.contains("ANTHROPIC_API_KEY")
+            && detail.contains("nothing was stored"),
+        "{p}"
+    );
+    assert!(app.all_jobs().await.is_empty());
+    // A page job needs no model: taken.
+    app.accepted(&app.submit("application/json", SPEC_JSON).await);
+    app.store
+        .report_worker(&report("worker-b", true))
+        .await
+        .unwrap();
+    app.accepted(&app.submit("application/yaml", research).await);
+    assert_eq!(app.all_jobs().await.len(), 2);
+}
+
 // ---------------------------------------------------------------------------
 // Approvals
 
@@ -1059,7 +1121,7 @@ async fn parked_job(app: &App, name: &str) -> JobId {
         "name: {name}\npages: {{urls: [\"https://shop.example/{name}\"], geos: [us, de]}}\nextract: {{fields: {{t: {{css: h1}}}}}}\nbudget: {{approve_above_usd: 0.001}}\n"
     ))
     .unwrap();
-    let s = app.scheduler().submit(&spec, None).await.unwrap();
+    let s = app.submit_planned(&spec).await;
     assert_eq!(s.status, JobStatus::AwaitingApproval);
     s.job_id
 }
@@ -1621,7 +1683,7 @@ async fn a_job_answers_only_its_owner_and_admins_and_others_get_404() {
     // A job without an owner (`trawl run`'s, or stored before owners were kept)
     // is the admins' only.
     let spec = JobSpec::from_value(serde_json::from_str(SPEC_JSON).unwrap()).unwrap();
-    let orphan = app.scheduler().submit(&spec, None).await.unwrap().job_id;
+    let orphan = app.submit_planned(&spec).await.job_id;
     for key in [ALICE, BOB] {
         app.as_(key, Method::GET, &format!("/v1/jobs/{orphan}"))
             .await

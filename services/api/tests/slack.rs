@@ -25,7 +25,6 @@ use trawl_core::ports::{ApprovalRecord, Event, PinChange, PinStatus, Store};
 use trawl_core::spec::JobSpec;
 use trawl_notify::{ResponseHosts, sign_slack};
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_scheduler::Scheduler;
 use trawl_store::SqliteStore;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -38,7 +37,6 @@ struct App {
     router: Router,
     store: Arc<SqliteStore>,
     queue: Arc<EmbeddedQueue>,
-    event_port: Arc<InProcessEvents>,
     events: UnboundedReceiver<Event>,
     /// What the test's `response_url` receiver got.
     replies: UnboundedReceiver<Value>,
@@ -93,7 +91,7 @@ async fn spawn_app_with(slack: Option<SlackConfig>) -> App {
     );
     let mut state = ApiState::new(
         store.clone(),
-        event_port.clone(),
+        event_port,
         queue.clone(),
         cache,
         PriceTable::default(),
@@ -108,7 +106,6 @@ async fn spawn_app_with(slack: Option<SlackConfig>) -> App {
         router: router(state),
         store,
         queue,
-        event_port,
         events,
         replies,
         response_url,
@@ -122,14 +119,29 @@ struct Answer {
 }
 
 impl App {
-    fn scheduler(&self) -> Scheduler<'_> {
-        Scheduler {
-            store: self.store.as_ref(),
-            queue: self.queue.as_ref(),
-            events: self.event_port.as_ref(),
+    /// Submits a job through the one submit and plans it, as the scheduler
+    /// role does next: the way `trawl run` parks a job that needs approval.
+    async fn submit_planned(&self, spec: &JobSpec) -> trawl_scheduler::Submitted {
+        // Its announcement goes nowhere: the tests read what the API emits.
+        let (quiet, _) = InProcessEvents::channel();
+        let mut s = trawl_scheduler::submit(
+            self.store.as_ref(),
+            &quiet,
+            &trawl_scheduler::SubmitConfig::default(),
+            trawl_scheduler::Submission::new(spec.clone()),
+        )
+        .await
+        .unwrap();
+        let service = trawl_scheduler::Service {
+            store: self.store.clone(),
+            queue: self.queue.clone(),
+            events: Arc::new(quiet),
             prices: PriceTable::default(),
-            reconcile_every: Duration::from_secs(1),
-        }
+            config: trawl_scheduler::ServiceConfig::default(),
+        };
+        service.advance_id(&s.job_id).await.unwrap();
+        s.status = self.store.job(&s.job_id).await.unwrap().unwrap().status;
+        s
     }
 
     async fn parked_job(&self, name: &str) -> (JobId, ApprovalRecord) {
@@ -137,7 +149,7 @@ impl App {
             "name: {name}\npages: {{urls: [\"https://shop.example/{name}\"], geos: [us, de]}}\nextract: {{fields: {{t: {{css: h1}}}}}}\nbudget: {{approve_above_usd: 0.001}}\n"
         ))
         .unwrap();
-        let s = self.scheduler().submit(&spec, None).await.unwrap();
+        let s = self.submit_planned(&spec).await;
         assert_eq!(s.status, JobStatus::AwaitingApproval);
         let a = self
             .store

@@ -65,15 +65,13 @@ pub struct BrightData {
     config: BrightDataConfig,
 }
 
-/// Installs the process-wide TLS crypto provider (ring) once; later calls are no-ops.
-pub fn ensure_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+/// Installs the process-wide TLS crypto provider (ring) once; later calls are
+/// no-ops (`trawl_telemetry::http`, where every client is built).
+pub use trawl_telemetry::http::ensure_tls as ensure_crypto_provider;
 
 impl BrightData {
     pub fn new(config: BrightDataConfig) -> Result<BrightData, reqwest::Error> {
-        ensure_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = trawl_telemetry::http::client()
             .timeout(config.timeout)
             .connect_timeout(config.timeout.min(Duration::from_secs(10)))
             .pool_max_idle_per_host(256)

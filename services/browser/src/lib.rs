@@ -573,7 +573,8 @@ impl Drop for Session {
 }
 
 /// The first Chromium-like executable on `PATH`.
-fn find_chromium() -> Option<PathBuf> {
+/// A Chromium (or Chrome) executable on `PATH`, the first of the usual names.
+pub fn find_chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     for name in [
         "chromium",

@@ -18,6 +18,8 @@
 //! - [`resource`]: canonical resource URIs (RFC 8707), the audience of tokens.
 //! - [`egress`]: where a browser session may connect (public destinations unless
 //!   an allow list opens more), checked by the egress proxy and at submission.
+//! - [`workers`]: what a worker reports it can run, model routing, and whether
+//!   the reported workers can run a job.
 
 pub mod cost;
 pub mod egress;
@@ -30,6 +32,7 @@ pub mod resource;
 pub mod retry;
 pub mod spec;
 pub mod validate;
+pub mod workers;
 
 use sha2::{Digest, Sha256};
 

@@ -173,7 +173,8 @@ pub enum SliceKind {
 }
 
 /// Which workers take a slice: browser sessions run only in the isolated pool.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Pool {
     #[default]
     Standard,

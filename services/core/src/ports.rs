@@ -18,6 +18,7 @@ use crate::model::{
     SliceSpec, TraceStep,
 };
 use crate::retry::ErrorClass;
+use crate::workers::WorkerInfo;
 
 /// A backend could not do what was asked.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -733,12 +734,11 @@ pub trait Store: Send + Sync {
     /// Stores a job and its planned slices, all or nothing.
     async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError>;
     async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError>;
-    async fn set_job_status(
-        &self,
-        id: &JobId,
-        status: JobStatus,
-        reason: Option<&str>,
-    ) -> Result<(), PortError>;
+    /// Moves a job from `from` to the status `to` that is not terminal (jobs end
+    /// only by [`Store::end_job`]); `false` (nothing written) when the job is no
+    /// longer `from`, so a move never overwrites a cancel or another move.
+    async fn move_job(&self, id: &JobId, from: JobStatus, to: JobStatus)
+    -> Result<bool, PortError>;
     /// Ends a job with a terminal `status`, unless it has already ended: `false`
     /// (nothing written) then, so a cancel and a finish racing each other cannot
     /// overwrite one another.
@@ -1011,6 +1011,20 @@ pub trait Store: Send + Sync {
     /// stored under it is not an error.
     async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
         Err(not_supported(&format!("drop_replay {key:?}")))
+    }
+
+    // --- workers: what each reports it can run
+    //
+    // The defaults refuse, as for artifacts above.
+
+    /// Stores a worker's report, replacing its earlier one.
+    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
+        Err(not_supported(&format!("report_worker {}", w.id)))
+    }
+    /// Workers whose last report is at or after `since_ms`, the latest report
+    /// first.
+    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError> {
+        Err(not_supported(&format!("workers since {since_ms}")))
     }
 
     /// Whether the backend answers, for readiness probes.

@@ -53,10 +53,7 @@ impl From<ModelError> for Failure {
 /// A reqwest client whose per-request timeout is `timeout` (the whole attempt:
 /// connect, send, and reading the answer).
 pub(crate) fn build_client(timeout: Duration) -> Result<reqwest::Client, ModelError> {
-    // The process-wide TLS provider (ring), as the other clients of trawl install
-    // it; a no-op when one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    trawl_telemetry::http::client()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .user_agent(concat!("trawl/", env!("CARGO_PKG_VERSION")))

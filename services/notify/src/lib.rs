@@ -26,13 +26,9 @@ pub mod signature;
 pub mod slack;
 pub mod view;
 
-pub use notifier::{Notifier, NotifyConfig, PassReport, Webhook, webhook_event};
+pub use notifier::{
+    DeliveryError, Notifier, NotifyConfig, PassReport, Webhook, post_json, webhook_event,
+};
 pub use signature::{SignatureError, sign_slack, sign_webhook, verify_slack, verify_webhook};
 pub use slack::{Click, Interaction, ResponseHosts, SlackUser};
 pub use view::{ApprovalLinks, ApprovalView};
-
-/// Installs rustls's ring provider as the process default, once: the HTTP
-/// clients here use rustls without a built-in provider.
-pub fn ensure_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}

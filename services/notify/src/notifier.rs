@@ -169,7 +169,7 @@ pub struct PassReport {
 
 /// Why a delivery failed.
 #[derive(Debug, thiserror::Error)]
-enum DeliveryError {
+pub enum DeliveryError {
     /// Timeouts, broken connections, 408, 429, 5xx: worth another try.
     #[error("{0}")]
     Transient(String),
@@ -187,8 +187,7 @@ pub struct Notifier {
 
 impl Notifier {
     pub fn new(store: Arc<dyn Store>, config: NotifyConfig) -> Result<Notifier, reqwest::Error> {
-        crate::ensure_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = trawl_telemetry::http::client()
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
             // A webhook URL is the operator's; a redirect is somebody else's.
@@ -324,61 +323,74 @@ impl Notifier {
         Ok(())
     }
 
-    /// POSTs a JSON body, retried with jittered backoff while the failure is
-    /// transient; signed when `secret` is given.
+    /// POSTs a JSON body through [`post_json`] with this notifier's client and
+    /// attempts.
     async fn post(
         &self,
         url: &Url,
         body: Vec<u8>,
         secret: Option<&SecretString>,
     ) -> Result<(), DeliveryError> {
-        let once = || async {
-            let mut req = self
-                .http
-                .post(url.clone())
-                .header(reqwest::header::CONTENT_TYPE, "application/json");
-            if let Some(secret) = secret {
-                // Signed per attempt: a retry carries a fresh timestamp.
-                let ts = now_ms() / 1000;
-                req = req.header(TRAWL_TIMESTAMP, ts.to_string()).header(
-                    TRAWL_SIGNATURE,
-                    sign_webhook(secret.expose_secret().as_bytes(), ts, &body),
-                );
-            }
-            let res = req.body(body.clone()).send().await.map_err(|e| {
-                DeliveryError::Transient(format!("{}: {}", redact(url), without_url(&e)))
-            })?;
-            let status = res.status();
-            if status.is_success() {
-                return Ok(());
-            }
-            let text: String = res
-                .text()
-                .await
-                .unwrap_or_default()
-                .chars()
-                .take(200)
-                .collect();
-            let why = format!("{} answered {status}: {text}", redact(url));
-            if status.is_server_error()
-                || status == StatusCode::TOO_MANY_REQUESTS
-                || status == StatusCode::REQUEST_TIMEOUT
-            {
-                Err(DeliveryError::Transient(why))
-            } else {
-                Err(DeliveryError::Refused(why))
-            }
-        };
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(200))
-            .with_max_delay(Duration::from_secs(5))
-            .with_max_times(self.config.attempts.saturating_sub(1))
-            .with_jitter();
-        once.retry(backoff)
-            .sleep(tokio::time::sleep)
-            .when(|e: &DeliveryError| matches!(e, DeliveryError::Transient(_)))
-            .await
+        post_json(&self.http, url, body, secret, self.config.attempts).await
     }
+}
+
+/// POSTs a JSON body (to Slack, a click's `response_url`, the outgoing
+/// webhook: every message trawl sends), at most `attempts` times with jittered
+/// backoff while the failure is transient; signed when `secret` is given. Only
+/// the URL's scheme and host appear in errors: Slack's URLs are credentials.
+pub async fn post_json(
+    http: &reqwest::Client,
+    url: &Url,
+    body: Vec<u8>,
+    secret: Option<&SecretString>,
+    attempts: usize,
+) -> Result<(), DeliveryError> {
+    let once = || async {
+        let mut req = http
+            .post(url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(secret) = secret {
+            // Signed per attempt: a retry carries a fresh timestamp.
+            let ts = now_ms() / 1000;
+            req = req.header(TRAWL_TIMESTAMP, ts.to_string()).header(
+                TRAWL_SIGNATURE,
+                sign_webhook(secret.expose_secret().as_bytes(), ts, &body),
+            );
+        }
+        let res = req.body(body.clone()).send().await.map_err(|e| {
+            DeliveryError::Transient(format!("{}: {}", redact(url), without_url(&e)))
+        })?;
+        let status = res.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        let text: String = res
+            .text()
+            .await
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
+        let why = format!("{} answered {status}: {text}", redact(url));
+        if status.is_server_error()
+            || status == StatusCode::TOO_MANY_REQUESTS
+            || status == StatusCode::REQUEST_TIMEOUT
+        {
+            Err(DeliveryError::Transient(why))
+        } else {
+            Err(DeliveryError::Refused(why))
+        }
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_max_times(attempts.saturating_sub(1))
+        .with_jitter();
+    once.retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e: &DeliveryError| matches!(e, DeliveryError::Transient(_)))
+        .await
 }
 
 /// Whether a click in Slack decided it (then the message there says so already).

@@ -164,7 +164,9 @@ impl Service {
         Ok(())
     }
 
-    async fn advance_id(&self, id: &JobId) -> Result<(), PortError> {
+    /// Moves one job as far as the store allows now (plan, publish, finish), as
+    /// its events do; `trawl run` plans its job with it before it waits.
+    pub async fn advance_id(&self, id: &JobId) -> Result<(), PortError> {
         match self.store.job(id).await? {
             Some(job) => self.advance(job, self.stale_before().await?).await,
             None => {
@@ -234,9 +236,18 @@ impl Service {
             // Every open slice, however often this runs again: a job leaves
             // `queued` only once the queue has all of its slices.
             self.publish_all(&job.id).await?;
-            self.store
-                .set_job_status(&job.id, JobStatus::Running, None)
-                .await?;
+            if !self
+                .store
+                .move_job(&job.id, JobStatus::Queued, JobStatus::Running)
+                .await?
+            {
+                // Cancelled (or started by another scheduler) meanwhile.
+                return Ok(self
+                    .store
+                    .job(&job.id)
+                    .await?
+                    .map_or(JobStatus::Failed, |j| j.status));
+            }
             status = JobStatus::Running;
         }
         tracing::Span::current().record("status", status.as_str());
@@ -269,7 +280,7 @@ impl Service {
                 // writer, a manual edit) fails its job rather than blocking the loop.
                 let reason = format!("stored spec no longer valid: {e}");
                 self.store
-                    .set_job_status(&job.id, JobStatus::Failed, Some(&reason))
+                    .end_job(&job.id, JobStatus::Failed, Some(&reason))
                     .await?;
                 return Ok(JobStatus::Failed);
             }

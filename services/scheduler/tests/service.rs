@@ -34,7 +34,7 @@ use trawl_core::ports::{
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_scheduler::{ScheduleError, Scheduler, Service, ServiceConfig};
+use trawl_scheduler::{ScheduleError, Service, ServiceConfig};
 use trawl_store::SqliteStore;
 
 /// A reconcile period no test outlives: only its first tick, at start, runs.
@@ -120,13 +120,13 @@ impl Store for Hooked {
     async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError> {
         self.inner.job(id).await
     }
-    async fn set_job_status(
+    async fn move_job(
         &self,
         id: &JobId,
-        status: JobStatus,
-        reason: Option<&str>,
-    ) -> Result<(), PortError> {
-        self.inner.set_job_status(id, status, reason).await
+        from: JobStatus,
+        to: JobStatus,
+    ) -> Result<bool, PortError> {
+        self.inner.move_job(id, from, to).await
     }
     async fn end_job(
         &self,
@@ -156,7 +156,7 @@ impl Store for Hooked {
             .is_some();
         if armed {
             self.inner
-                .set_job_status(id, JobStatus::Cancelled, Some(API_CANCEL))
+                .end_job(id, JobStatus::Cancelled, Some(API_CANCEL))
                 .await?;
         }
         self.inner.counts(id).await
@@ -502,14 +502,14 @@ impl Sys {
         assert!(recorded.written, "{slice} was open");
     }
 
-    fn scheduler(&self) -> Scheduler<'_> {
-        Scheduler {
-            store: self.store.as_ref(),
-            queue: self.queue.as_ref(),
-            events: &self.events,
-            prices: PriceTable::default(),
-            reconcile_every: NEVER_AGAIN,
-        }
+    /// Decides on a job awaiting approval, as the API does.
+    async fn decide(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<JobStatus, ScheduleError> {
+        trawl_scheduler::decide(self.store.as_ref(), &self.events, id, approved, by).await
     }
 }
 
@@ -630,7 +630,7 @@ async fn a_job_above_its_approval_threshold_waits_and_runs_once_approved() {
     assert_eq!(pending[0].approved, None);
 
     // Decided as the API does it, then announced; the next tick is an hour away.
-    let status = sys.scheduler().decide(&id, true, "alice").await.unwrap();
+    let status = sys.decide(&id, true, "alice").await.unwrap();
     assert_eq!(status, JobStatus::Queued);
     sys.events
         .emit(Event::ApprovalDecided {
@@ -663,9 +663,9 @@ async fn a_second_decision_and_a_decision_after_expiry_change_nothing() {
     assert_eq!(sys.job(&late).await.status, JobStatus::AwaitingApproval);
 
     // The first decision wins; a second is refused and moves nothing.
-    let status = sys.scheduler().decide(&first, false, "bob").await.unwrap();
+    let status = sys.decide(&first, false, "bob").await.unwrap();
     assert_eq!(status, JobStatus::Cancelled);
-    let again = sys.scheduler().decide(&first, true, "alice").await;
+    let again = sys.decide(&first, true, "alice").await;
     assert!(
         matches!(again, Err(ScheduleError::NotAwaitingApproval(..))),
         "{again:?}"
@@ -687,7 +687,7 @@ async fn a_second_decision_and_a_decision_after_expiry_change_nothing() {
         .expire_approvals(requested - 1, Some(0), 10)
         .await
         .unwrap();
-    let refused = sys.scheduler().decide(&late, true, "alice").await;
+    let refused = sys.decide(&late, true, "alice").await;
     assert!(
         matches!(refused, Err(ScheduleError::ApprovalClosed(ref j)) if *j == late),
         "{refused:?}"
@@ -800,7 +800,7 @@ async fn a_job_cancelled_while_running_stays_cancelled_when_its_slices_finish() 
     sys.wait_for_status(&id, JobStatus::Running).await;
 
     sys.store
-        .set_job_status(&id, JobStatus::Cancelled, Some(API_CANCEL))
+        .end_job(&id, JobStatus::Cancelled, Some(API_CANCEL))
         .await
         .unwrap();
     for slice in sys.slice_ids(&id).await {

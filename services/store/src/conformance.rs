@@ -49,7 +49,8 @@ macro_rules! suite {
             items_and_rejections_round_trip_in_slice_order,
             failed_slices_are_counted_and_listed,
             unknown_jobs_and_slices_are_not_found,
-            job_status_and_reason_are_set,
+            a_job_moves_only_from_the_status_it_is_in,
+            workers_report_and_are_listed_by_their_last_report,
             an_approval_is_replaced_while_pending_and_decided_once,
             approvals_are_listed_newest_first_and_read_by_id,
             a_job_of_100_000_slices_is_created,
@@ -595,7 +596,7 @@ pub(crate) async fn unknown_jobs_and_slices_are_not_found(f: &dyn Fixture) {
     ));
     assert!(matches!(
         store
-            .set_job_status(&nobody, JobStatus::Running, None)
+            .move_job(&nobody, JobStatus::Queued, JobStatus::Running)
             .await,
         Err(PortError::NotFound(_))
     ));
@@ -621,23 +622,97 @@ pub(crate) async fn unknown_jobs_and_slices_are_not_found(f: &dyn Fixture) {
     assert_eq!(store.counts(&job).await.unwrap().slices_total, 1);
 }
 
-pub(crate) async fn job_status_and_reason_are_set(f: &dyn Fixture) {
+pub(crate) async fn a_job_moves_only_from_the_status_it_is_in(f: &dyn Fixture) {
     let store = f.store();
     let job = new_job(&*store, 1, &[]).await;
-    store
-        .set_job_status(&job, JobStatus::Cancelled, Some("asked to"))
-        .await
-        .unwrap();
+    // It is queued, not pending: nothing moves.
+    assert!(
+        !store
+            .move_job(&job, JobStatus::Pending, JobStatus::Running)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.job(&job).await.unwrap().unwrap().status,
+        JobStatus::Queued
+    );
+    assert!(
+        store
+            .move_job(&job, JobStatus::Queued, JobStatus::Running)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.job(&job).await.unwrap().unwrap().status,
+        JobStatus::Running
+    );
+    // A job ends only by end_job: a terminal status is refused and nothing moves.
+    assert!(matches!(
+        store
+            .move_job(&job, JobStatus::Running, JobStatus::Succeeded)
+            .await,
+        Err(PortError::Corrupt(_))
+    ));
+    // A cancel is never overwritten by a move.
+    assert!(
+        store
+            .end_job(&job, JobStatus::Cancelled, Some("asked to"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .move_job(&job, JobStatus::Running, JobStatus::Queued)
+            .await
+            .unwrap()
+    );
     let back = store.job(&job).await.unwrap().unwrap();
     assert_eq!(back.status, JobStatus::Cancelled);
     assert_eq!(back.reason.as_deref(), Some("asked to"));
-    store
-        .set_job_status(&job, JobStatus::Running, None)
-        .await
-        .unwrap();
-    let back = store.job(&job).await.unwrap().unwrap();
-    assert_eq!(back.status, JobStatus::Running);
-    assert_eq!(back.reason, None);
+}
+
+pub(crate) async fn workers_report_and_are_listed_by_their_last_report(f: &dyn Fixture) {
+    use trawl_core::model::Pool;
+    use trawl_core::workers::{Capabilities, ModelProviders, WorkerInfo};
+    let store = f.store();
+    let report = |id: &str, pool, at| WorkerInfo {
+        id: id.into(),
+        pool,
+        capabilities: Capabilities {
+            models: ModelProviders {
+                anthropic: pool == Pool::Standard,
+                openai: false,
+                default_model: Some("claude-x".into()),
+            },
+            browser: pool == Pool::Isolated,
+        },
+        concurrency: 8,
+        started_ms: 1_000,
+        heartbeat_ms: at,
+    };
+    let a = report("host-a/1/1000", Pool::Standard, 5_000);
+    let b = report("host-b/2/1000", Pool::Isolated, 6_000);
+    store.report_worker(&a).await.unwrap();
+    store.report_worker(&b).await.unwrap();
+    assert_eq!(store.workers(0).await.unwrap(), vec![b.clone(), a.clone()]);
+    // A report replaces the worker's earlier one; its start stays.
+    let a2 = WorkerInfo {
+        heartbeat_ms: 9_000,
+        concurrency: 2,
+        started_ms: 4_000,
+        ..a.clone()
+    };
+    store.report_worker(&a2).await.unwrap();
+    let listed = store.workers(0).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].id, a.id);
+    assert_eq!(listed[0].heartbeat_ms, 9_000);
+    assert_eq!(listed[0].concurrency, 2);
+    assert_eq!(listed[0].started_ms, 1_000);
+    assert_eq!(listed[0].capabilities, a.capabilities);
+    // Only those that reported since.
+    assert_eq!(store.workers(6_001).await.unwrap().len(), 1);
+    assert!(store.workers(9_001).await.unwrap().is_empty());
 }
 
 pub(crate) async fn a_job_of_100_000_slices_is_created(f: &dyn Fixture) {
@@ -1755,7 +1830,7 @@ pub(crate) async fn approvals_expire_and_their_jobs_are_cancelled_with_the_reaso
     // A job that no longer waits keeps its own status and reason.
     let (gone, g) = awaiting(&*store, 3, 7_000).await;
     store
-        .set_job_status(&gone, JobStatus::Cancelled, Some("cancelled over the API"))
+        .end_job(&gone, JobStatus::Cancelled, Some("cancelled over the API"))
         .await
         .unwrap();
     store

@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 9),
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 11),
 //!   applied at open and versioned with `PRAGMA user_version`. Everything goes
 //!   through a single connection: SQLite has one writer, and queueing in the
 //!   process is cheaper than contending through busy handlers. Concurrent `record_outcome` calls are
@@ -18,6 +18,8 @@
 //!   from arrays.
 //! - `vector` (private): how both adapters store a vector of floats, as
 //!   little-endian f32 bytes.
+//! - `decode` (private): reading stored rows into records, once for both
+//!   adapters (both row types implement its `Columns`).
 //! - `error` (private): how a sqlx error becomes a [`trawl_core::ports::PortError`],
 //!   by what the caller can do next; shared by both adapters.
 //! - `conformance` (tests only): the behaviour every adapter must have, one suite
@@ -46,6 +48,7 @@
 
 #[cfg(test)]
 mod conformance;
+mod decode;
 mod error;
 pub mod postgres;
 pub mod sqlite;

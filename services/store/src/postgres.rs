@@ -72,12 +72,14 @@ use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
     JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
 };
+use trawl_core::workers::WorkerInfo;
 
-use crate::error::ResultExt;
-use rows::{
-    approval_record, failed_slice, get, get_json, insert_slices, item, job_counts, job_record,
-    json, rejection, text, trace_step,
+use crate::decode;
+use crate::decode::{
+    approval_record, failed_slice, item, job_counts, job_record, rejection, trace_step,
 };
+use crate::error::ResultExt;
+use rows::{get, get_json, insert_slices, json, text};
 
 mod browse;
 mod guard;
@@ -129,6 +131,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "tool_listings",
         include_str!("../../../migrations/0009_tool_listings.sql"),
+    ),
+    (
+        10,
+        "workers",
+        include_str!("../../../migrations/0010_workers.sql"),
     ),
 ];
 
@@ -373,26 +380,33 @@ impl Store for PgStore {
         row.as_ref().map(job_record).transpose()
     }
 
-    #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
-    async fn set_job_status(
+    #[instrument(skip_all, fields(job_id = %id, from = from.as_str(), to = to.as_str()))]
+    async fn move_job(
         &self,
         id: &JobId,
-        status: JobStatus,
-        reason: Option<&str>,
-    ) -> Result<(), PortError> {
-        let done =
-            sqlx::query("UPDATE jobs SET status = $1, reason = $2, updated_ms = $3 WHERE id = $4")
-                .bind(status.as_str())
-                .bind(reason.map(text))
-                .bind(now_ms())
-                .bind(id.as_str())
-                .execute(&self.pool)
-                .await
-                .port()?;
-        if done.rows_affected() == 0 {
+        from: JobStatus,
+        to: JobStatus,
+    ) -> Result<bool, PortError> {
+        if to.is_terminal() {
+            return Err(PortError::Corrupt(format!(
+                "move_job of {id} to {}: a job ends only by end_job",
+                to.as_str()
+            )));
+        }
+        let done = sqlx::query(
+            "UPDATE jobs SET status = $1, updated_ms = $2 WHERE id = $3 AND status = $4",
+        )
+        .bind(to.as_str())
+        .bind(now_ms())
+        .bind(id.as_str())
+        .bind(from.as_str())
+        .execute(&self.pool)
+        .await
+        .port()?;
+        if done.rows_affected() == 0 && self.job(id).await?.is_none() {
             return Err(no_job(id));
         }
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     async fn end_job(
@@ -965,6 +979,37 @@ impl Store for PgStore {
 
     async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
         browse::drop_replay(&self.pool, key).await
+    }
+
+    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
+        sqlx::query(
+            "INSERT INTO workers (id, pool, capabilities, concurrency, started_ms, heartbeat_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET pool = excluded.pool, \
+             capabilities = excluded.capabilities, concurrency = excluded.concurrency, \
+             heartbeat_ms = excluded.heartbeat_ms",
+        )
+        .bind(&w.id)
+        .bind(w.pool.as_str())
+        .bind(decode::capabilities_json(w)?)
+        .bind(i64::from(w.concurrency))
+        .bind(w.started_ms)
+        .bind(w.heartbeat_ms)
+        .execute(&self.pool)
+        .await
+        .port()?;
+        Ok(())
+    }
+
+    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError> {
+        let rows = sqlx::query(
+            "SELECT id, pool, capabilities, concurrency, started_ms, heartbeat_ms FROM workers \
+             WHERE heartbeat_ms >= $1 ORDER BY heartbeat_ms DESC, id",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await
+        .port()?;
+        rows.iter().map(decode::worker_info).collect()
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -31,12 +31,14 @@ use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
     JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
 };
+use trawl_core::workers::WorkerInfo;
 
-use crate::error::ResultExt;
-use rows::{
-    approval_record, failed_slice, get, get_json, insert_slices, item, job_counts, job_record,
-    rejection, to_json, trace_step,
+use crate::decode;
+use crate::decode::{
+    approval_record, failed_slice, item, job_counts, job_record, rejection, trace_step,
 };
+use crate::error::ResultExt;
+use rows::{get, get_json, insert_slices, to_json};
 
 mod browse;
 mod guard;
@@ -57,6 +59,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v8.sql"),
     include_str!("sqlite_v9.sql"),
     include_str!("sqlite_v10.sql"),
+    include_str!("sqlite_v11.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -260,26 +263,32 @@ impl Store for SqliteStore {
         row.as_ref().map(job_record).transpose()
     }
 
-    #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
-    async fn set_job_status(
+    #[instrument(skip_all, fields(job_id = %id, from = from.as_str(), to = to.as_str()))]
+    async fn move_job(
         &self,
         id: &JobId,
-        status: JobStatus,
-        reason: Option<&str>,
-    ) -> Result<(), PortError> {
+        from: JobStatus,
+        to: JobStatus,
+    ) -> Result<bool, PortError> {
+        if to.is_terminal() {
+            return Err(PortError::Corrupt(format!(
+                "move_job of {id} to {}: a job ends only by end_job",
+                to.as_str()
+            )));
+        }
         let done =
-            sqlx::query("UPDATE jobs SET status = ?, reason = ?, updated_ms = ? WHERE id = ?")
-                .bind(status.as_str())
-                .bind(reason)
+            sqlx::query("UPDATE jobs SET status = ?, updated_ms = ? WHERE id = ? AND status = ?")
+                .bind(to.as_str())
                 .bind(now_ms())
                 .bind(id.as_str())
+                .bind(from.as_str())
                 .execute(&mut *self.conn().await?)
                 .await
                 .port()?;
-        if done.rows_affected() == 0 {
+        if done.rows_affected() == 0 && self.job(id).await?.is_none() {
             return Err(no_job(id));
         }
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     async fn reserve_budget(
@@ -834,6 +843,37 @@ impl Store for SqliteStore {
 
     async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
         browse::drop_replay(&mut *self.conn().await?, key).await
+    }
+
+    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
+        sqlx::query(
+            "INSERT INTO workers (id, pool, capabilities, concurrency, started_ms, heartbeat_ms) \
+             VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET pool = excluded.pool, \
+             capabilities = excluded.capabilities, concurrency = excluded.concurrency, \
+             heartbeat_ms = excluded.heartbeat_ms",
+        )
+        .bind(&w.id)
+        .bind(w.pool.as_str())
+        .bind(decode::capabilities_json(w)?)
+        .bind(i64::from(w.concurrency))
+        .bind(w.started_ms)
+        .bind(w.heartbeat_ms)
+        .execute(&mut *self.conn().await?)
+        .await
+        .port()?;
+        Ok(())
+    }
+
+    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError> {
+        let rows = sqlx::query(
+            "SELECT id, pool, capabilities, concurrency, started_ms, heartbeat_ms FROM workers \
+             WHERE heartbeat_ms >= ? ORDER BY heartbeat_ms DESC, id",
+        )
+        .bind(since_ms)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(decode::worker_info).collect()
     }
 
     async fn ping(&self) -> Result<(), PortError> {

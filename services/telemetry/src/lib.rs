@@ -16,6 +16,7 @@
 //! targets starting with `trawl` and drops those of h2, tonic, hyper, sqlx and
 //! the other libraries, which would swamp a trace with transport internals.
 
+pub mod http;
 pub mod names;
 pub mod propagation;
 

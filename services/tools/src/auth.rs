@@ -129,8 +129,8 @@ pub fn needs_renewal(received: u64, lifetime: Option<Duration>, now: u64) -> boo
 /// origin); the legacy fallback to guessed endpoints is refused, and so is an
 /// authorization server that does not advertise PKCE S256 when `pkce` is asked.
 async fn discovered(url: &str, pkce: bool) -> Result<AuthorizationManager, CredentialError> {
-    // reqwest is built without a TLS crypto provider; install ring unless one is.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    // The SDK builds its own reqwest client: TLS must be ready first.
+    trawl_telemetry::http::ensure_tls();
     let mgr = AuthorizationManager::new(url)
         .await
         .map_err(|e| CredentialError::Discovery(format!("{url}: {e}")))?;

@@ -1143,13 +1143,10 @@ async fn connect_http(
         value.set_sensitive(true);
         custom.insert(name, value);
     }
-    // reqwest is built without a TLS crypto provider and panics when it finds
-    // none installed, even for plain http; install ring unless one already is.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     // Like the SDK's own client, but never follow a redirect (it would carry
     // our headers elsewhere); no idle pool, which stalls ~40 ms on Linux when
     // the previous body was not read to the end.
-    let client = reqwest::Client::builder()
+    let client = trawl_telemetry::http::client()
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(0)
         .connect_timeout(cfg.timeout)

@@ -137,6 +137,8 @@ enum Command {
     },
     /// The tool layer: catalog, search, scanner, pins and tool approvals.
     Tools(crate::tools_cli::ToolsArgs),
+    /// The workers that reported to the store: pool, models, browser, last report.
+    Workers(crate::workers_cli::WorkersArgs),
     /// Log trawl in to a protected upstream MCP server (`auth: login` in the
     /// tools file): OAuth authorization code with PKCE S256; the grant is sealed
     /// in the credential vault and refreshed before it expires.
@@ -367,14 +369,67 @@ struct DeployArgs {
 }
 
 impl DeployArgs {
+    /// Every setting read and checked once: a bad one does not hide the next,
+    /// every problem is listed, and the role does not start.
     fn settings(&self, state_dir: Option<&Path>) -> anyhow::Result<crate::deployed::Settings> {
-        let bd =
-            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
-        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
-            .map_err(anyhow::Error::msg)?;
+        let mut problems = Problems::default();
+        let bd = problems.take(
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg),
+        );
+        let prices = problems.take(
+            trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+                .map_err(anyhow::Error::msg),
+        );
+        let sim = problems.take(self.sim.config());
+        let keys = problems.take(self.keys());
+        let approvals = problems.take(self.approvals());
+        let oauth = problems.take(self.oauth());
+        let home = state_dir.map_or_else(
+            || PathBuf::from(std::env::var("TRAWL_HOME").unwrap_or_else(|_| ".trawl".into())),
+            Path::to_path_buf,
+        );
+        let tools = problems.take(tools_config(self.tools_config.as_deref(), &home));
+        let models = problems.take(crate::deployed::models());
+        let browse_egress = problems.take(crate::deployed::browse_egress());
+        let browsers = problems.take(
+            Browsers::from_lookup(
+                |k| std::env::var(k).ok(),
+                std::env::vars(),
+                prices.unwrap_or_default(),
+            )
+            .map_err(anyhow::Error::msg),
+        );
+        problems.take(crate::embedded::guard_judge());
+        problems.check()?;
+        let (
+            Some(bd),
+            Some(prices),
+            Some(sim),
+            Some(keys),
+            Some((notify, slack)),
+            Some(oauth),
+            Some(tools),
+            Some(models),
+            Some(browse_egress),
+            Some(browsers),
+        ) = (
+            bd,
+            prices,
+            sim,
+            keys,
+            approvals,
+            oauth,
+            tools,
+            models,
+            browse_egress,
+            browsers,
+        )
+        else {
+            anyhow::bail!("a setting was neither read nor reported");
+        };
         let upstream = match bd {
             Some(c) => Upstream::BrightData(c),
-            None => Upstream::Simulator(self.sim.config()?),
+            None => Upstream::Simulator(sim),
         };
         let nats = trawl_queue::nats::NatsConfig::new(&self.nats_url)
             .with_prefix(&self.nats_prefix)
@@ -400,7 +455,6 @@ impl DeployArgs {
             .with_stop_grace(self.stop_grace)
             .with_shared_budget(true)
             .with_heartbeat((self.ack_wait / 3).max(Duration::from_millis(100)));
-        let (notify, slack) = self.approvals()?;
         Ok(crate::deployed::Settings {
             database_url: self.database_url.clone(),
             database_pool: self.database_pool,
@@ -408,7 +462,7 @@ impl DeployArgs {
             redis,
             listen: self.listen,
             ops_listen: self.ops_listen,
-            api_keys: self.keys()?,
+            api_keys: keys,
             upstream,
             prices,
             call_timeout: self.call_timeout,
@@ -416,23 +470,16 @@ impl DeployArgs {
             scheduler: trawl_scheduler::ServiceConfig::default()
                 .with_reconcile_every(self.reconcile_every),
             state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
-            tools: tools_config(
-                self.tools_config.as_deref(),
-                &state_dir.map_or_else(
-                    || {
-                        PathBuf::from(
-                            std::env::var("TRAWL_HOME").unwrap_or_else(|_| ".trawl".into()),
-                        )
-                    },
-                    Path::to_path_buf,
-                ),
-            )?,
+            tools,
+            models,
+            browsers: Arc::new(browsers),
+            browse_egress,
             embed_model: self
                 .embed_model
                 .clone()
                 .filter(|p| !p.as_os_str().is_empty()),
             tools_refresh: self.tools_refresh,
-            oauth: self.oauth()?,
+            oauth,
             mcp_allowed_hosts: self
                 .mcp_allowed_hosts
                 .iter()
@@ -625,28 +672,44 @@ struct RunArgs {
 }
 
 impl RunArgs {
+    /// Every setting read and checked once, every problem listed.
     fn options(&self) -> anyhow::Result<Options> {
-        let bd =
-            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
-        let prices = trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
-            .map_err(anyhow::Error::msg)?;
+        let mut problems = Problems::default();
+        let bd = problems.take(
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg),
+        );
+        let prices = problems.take(
+            trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+                .map_err(anyhow::Error::msg),
+        );
+        let sim = problems.take(self.sim.config());
+        let tools = problems.take(tools_config(self.tools_config.as_deref(), &self.state));
+        let models = problems.take(crate::deployed::models());
+        let browsers = problems.take(run_browsers(prices.unwrap_or_default()));
+        problems.take(crate::embedded::guard_judge());
+        problems.check()?;
+        let (Some(bd), Some(prices), Some(sim), Some(tools), Some(models), Some(browsers)) =
+            (bd, prices, sim, tools, models, browsers)
+        else {
+            anyhow::bail!("a setting was neither read nor reported");
+        };
         let upstream = match bd {
             Some(c) => Upstream::BrightData(c),
-            None => Upstream::Simulator(self.sim.config()?),
+            None => Upstream::Simulator(sim),
         };
         Ok(Options::new(&self.state, upstream)
             .with_prices(prices)
             .with_call_timeout(self.call_timeout)
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
             .with_queue(QueueConfig::default())
-            .with_tools(tools_config(self.tools_config.as_deref(), &self.state)?)
+            .with_tools(tools)
             .with_embed_model(
                 self.embed_model
                     .clone()
                     .filter(|p| !p.as_os_str().is_empty()),
             )
-            .with_models(Some(crate::deployed::models()?))
-            .with_browsers(Arc::new(run_browsers(prices)?)))
+            .with_models(Some(models))
+            .with_browsers(Arc::new(browsers)))
     }
 }
 
@@ -723,6 +786,43 @@ fn outbound_url(setting: &str, raw: &str) -> anyhow::Result<url::Url> {
         anyhow::bail!("{setting}: user and password in the URL are not supported");
     }
     Ok(url)
+}
+
+/// The problems found while reading settings, listed together.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    /// The value, or `None` with its problem noted (once: two readers of one
+    /// setting report it once).
+    fn take<T>(&mut self, r: anyhow::Result<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let problem = format!("{e:#}");
+                if !self.0.contains(&problem) {
+                    self.0.push(problem);
+                }
+                None
+            }
+        }
+    }
+
+    /// `Err` listing every problem, when there is one.
+    fn check(&self) -> anyhow::Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let mut text = format!(
+            "{} problem(s) in the settings; nothing was started:",
+            self.0.len()
+        );
+        for p in &self.0 {
+            text.push_str("\n  - ");
+            text.push_str(p);
+        }
+        anyhow::bail!(text)
+    }
 }
 
 async fn login(server: &str, config: &Path, home: &Path) -> anyhow::Result<()> {
@@ -1022,6 +1122,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             }
         }
         Command::Tools(args) => crate::tools_cli::run(args).await,
+        Command::Workers(args) => crate::workers_cli::run(args).await,
         Command::Login {
             server,
             config,

@@ -11,9 +11,9 @@ use anyhow::{Context, bail};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, LINK};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use trawl_core::model::{JobCounts, JobStatus};
+use trawl_api::JobView;
 
-use crate::output::{ItemCounts, SliceCounts, Summary, write_raw_lines, write_summary};
+use crate::output::{self, Summary};
 use crate::progress::Progress;
 
 /// How often a followed job is read.
@@ -36,8 +36,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str, key: Option<String>) -> anyhow::Result<Client> {
-        trawl_brightdata::ensure_crypto_provider();
-        let http = reqwest::Client::builder()
+        let http = trawl_telemetry::http::client()
             .timeout(Duration::from_secs(60))
             .build()
             .context("building the HTTP client")?;
@@ -104,7 +103,8 @@ impl Client {
         }))
     }
 
-    async fn job(&self, id: &str) -> anyhow::Result<Value> {
+    /// The job as the API shows it.
+    async fn job(&self, id: &str) -> anyhow::Result<JobView> {
         let resp = self
             .request(reqwest::Method::GET, &format!("/v1/jobs/{id}"))
             .send()
@@ -115,7 +115,7 @@ impl Client {
         if !status.is_success() {
             bail!("the API answered {status}: {}", problem_text(&v).trim_end());
         }
-        Ok(v)
+        serde_json::from_value(v).context("the API's job is not one this client reads")
     }
 
     /// Follows the job to its end; `None` when `cancel` fired first.
@@ -126,37 +126,20 @@ impl Client {
         cancel: &CancellationToken,
     ) -> anyhow::Result<Option<Summary>> {
         let started = Instant::now();
-        loop {
-            let v = self.job(id).await?;
-            let counts = counts_of(&v);
-            progress.update(&counts);
-            let status = JobStatus::parse(&str_field(&v, "status")?)
-                .context("the API sent an unknown job status")?;
-            if status.is_terminal() || status == JobStatus::AwaitingApproval {
-                progress.finish(&counts);
-                return Ok(Some(summary_of(&v, status, &counts, started)?));
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(None),
-                () = tokio::time::sleep(POLL) => {}
-            }
-        }
+        let view = crate::follow::follow(|| self.job(id), POLL, progress, cancel).await?;
+        Ok(view.map(|v| Summary::of(&v, false, started.elapsed(), Vec::new())))
     }
 
-    /// Writes items.jsonl, rejections.jsonl and summary.json of a job.
+    /// Writes the output files of a job, its rows read from the API.
     pub async fn write_output(
         &self,
         id: &str,
         dir: &Path,
         summary: &Summary,
     ) -> anyhow::Result<()> {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating output folder {}", dir.display()))?;
         let items = self.all_lines(&format!("/v1/jobs/{id}/items")).await?;
-        write_raw_lines(&dir.join("items.jsonl"), &items)?;
         let rejections = self.all_lines(&format!("/v1/jobs/{id}/rejections")).await?;
-        write_raw_lines(&dir.join("rejections.jsonl"), &rejections)?;
-        write_summary(dir, summary)
+        output::write(dir, &items, &rejections, summary)
     }
 
     /// Every NDJSON line of a paginated endpoint, following `Link: rel="next"`.
@@ -205,59 +188,6 @@ fn str_field(v: &Value, name: &str) -> anyhow::Result<String> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .with_context(|| format!("the API's answer has no \"{name}\""))
-}
-
-fn u64_at(v: &Value, pointer: &str) -> u64 {
-    v.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
-}
-
-/// The counters of a job view.
-fn counts_of(v: &Value) -> JobCounts {
-    JobCounts {
-        slices_total: u64_at(v, "/counts/slices/total"),
-        slices_succeeded: u64_at(v, "/counts/slices/succeeded"),
-        slices_failed: u64_at(v, "/counts/slices/failed"),
-        items_valid: u64_at(v, "/counts/items/valid"),
-        items_rejected: u64_at(v, "/counts/items/rejected"),
-        upstream_calls: u64_at(v, "/counts/upstream_calls"),
-        cache_hits: u64_at(v, "/counts/cache_hits"),
-        cost: trawl_core::cost::Micros(
-            v.pointer("/counts/cost_micros")
-                .and_then(Value::as_i64)
-                .unwrap_or(0),
-        ),
-        ..JobCounts::default()
-    }
-}
-
-fn summary_of(
-    v: &Value,
-    status: JobStatus,
-    c: &JobCounts,
-    started: Instant,
-) -> anyhow::Result<Summary> {
-    Ok(Summary {
-        job_id: str_field(v, "job_id")?,
-        name: str_field(v, "name")?,
-        status,
-        reason: v.get("reason").and_then(Value::as_str).map(str::to_owned),
-        slices: SliceCounts::of(c),
-        items: ItemCounts {
-            valid: c.items_valid,
-            rejected: c.items_rejected,
-        },
-        upstream_calls: c.upstream_calls,
-        cache_hits: c.cache_hits,
-        cost_usd: c.cost.usd(),
-        cost_micros: c.cost.0,
-        estimate_usd: v
-            .pointer("/estimate/cost_usd")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.0),
-        simulator: false,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        failed_slices: Vec::new(),
-    })
 }
 
 /// A problem+json body as lines for a terminal.

@@ -18,22 +18,21 @@ use anyhow::Context;
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use trawl_api::{ApiState, Auth, OpsBackends};
-use trawl_cache::{RedisCache, RedisConfig, SqliteCache};
+use trawl_cache::{RedisCache, RedisConfig};
 use trawl_core::cost::PriceTable;
 use trawl_core::model::Pool;
-use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
+use trawl_core::ports::{ContentCache, SliceQueue, Store};
 use trawl_queue::nats::{NatsConfig, NatsQueue};
-use trawl_queue::{InProcessEvents, PooledQueue, QueueConfig};
 use trawl_scheduler::{Service, ServiceConfig};
 use trawl_sim::SimHandle;
-use trawl_store::{PgStore, SqliteStore};
+use trawl_store::PgStore;
 use trawl_tools::ToolLayer;
 use trawl_tools::config::ToolsConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
-use crate::embedded::{Upstream, provider, tool_layer};
+use crate::embedded::{Embedded, Options, Upstream, provider, tool_layer};
 
 /// Everything the roles are configured with (flags and environment, see
 /// `docs/configuration.md`).
@@ -71,6 +70,15 @@ pub struct Settings {
     /// How often a worker lists the upstream servers and reads the pins again,
     /// so a decided tool approval reaches it.
     pub tools_refresh: Duration,
+    /// The models research slices run on (`ANTHROPIC_*`, `OPENAI_*`,
+    /// `TRAWL_MODEL`, `TRAWL_MODEL_PRICES`).
+    pub models: Arc<Models>,
+    /// Where browse slices open browsers, and the secrets their steps name
+    /// (`TRAWL_BROWSER_*`, `BRIGHTDATA_BROWSER_*`, `TRAWL_SECRET_*`).
+    pub browsers: Arc<Browsers>,
+    /// Where browse sessions may connect (`TRAWL_BROWSE_ALLOW`); the API refuses
+    /// browse URLs it refuses.
+    pub browse_egress: trawl_core::egress::EgressPolicy,
     /// OAuth access tokens for `/mcp` and the REST API (`TRAWL_RESOURCE_URI`,
     /// `TRAWL_OAUTH_ISSUER`).
     pub oauth: Option<trawl_api::OAuthConfig>,
@@ -148,6 +156,7 @@ async fn tool_layers(
             s.tools.as_ref(),
             embeddings.clone(),
             pool,
+            trawl_tools::Listings::Live,
         )
         .await?;
         layers.push(Arc::new(layer));
@@ -241,7 +250,7 @@ async fn api_state(
     let mut state = state
         .with_tools(tools)
         .with_shutdown(cancel.clone())
-        .with_browse_egress(browse_egress()?);
+        .with_browse_egress(s.browse_egress.clone());
     if let Some(config) = &s.oauth {
         if let Some(host) = url::Url::parse(config.resource.as_str())
             .ok()
@@ -461,10 +470,15 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
         &cancel,
     )
     .await?;
-    let mut worker =
-        Worker::new(queue, store, Arc::new(events), tools, s.worker.clone()).with_models(models()?);
+    let mut worker = Worker::new(queue, store, Arc::new(events), tools, s.worker.clone())
+        .with_models(s.models.clone());
     if pool == Pool::Isolated {
-        worker = worker.with_browsers(browsers(s)?);
+        worker = worker.with_browsers(s.browsers.clone());
+    }
+    // Reported before the line that says it runs: a submission from then on is
+    // checked against what it can run.
+    if let Err(e) = worker.report_to_store().await {
+        tracing::warn!(error = %e, "worker report not stored; trying again on the next report");
     }
     let worker = Arc::new(worker);
     eprintln!(
@@ -486,15 +500,6 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
     Ok(())
 }
 
-/// Where browse slices open browsers, from the environment (Bright Data's
-/// Scraping Browser, `TRAWL_BROWSER_WS`, or a local Chromium) with the
-/// `TRAWL_SECRET_*` values their steps name.
-pub(crate) fn browsers(s: &Settings) -> anyhow::Result<Arc<Browsers>> {
-    let b = Browsers::from_lookup(|k| std::env::var(k).ok(), std::env::vars(), s.prices)
-        .map_err(anyhow::Error::msg)?;
-    Ok(Arc::new(b))
-}
-
 /// The browse egress policy of `TRAWL_BROWSE_ALLOW` (closed when unset), read
 /// where the workers read it; the API refuses browse URLs it refuses.
 pub(crate) fn browse_egress() -> anyhow::Result<trawl_core::egress::EgressPolicy> {
@@ -514,97 +519,53 @@ pub(crate) fn models() -> anyhow::Result<Arc<Models>> {
     Ok(Arc::new(m))
 }
 
-/// `trawl dev`: API, scheduler and a worker in one process on the embedded
-/// adapters (SQLite store and cache in the state folder, in-process queue).
+/// `trawl dev`: the embedded system ([`Embedded`]: scheduler and workers on the
+/// embedded adapters, in the state folder) under the API, with the approvals
+/// notifier.
 pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&s.state_dir)
-        .with_context(|| format!("creating state folder {}", s.state_dir.display()))?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&s.state_dir.join("store.db"))
-            .await
-            .context("opening the store")?,
-    );
-    let cache: Arc<dyn ContentCache> = Arc::new(
-        SqliteCache::open(&s.state_dir.join("cache.db"))
-            .await
-            .context("opening the cache")?,
-    );
-    let queues = PooledQueue::new(QueueConfig::default());
-    let queue: Arc<dyn SliceQueue> = Arc::new(queues.view(Pool::Standard));
-    let (events, rx) = InProcessEvents::channel();
-    let events: Arc<dyn Events> = Arc::new(events);
-    // Browse slices: a second worker on its own queue, its tool layer serving the
-    // isolated pool.
-    let (layers, sim) = tool_layers(
-        s,
-        cache.clone(),
-        store.clone(),
-        &[Pool::Standard, Pool::Isolated],
-    )
-    .await?;
-    let (tools, isolated_tools) = (layers[0].clone(), layers[1].clone());
-    let isolated = Arc::new(
-        Worker::new(
-            Arc::new(queues.view(Pool::Isolated)),
-            store.clone(),
-            events.clone(),
-            isolated_tools,
-            s.worker.clone(),
-        )
-        .with_models(models()?)
-        .with_browsers(browsers(s)?),
-    );
-    let refresh = refresh_tools(&tools, s, cancel.clone());
     check_open(s)?;
+    let options = Options::new(&s.state_dir, s.upstream.clone())
+        .with_prices(s.prices)
+        .with_call_timeout(s.call_timeout)
+        .with_worker(s.worker.clone())
+        .with_scheduler(s.scheduler.clone())
+        .with_tools(s.tools.clone())
+        .with_embed_model(s.embed_model.clone())
+        .with_models(Some(s.models.clone()))
+        .with_browsers(s.browsers.clone());
+    let sys = Embedded::start(options).await?;
+    if let Some(sim) = sys.simulator() {
+        eprintln!(
+            "BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator at {}",
+            sim.base_url()
+        );
+    }
+    let refresh = refresh_tools(sys.tools(), s, cancel.clone());
     if s.api_keys.is_empty() && s.oauth.is_none() {
         eprintln!(
             "trawl dev: no TRAWL_API_KEYS and no OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): the API and /mcp are open (loopback only)"
         );
     }
+    let store: Arc<dyn Store> = sys.store().clone();
     let state = ApiState::new(
         store.clone(),
-        events.clone(),
-        queue.clone(),
-        cache,
+        sys.events(),
+        sys.queue().clone(),
+        sys.cache().clone(),
         s.prices,
         auth(s),
     );
-    let state = api_state(s, state, tools.clone(), &cancel).await?;
+    let state = api_state(s, state, sys.tools().clone(), &cancel).await?;
     let listener = bind(s.listen).await?;
-    let worker = Arc::new(
-        Worker::new(
-            queue.clone(),
-            store.clone(),
-            events.clone(),
-            tools,
-            s.worker.clone(),
-        )
-        .with_models(models()?),
-    );
-    let notifier = notifier(s, store.clone())?;
-    let service = Arc::new(Service {
-        store,
-        queue,
-        events,
-        prices: s.prices,
-        config: s.scheduler.clone(),
-    });
-    let tasks = tokio_util::task::TaskTracker::new();
-    tasks.spawn(service.run(rx, cancel.clone()));
-    tasks.spawn(notifier.run(cancel.clone()));
-    tasks.spawn(worker.run(cancel.clone()));
-    tasks.spawn(isolated.run(cancel.clone()));
+    let notifying = tokio::spawn(notifier(s, store)?.run(cancel.clone()));
     // One process on loopback: `/metrics` is on the API's port.
     let router = with_metrics(trawl_api::router(state), true);
     let served = trawl_api::serve_with(listener, router, cancel.clone(), s.http_limits).await;
     cancel.cancel();
-    tasks.close();
-    tasks.wait().await;
+    let _ = notifying.await;
     if let Some(refresh) = refresh {
         let _ = refresh.await;
     }
-    if let Some(sim) = sim {
-        let _ = sim.shutdown().await;
-    }
+    sys.shutdown().await;
     served.context("serving the API")
 }

@@ -1,4 +1,11 @@
-//! `trawl run` in one process, on the embedded adapters.
+//! The system in one process, on the embedded adapters: `trawl run` and, with
+//! the HTTP API on top, `trawl dev`.
+//!
+//! It is the deployed shape with other adapters, not a second program: the same
+//! store-driven scheduler ([`Service`]), the same workers (a standard one, and an
+//! isolated one for browser sessions on a queue of its own), the same submit
+//! ([`trawl_scheduler::submit`]). `trawl run` submits, then follows its job the
+//! way `trawl submit --wait` does ([`crate::follow`]).
 //!
 //! State lives in a folder (`.trawl/` by default): `store.db` (jobs, slices, items,
 //! trace, costs, approvals) and `cache.db` (tool answers), so a second run of the
@@ -11,26 +18,31 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use trawl_api::JobView;
 use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus};
-use trawl_core::ports::{ContentCache, SliceQueue, Store};
+use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
 use trawl_core::spec::JobSpec;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, PooledQueue, QueueConfig};
-use trawl_scheduler::{Scheduler, Submitted};
+use trawl_queue::{InProcessEvents, PooledQueue, QueueConfig};
+use trawl_scheduler::{Service, ServiceConfig, Submission, SubmitConfig, Submitted};
 use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
 use trawl_tools::embed::Embeddings;
 use trawl_tools::guard::Judge;
-use trawl_tools::{Pool, ToolLayer};
+use trawl_tools::{Listings, Pool, ToolLayer};
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
-use crate::output::{self, FailedSliceOut, ItemCounts, SliceCounts, Summary};
+use crate::output::{self, FailedSliceOut, Summary};
 use crate::progress::Progress;
+
+/// How often `trawl run` reads its job while it waits.
+const POLL: Duration = Duration::from_millis(200);
 
 /// How long a stopping worker may take to finish its slices in flight.
 const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(60);
@@ -56,6 +68,7 @@ pub struct Options {
     pub call_timeout: Duration,
     pub worker: WorkerConfig,
     pub queue: QueueConfig,
+    pub scheduler: ServiceConfig,
     /// Upstream MCP servers and tool policies; `None`: the built-in tools under
     /// the default policy.
     pub tools: Option<ToolsConfig>,
@@ -78,6 +91,7 @@ impl Options {
             call_timeout: Duration::from_secs(30),
             worker: WorkerConfig::default(),
             queue: QueueConfig::default(),
+            scheduler: ServiceConfig::default(),
             tools: None,
             models: None,
             browsers: Arc::new(Browsers::local()),
@@ -124,6 +138,11 @@ impl Options {
         self.queue = q;
         self
     }
+
+    pub fn with_scheduler(mut self, c: ServiceConfig) -> Self {
+        self.scheduler = c;
+        self
+    }
 }
 
 /// The Bright Data client for `upstream`, and the simulator it talks to when that
@@ -152,7 +171,7 @@ pub async fn provider(
 }
 
 /// Records a decision on a job awaiting approval, touching only the store (no
-/// cache, no tools, no simulator).
+/// cache, no tools, no simulator, no worker).
 pub async fn decide(
     state_dir: &Path,
     job: &JobId,
@@ -169,16 +188,9 @@ pub async fn decide(
     let store = SqliteStore::open(&path)
         .await
         .context("opening the store")?;
-    let queue = EmbeddedQueue::new(QueueConfig::default());
+    // Nobody listens: the next `trawl run` or `trawl dev` reconciles the job.
     let (events, _rx) = InProcessEvents::channel();
-    let scheduler = Scheduler {
-        store: &store,
-        queue: &queue,
-        events: &events,
-        prices: PriceTable::default(),
-        reconcile_every: Duration::from_secs(1),
-    };
-    Ok(scheduler.decide(job, approved, by).await?)
+    Ok(trawl_scheduler::decide(&store, &events, job, approved, by).await?)
 }
 
 /// The tool layer: the built-in tools, and the upstream servers of `config`
@@ -190,6 +202,7 @@ pub async fn tool_layer(
     config: Option<&ToolsConfig>,
     embeddings: Option<Arc<Embeddings>>,
     pool: Pool,
+    from: Listings,
 ) -> anyhow::Result<ToolLayer> {
     let config = match (config, pool) {
         (Some(c), _) => c.clone(),
@@ -201,7 +214,7 @@ pub async fn tool_layer(
     let config = config
         .with_embeddings(embeddings)
         .with_judge(guard_judge()?);
-    let (layer, report) = ToolLayer::connect(provider, cache, Some(store), config, pool)
+    let (layer, report) = ToolLayer::open(provider, cache, Some(store), config, pool, from)
         .await
         .context("reading the tool pins")?;
     for (server, e) in &report.server_errors {
@@ -253,18 +266,26 @@ pub async fn embeddings(
     Ok(Some(Arc::new(embeddings)))
 }
 
-/// The embedded system: store, cache, tools, and the simulator if used.
+/// The embedded system: store, cache, queue, tools, the scheduler and the
+/// workers running, and the simulator if used.
 pub struct Embedded {
     store: Arc<SqliteStore>,
-    tools: Arc<ToolLayer>,
-    provider: Arc<BrightData>,
     cache: Arc<dyn ContentCache>,
+    tools: Arc<ToolLayer>,
+    queue: Arc<dyn SliceQueue>,
+    events: Arc<InProcessEvents>,
+    service: Arc<Service>,
     sim: Option<SimHandle>,
     options: Options,
+    /// Stops the scheduler and the workers.
+    stop: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl Embedded {
-    /// Opens the state folder and starts the simulator if there is no token.
+    /// Opens the state folder, starts the simulator if there is no token, and
+    /// starts the scheduler and the workers. The workers have reported what they
+    /// can run before this returns, so a submission is checked against them.
     pub async fn start(options: Options) -> anyhow::Result<Embedded> {
         std::fs::create_dir_all(&options.state_dir)
             .with_context(|| format!("creating state folder {}", options.state_dir.display()))?;
@@ -280,27 +301,82 @@ impl Embedded {
         let provider = Arc::new(provider);
         let cache: Arc<dyn ContentCache> = Arc::new(cache);
         let embeddings = embeddings(options.embed_model.as_deref(), Some(store.clone())).await?;
-        let tools = tool_layer(
-            provider.clone(),
-            cache.clone(),
-            store.clone(),
-            options.tools.as_ref(),
-            embeddings,
-            Pool::Standard,
-        )
-        .await?;
-        let tools = Arc::new(tools);
+        // The standard layer lists every server; the isolated one takes the
+        // listings just stored rather than starting each server a second time.
+        let mut layers = Vec::new();
+        for (pool, from) in [
+            (Pool::Standard, Listings::Live),
+            (Pool::Isolated, Listings::Stored),
+        ] {
+            let layer = tool_layer(
+                provider.clone(),
+                cache.clone(),
+                store.clone(),
+                options.tools.as_ref(),
+                embeddings.clone(),
+                pool,
+                from,
+            )
+            .await?;
+            layers.push(Arc::new(layer));
+        }
+        let (tools, isolated_tools) = (layers[0].clone(), layers[1].clone());
+
+        let queues = PooledQueue::new(options.queue);
+        let queue: Arc<dyn SliceQueue> = Arc::new(queues.view(Pool::Standard));
+        let (events, rx) = InProcessEvents::channel();
+        let events = Arc::new(events);
+        let worker = |queue: Arc<dyn SliceQueue>, tools: Arc<ToolLayer>| {
+            let w = Worker::new(
+                queue,
+                store.clone(),
+                events.clone(),
+                tools,
+                options.worker.clone(),
+            );
+            match &options.models {
+                Some(m) => w.with_models(m.clone()),
+                None => w,
+            }
+        };
+        // Browse slices go to a worker whose tool layer serves the isolated
+        // pool, with its own queue: the standard one never sees them.
+        let workers = [
+            worker(queue.clone(), tools.clone()),
+            worker(Arc::new(queues.view(Pool::Isolated)), isolated_tools)
+                .with_browsers(options.browsers.clone()),
+        ];
+        let service = Arc::new(Service {
+            store: store.clone(),
+            queue: queue.clone(),
+            events: events.clone(),
+            prices: options.prices,
+            config: options.scheduler.clone(),
+        });
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        for w in workers {
+            w.report_to_store()
+                .await
+                .context("reporting the workers to the store")?;
+            tasks.spawn(Arc::new(w).run(stop.clone()));
+        }
+        tasks.spawn(service.clone().run(rx, stop.clone()));
         Ok(Embedded {
             store,
-            tools,
-            provider,
             cache,
+            tools,
+            queue,
+            events,
+            service,
             sim,
             options,
+            stop,
+            tasks,
         })
     }
 
-    /// The tool layer the worker calls through.
+    /// The tool layer the standard worker calls through.
     pub fn tools(&self) -> &Arc<ToolLayer> {
         &self.tools
     }
@@ -309,72 +385,90 @@ impl Embedded {
         &self.store
     }
 
+    pub fn cache(&self) -> &Arc<dyn ContentCache> {
+        &self.cache
+    }
+
+    /// The standard pool's queue (the scheduler publishes every slice to it;
+    /// browse slices reach the isolated worker).
+    pub fn queue(&self) -> &Arc<dyn SliceQueue> {
+        &self.queue
+    }
+
+    pub fn events(&self) -> Arc<dyn Events> {
+        self.events.clone()
+    }
+
     /// The simulator's base URL and counters, when it plays Bright Data.
     pub fn simulator(&self) -> Option<&SimHandle> {
         self.sim.as_ref()
     }
 
-    /// Submits a job; it is queued, or parked awaiting approval.
+    /// What submissions are checked and priced with.
+    pub fn submit_config(&self) -> SubmitConfig {
+        SubmitConfig {
+            prices: self.options.prices,
+            egress: self
+                .options
+                .browsers
+                .is_local()
+                .then(|| Arc::new(self.options.browsers.egress_policy().clone())),
+        }
+    }
+
+    /// Submits a job through the one submit, and plans it at once: it is
+    /// running, or parked awaiting approval. `approved_by` approves it then
+    /// (`--yes`).
     pub async fn submit(
         &self,
         spec: &JobSpec,
         approved_by: Option<&str>,
     ) -> anyhow::Result<Submitted> {
-        // A research job that no model could run is refused before it is stored.
-        if let Some(r) = &spec.research {
-            let models = self.options.models.as_deref();
-            if let Err(e) = models
-                .filter(|m| m.any())
-                .ok_or_else(|| "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL".to_owned())
-                .and_then(|m| m.resolve(r.model.as_deref()))
-            {
-                anyhow::bail!("the job has a research question, but {e}");
-            }
+        let mut submitted = trawl_scheduler::submit(
+            self.store.as_ref(),
+            self.events.as_ref(),
+            &self.submit_config(),
+            Submission::new(spec.clone()),
+        )
+        .await?;
+        let id = submitted.job_id.clone();
+        self.service
+            .advance_id(&id)
+            .await
+            .context("planning the job")?;
+        let mut status = self.job(&id).await?.status;
+        if status == JobStatus::AwaitingApproval
+            && let Some(by) = approved_by
+        {
+            status = self.decide(&id, true, by).await?;
         }
-        // So is a browse job with model steps.
-        if let Some(b) = spec.browse.as_ref().filter(|b| b.has_model_steps()) {
-            let models = self.options.models.as_deref();
-            if let Err(e) = models
-                .filter(|m| m.any())
-                .ok_or_else(|| "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL".to_owned())
-                .and_then(|m| m.resolve(b.model.as_deref()))
-            {
-                anyhow::bail!("the browse steps include model steps (act, extract by instruction, observe), but {e}");
-            }
-        }
-        let (queue, events) = self.plumbing();
-        let s = self.scheduler(queue.as_ref(), &events);
-        Ok(s.submit(spec, approved_by).await?)
+        submitted.status = status;
+        Ok(submitted)
+    }
+
+    async fn job(&self, id: &JobId) -> anyhow::Result<trawl_core::ports::JobRecord> {
+        self.store
+            .job(id)
+            .await?
+            .with_context(|| format!("no job {id}"))
     }
 
     /// Records a decision on a job awaiting approval.
     pub async fn decide(&self, job: &JobId, approved: bool, by: &str) -> anyhow::Result<JobStatus> {
-        let (queue, events) = self.plumbing();
-        let s = self.scheduler(queue.as_ref(), &events);
-        Ok(s.decide(job, approved, by).await?)
+        Ok(
+            trawl_scheduler::decide(self.store.as_ref(), self.events.as_ref(), job, approved, by)
+                .await?,
+        )
     }
 
-    fn plumbing(&self) -> (Arc<EmbeddedQueue>, InProcessEvents) {
-        let (events, _rx) = InProcessEvents::channel();
-        (Arc::new(EmbeddedQueue::new(self.options.queue)), events)
+    /// The job as the API shows it.
+    pub async fn view(&self, id: &JobId) -> anyhow::Result<JobView> {
+        let job = self.job(id).await?;
+        Ok(JobView::of(self.store.as_ref(), job).await?)
     }
 
-    fn scheduler<'a>(
-        &'a self,
-        queue: &'a dyn SliceQueue,
-        events: &'a InProcessEvents,
-    ) -> Scheduler<'a> {
-        Scheduler {
-            store: self.store.as_ref(),
-            queue,
-            events,
-            prices: self.options.prices,
-            reconcile_every: Duration::from_secs(1),
-        }
-    }
-
-    /// Runs a queued job to its end with one in-process worker, then writes the
-    /// output files. A job awaiting approval is not run; its summary says so.
+    /// Follows a job to its end (or to its approval), then writes the output
+    /// files. `cancel` cancels the job, as a cancel over the API does.
     pub async fn run(
         &self,
         job: &JobId,
@@ -383,146 +477,82 @@ impl Embedded {
         cancel: &CancellationToken,
     ) -> anyhow::Result<Summary> {
         let started = Instant::now();
-        let queues = PooledQueue::new(self.options.queue);
-        let (events, mut rx) = InProcessEvents::channel();
-        let events = Arc::new(events);
-        let stop_worker = cancel.child_token();
-        let mut workers = vec![tokio::spawn(
-            Arc::new(self.worker(
-                Arc::new(queues.view(Pool::Standard)),
-                &events,
-                self.tools.clone(),
-            ))
-            .run(stop_worker.clone()),
-        )];
-        // Browse slices go to a second worker whose tool layer serves the
-        // isolated pool, with its own queue: the standard one never sees them.
-        let browses = self
-            .store
-            .job(job)
-            .await?
-            .is_some_and(|j| j.spec.get("browse").is_some_and(|b| !b.is_null()));
-        if browses {
-            let isolated = tool_layer(
-                self.provider.clone(),
-                self.cache.clone(),
-                self.store.clone(),
-                self.options.tools.as_ref(),
-                self.tools.embeddings().cloned(),
-                Pool::Isolated,
-            )
-            .await?;
-            let worker = self
-                .worker(
-                    Arc::new(queues.view(Pool::Isolated)),
-                    &events,
-                    Arc::new(isolated),
-                )
-                .with_browsers(self.options.browsers.clone());
-            workers.push(tokio::spawn(Arc::new(worker).run(stop_worker.clone())));
-        }
-        let queue = queues.view(Pool::Standard);
-        let scheduler = self.scheduler(&queue, events.as_ref());
-        let finished = scheduler
-            .drive(job, &mut rx, cancel, &mut |c| progress.update(c))
-            .await;
-        stop_worker.cancel();
-        // Slices in flight finish first; a worker that does not stop in time is
-        // abandoned rather than holding the run open.
-        for task in workers {
-            match tokio::time::timeout(WORKER_STOP_DEADLINE, task).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::error!(error = %e, "worker task ended abnormally"),
-                Err(_) => tracing::error!("worker did not stop within {WORKER_STOP_DEADLINE:?}"),
+        let followed = crate::follow::follow(|| self.view(job), POLL, progress, cancel).await?;
+        let view = match followed {
+            Some(v) => v,
+            None => {
+                let open = self.store.counts(job).await?.slices_open();
+                let reason = format!("cancelled with {open} slices open");
+                trawl_scheduler::cancel(self.store.as_ref(), self.events.as_ref(), job, &reason)
+                    .await?;
+                self.view(job).await?
             }
-        }
-        let finished = finished.context("driving the job")?;
-        progress.finish(&finished.counts);
-        let record = self
-            .store
-            .job(job)
-            .await?
-            .with_context(|| format!("job {job} vanished from the store"))?;
-        let failed = self.store.failed_slices(job, output::FAILED_LISTED).await?;
-        let c = finished.counts;
-        let summary = Summary {
-            job_id: job.to_string(),
-            name: record.name,
-            status: finished.status,
-            reason: finished.reason,
-            slices: SliceCounts::of(&c),
-            items: ItemCounts {
-                valid: c.items_valid,
-                rejected: c.items_rejected,
-            },
-            upstream_calls: c.upstream_calls,
-            cache_hits: c.cache_hits,
-            cost_usd: c.cost.usd(),
-            cost_micros: c.cost.0,
-            estimate_usd: record.estimate.usd(),
-            simulator: self.sim.is_some(),
-            elapsed_s: started.elapsed().as_secs_f64(),
-            failed_slices: failed.into_iter().map(FailedSliceOut::from).collect(),
         };
-        output::write(out_dir, self.store.as_ref(), job, &summary).await?;
-        Ok(summary)
-    }
-
-    fn worker(
-        &self,
-        queue: Arc<dyn SliceQueue>,
-        events: &Arc<InProcessEvents>,
-        tools: Arc<ToolLayer>,
-    ) -> Worker {
-        let worker = Worker::new(
-            queue,
-            self.store.clone(),
-            events.clone(),
-            tools,
-            self.options.worker.clone(),
-        );
-        match &self.options.models {
-            Some(m) => worker.with_models(m.clone()),
-            None => worker,
-        }
+        self.write(job, &view, started.elapsed(), out_dir).await
     }
 
     /// The summary of a job that did not run (awaiting approval), written out.
     pub async fn write_pending(&self, job: &JobId, out_dir: &Path) -> anyhow::Result<Summary> {
-        let Some(record) = self.store.job(job).await? else {
-            bail!("no job {job}");
-        };
-        let c = self.store.counts(job).await?;
-        let summary = Summary {
-            job_id: job.to_string(),
-            name: record.name,
-            status: record.status,
-            reason: Some(format!(
-                "estimated cost {} is above approve_above_usd: run `trawl approve {job}` (or pass --yes)",
-                record.estimate
-            )),
-            slices: SliceCounts::of(&c),
-            items: ItemCounts {
-                valid: 0,
-                rejected: 0,
-            },
-            upstream_calls: 0,
-            cache_hits: 0,
-            cost_usd: 0.0,
-            cost_micros: 0,
-            estimate_usd: record.estimate.usd(),
-            simulator: self.sim.is_some(),
-            elapsed_s: 0.0,
-            failed_slices: Vec::new(),
-        };
-        output::write(out_dir, self.store.as_ref(), job, &summary).await?;
+        let mut view = self.view(job).await?;
+        view.reason = Some(format!(
+            "estimated cost ${:.4} is above approve_above_usd: run `trawl approve {job}` (or pass --yes)",
+            view.estimate.cost_usd
+        ));
+        self.write(job, &view, Duration::ZERO, out_dir).await
+    }
+
+    /// Writes the output files of a job from the store.
+    async fn write(
+        &self,
+        job: &JobId,
+        view: &JobView,
+        elapsed: Duration,
+        out_dir: &Path,
+    ) -> anyhow::Result<Summary> {
+        let failed = self.store.failed_slices(job, output::FAILED_LISTED).await?;
+        let summary = Summary::of(
+            view,
+            self.sim.is_some(),
+            elapsed,
+            failed.into_iter().map(FailedSliceOut::from).collect(),
+        );
+        let items = self.store.items(job).await.context("reading items")?;
+        let rejections = self
+            .store
+            .rejections(job)
+            .await
+            .context("reading rejections")?;
+        output::write(
+            out_dir,
+            &output::json_lines(&items)?,
+            &output::json_lines(&rejections)?,
+            &summary,
+        )?;
         Ok(summary)
     }
 
-    /// Stops the simulator, if any.
-    pub async fn shutdown(self) {
-        if let Some(sim) = self.sim {
+    /// Stops the scheduler and the workers (slices in flight finish within the
+    /// workers' stop grace), then the simulator, if any.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        self.tasks.close();
+        // A worker that does not stop in time is abandoned rather than holding
+        // the process open.
+        if tokio::time::timeout(WORKER_STOP_DEADLINE, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::error!("workers did not stop within {WORKER_STOP_DEADLINE:?}");
+        }
+        if let Some(sim) = self.sim.take() {
             let _ = sim.shutdown().await;
         }
+    }
+}
+
+impl Drop for Embedded {
+    /// An embedded system dropped without [`Embedded::shutdown`] stops its tasks.
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use trawl_core::model::JobId;
-use trawl_core::model::{ItemKind, JobCounts, JobStatus};
-use trawl_core::ports::{FailedSlice, Store};
+use std::time::Duration;
+
+use trawl_api::JobView;
+use trawl_core::model::{Item, ItemKind, JobCounts, JobStatus};
+use trawl_core::ports::FailedSlice;
 
 /// `summary.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -82,35 +84,68 @@ impl SliceCounts {
     }
 }
 
+impl Summary {
+    /// `summary.json` of a job as the API shows it ([`JobView`], the one job
+    /// summary), with what only the command line knows.
+    pub fn of(
+        view: &JobView,
+        simulator: bool,
+        elapsed: Duration,
+        failed_slices: Vec<FailedSliceOut>,
+    ) -> Summary {
+        let c = &view.counts;
+        Summary {
+            job_id: view.job_id.to_string(),
+            name: view.name.clone(),
+            status: view.status,
+            reason: view.reason.clone(),
+            slices: SliceCounts {
+                total: c.slices.total,
+                succeeded: c.slices.succeeded,
+                failed: c.slices.failed,
+            },
+            items: ItemCounts {
+                valid: c.items.valid,
+                rejected: c.items.rejected,
+            },
+            upstream_calls: c.upstream_calls,
+            cache_hits: c.cache_hits,
+            cost_usd: c.cost_usd,
+            cost_micros: c.cost_micros,
+            estimate_usd: view.estimate.cost_usd,
+            simulator,
+            elapsed_s: elapsed.as_secs_f64(),
+            failed_slices,
+        }
+    }
+}
+
 /// How many failed slices the summary lists.
 pub const FAILED_LISTED: u32 = 20;
 
-/// Writes the three files; each goes to a temporary name first, then is renamed,
-/// so a reader never sees half a file.
-pub async fn write(
+/// Writes `items.jsonl`, `rejections.jsonl` (rows already JSON, one a line),
+/// a research job's `report.md`, and `summary.json`; each goes to a temporary
+/// name first, then is renamed, so a reader never sees half a file. The one
+/// writer of a run's output, whether the rows came from the store or the API.
+pub fn write(
     dir: &Path,
-    store: &dyn Store,
-    job: &JobId,
+    items: &[String],
+    rejections: &[String],
     summary: &Summary,
 ) -> anyhow::Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("creating output folder {}", dir.display()))?;
-    let items = store.items(job).await.context("reading items")?;
-    write_lines(&dir.join("items.jsonl"), &items)?;
+    write_raw_lines(&dir.join("items.jsonl"), items)?;
     // A research job's report, as Markdown next to its items.
     if let Some(md) = items
         .iter()
+        .filter(|l| l.contains("\"report\""))
+        .filter_map(|l| serde_json::from_str::<Item>(l).ok())
         .find(|i| i.kind == ItemKind::Report)
-        .and_then(|i| i.data["markdown"].as_str())
+        .and_then(|i| i.data["markdown"].as_str().map(str::to_owned))
     {
         write_atomic(&dir.join("report.md"), |w| w.write_all(md.as_bytes()))?;
     }
-    let rejections = store.rejections(job).await.context("reading rejections")?;
-    write_lines(&dir.join("rejections.jsonl"), &rejections)?;
-    write_summary(dir, summary)
-}
-
-/// Writes `summary.json` into `dir`.
-pub fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
+    write_raw_lines(&dir.join("rejections.jsonl"), rejections)?;
     let json = serde_json::to_vec_pretty(summary).context("encoding summary")?;
     write_atomic(&dir.join("summary.json"), |w| {
         w.write_all(&json)?;
@@ -118,21 +153,18 @@ pub fn write_summary(dir: &Path, summary: &Summary) -> anyhow::Result<()> {
     })
 }
 
+/// Rows as JSON lines.
+pub fn json_lines<T: Serialize>(rows: &[T]) -> anyhow::Result<Vec<String>> {
+    rows.iter()
+        .map(|r| serde_json::to_string(r).context("encoding a row"))
+        .collect()
+}
+
 /// Writes lines that are already JSON, one per line.
-pub fn write_raw_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
+fn write_raw_lines(path: &Path, lines: &[String]) -> anyhow::Result<()> {
     write_atomic(path, |w| {
         for l in lines {
             w.write_all(l.as_bytes())?;
-            w.write_all(b"\n")?;
-        }
-        Ok(())
-    })
-}
-
-fn write_lines<T: Serialize>(path: &Path, rows: &[T]) -> anyhow::Result<()> {
-    write_atomic(path, |w| {
-        for r in rows {
-            serde_json::to_writer(&mut *w, r)?;
             w.write_all(b"\n")?;
         }
         Ok(())

@@ -310,15 +310,24 @@ pub async fn run(args: ToolsArgs) -> anyhow::Result<u8> {
 }
 
 async fn store(args: &ToolsArgs) -> anyhow::Result<Arc<dyn Store>> {
-    Ok(match &args.database_url {
+    open_store(&args.state, args.database_url.as_deref()).await
+}
+
+/// The store of a command that reads or decides: Postgres at `database_url`
+/// (migrated first), else the embedded store in the state folder.
+pub(crate) async fn open_store(
+    state: &std::path::Path,
+    database_url: Option<&str>,
+) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match database_url {
         Some(url) => {
             trawl_store::postgres::migrate(url).await?;
             Arc::new(trawl_store::PgStore::connect(url, 2).await?)
         }
         None => {
-            std::fs::create_dir_all(&args.state)
-                .with_context(|| format!("creating {}", args.state.display()))?;
-            Arc::new(trawl_store::SqliteStore::open(&args.state.join("store.db")).await?)
+            std::fs::create_dir_all(state)
+                .with_context(|| format!("creating {}", state.display()))?;
+            Arc::new(trawl_store::SqliteStore::open(&state.join("store.db")).await?)
         }
     })
 }

@@ -301,14 +301,21 @@ struct Dev {
 
 impl Dev {
     fn start(dir: &Path, key: &str) -> Dev {
+        Dev::start_with(dir, key, &["--state", "dev-state"])
+    }
+
+    fn start_with(dir: &Path, key: &str, args: &[&str]) -> Dev {
         use std::io::{BufRead, BufReader};
         let mut child = Command::new(env!("CARGO_BIN_EXE_trawl"))
-            .args(["dev", "--state", "dev-state"])
+            .arg("dev")
+            .args(args)
             .current_dir(dir)
             .env_remove("BRIGHTDATA_API_TOKEN")
             .env_remove("TRAWL_HOME")
             .env("TRAWL_LISTEN", "127.0.0.1:0")
             .env("TRAWL_API_KEYS", key)
+            // Deciding approvals takes an admin key (or the approvals:decide scope).
+            .env("TRAWL_ADMIN_KEYS", "approver:boss")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
@@ -421,4 +428,252 @@ fn dev_stops_on_sigterm_with_exit_zero() {
         .unwrap();
     let status = dev.child.wait().unwrap();
     assert!(status.success(), "{status}\n{}", dev.log.lock().unwrap());
+}
+
+/// One request to the API with `key`, over a plain connection: the status and
+/// the JSON body (`Null` when there is none).
+fn http(base: &str, method: &str, path: &str, key: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// What must agree between `trawl run` and `trawl dev` + `trawl submit --wait`.
+fn ending(s: &Value) -> Value {
+    serde_json::json!({
+        "status": s["status"],
+        "reason": s["reason"],
+        "slices": s["slices"],
+        "items": s["items"],
+        "upstream_calls": s["upstream_calls"],
+        "cost_micros": s["cost_micros"],
+    })
+}
+
+/// `trawl run` and `trawl dev` are one system: the same jobs end the same way,
+/// with the same items, summaries and exit codes: a budget stop (partial), a job
+/// parked for approval and then approved, and a cancel.
+#[test]
+fn run_and_dev_end_jobs_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages = |n: usize| {
+        (1..=n)
+            .map(|i| format!("\"https://shop.example/p/{i}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    std::fs::write(
+        dir.path().join("budget.yaml"),
+        format!(
+            "name: capped\npages: {{urls: [{}], geos: [us]}}\n\
+             extract: {{fields: {{name: {{jsonld: name}}}}}}\nbudget: {{max_usd: 0.0075}}\n",
+            pages(20)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("pricey.yaml"),
+        format!(
+            "name: pricey\npages: {{urls: [{}], geos: [us]}}\n\
+             extract: {{fields: {{name: {{jsonld: name}}}}}}\nbudget: {{approve_above_usd: 0.001}}\n",
+            pages(2)
+        ),
+    )
+    .unwrap();
+    let dev = Dev::start(dir.path(), "k");
+    let log = || dev.log.lock().unwrap().clone();
+    for (job, code) in [("budget.yaml", 3), ("pricey.yaml", 6)] {
+        let by_run = format!("run-{job}");
+        let by_api = format!("api-{job}");
+        let run = trawl(dir.path(), &["run", job, "--out", &by_run]);
+        let api = submit(
+            dir.path(),
+            &[job, "--api", &dev.url, "--wait", "--out", &by_api],
+            "k",
+        );
+        assert_eq!(run.status.code(), Some(code), "{job}: {}", stderr(&run));
+        assert_eq!(
+            api.status.code(),
+            Some(code),
+            "{job}: {}\n{}",
+            stderr(&api),
+            log()
+        );
+        let (r, a) = (
+            summary(&dir.path().join(&by_run)),
+            summary(&dir.path().join(&by_api)),
+        );
+        if job == "pricey.yaml" {
+            // The reason of a parked job says how to approve it, each its way.
+            assert_eq!(r["status"], "awaiting_approval");
+            assert_eq!(a["status"], "awaiting_approval");
+            assert_eq!(
+                (&r["slices"], &r["cost_micros"]),
+                (&a["slices"], &a["cost_micros"])
+            );
+        } else {
+            assert_eq!(ending(&r), ending(&a), "{job}");
+            assert!(
+                r["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("budget exhausted"),
+                "{r}"
+            );
+        }
+        // Which five pages the budget paid for depends on the order they ran
+        // in; how many, and what they cost, does not (compared above).
+        for f in ["items.jsonl", "rejections.jsonl"] {
+            let (a, r) = (
+                sorted_lines(&dir.path().join(&by_api).join(f)),
+                sorted_lines(&dir.path().join(&by_run).join(f)),
+            );
+            if job == "budget.yaml" {
+                assert_eq!(a.len(), r.len(), "{job}: {f}");
+            } else {
+                assert_eq!(a, r, "{job}: {f}");
+            }
+        }
+    }
+
+    // Approved: by `trawl approve` on one side, over the API on the other.
+    let run_id = summary(&dir.path().join("run-pricey.yaml"))["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let api_id = summary(&dir.path().join("api-pricey.yaml"))["job_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = trawl(dir.path(), &["approve", &run_id, "--out", "run-approved"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let (status, list) = http(&dev.url, "GET", "/v1/approvals", "k");
+    assert_eq!(status, 200, "{list}");
+    let approval = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["job_id"] == api_id.as_str())
+        .unwrap_or_else(|| panic!("{list}"))["id"]
+        .as_i64()
+        .unwrap();
+    let (status, decided) = http(
+        &dev.url,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        "boss",
+    );
+    assert_eq!(status, 200, "{decided}");
+    // Followed as `submit --wait` follows a job, to its end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let job = loop {
+        let (_, job) = http(&dev.url, "GET", &format!("/v1/jobs/{api_id}"), "k");
+        if ["succeeded", "partial", "failed", "cancelled"]
+            .contains(&job["status"].as_str().unwrap_or(""))
+        {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "{job}\n{}", log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let r = summary(&dir.path().join("run-approved"));
+    assert_eq!(job["status"], r["status"]);
+    assert_eq!(
+        job["counts"]["slices"]["succeeded"],
+        r["slices"]["succeeded"]
+    );
+    assert_eq!(job["counts"]["items"]["valid"], r["items"]["valid"]);
+    assert_eq!(job["counts"]["cost_micros"], r["cost_micros"]);
+    drop(dev);
+
+    // Cancelled while its slices wait on a slow upstream: Ctrl-C for `trawl
+    // run` (see `sigint_cancels_the_run_and_still_writes_the_summary`), a cancel
+    // over the API for `trawl dev`; `submit --wait` then ends as `run` does.
+    use std::io::{BufRead, BufReader};
+    let slow = Dev::start_with(
+        dir.path(),
+        "k",
+        &["--state", "slow-state", "--sim-latency", "3s"],
+    );
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .args([
+            "submit",
+            "budget.yaml",
+            "--api",
+            &slow.url,
+            "--wait",
+            "--out",
+            "api-cancel",
+        ])
+        .current_dir(dir.path())
+        .env("TRAWL_API_KEY", "k")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    BufReader::new(waiting.stdout.take().unwrap())
+        .read_line(&mut id)
+        .unwrap();
+    let mut lines = BufReader::new(waiting.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().starts_with("progress:") {
+            break;
+        }
+    }
+    let (status, cancelled) = http(
+        &slow.url,
+        "POST",
+        &format!("/v1/jobs/{}/cancel", id.trim()),
+        "k",
+    );
+    assert_eq!(status, 200, "{cancelled}");
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    assert_eq!(waiting.wait().unwrap().code(), Some(5), "{rest:?}");
+    let a = summary(&dir.path().join("api-cancel"));
+    assert_eq!(a["status"], "cancelled");
+    assert_eq!(a["reason"], "cancelled over the API");
+}
+
+/// Bad settings stop a role before it starts, every problem listed at once.
+#[test]
+fn bad_settings_are_all_listed_and_nothing_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .arg("api")
+        .current_dir(dir.path())
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .env("TRAWL_DATABASE_URL", "postgres://127.0.0.1:1/none")
+        .env("TRAWL_WEBHOOK_URL", "https://hooks.example/approvals")
+        .env("TRAWL_RESOURCE_URI", "not a uri")
+        .env("TRAWL_OAUTH_ISSUER", "https://issuer.example")
+        .env("TRAWL_API_KEYS", "ci:one,ci:two")
+        .env("TRAWL_MODEL_PRICES", dir.path().join("missing.yaml"))
+        .env("TRAWL_PRICE_SERP_PER_1K", "cheap")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("5 problem(s) in the settings"), "{err}");
+    for setting in [
+        "TRAWL_WEBHOOK_SECRET",
+        "TRAWL_RESOURCE_URI",
+        "TRAWL_API_KEYS",
+        "TRAWL_MODEL_PRICES",
+        "TRAWL_PRICE_SERP_PER_1K",
+    ] {
+        assert!(err.contains(setting), "{setting} not named:\n{err}");
+    }
+    // Nothing was reached: the database URL points nowhere and is not named.
+    assert!(!err.contains("Postgres"), "{err}");
 }

@@ -100,6 +100,24 @@ impl Browsers {
         }
     }
 
+    /// Whether sessions run in a local Chromium, behind the egress proxy
+    /// (bound by the egress policy).
+    pub fn is_local(&self) -> bool {
+        matches!(self.target, Target::Local { .. })
+    }
+
+    /// Whether a session can start here: a remote browser is set, or a local
+    /// Chromium is found (the configured executable, else one on `PATH`).
+    pub fn available(&self) -> bool {
+        match &self.target {
+            Target::Local { executable } => match executable {
+                Some(exe) => exe.is_file(),
+                None => trawl_browser::find_chromium().is_some(),
+            },
+            Target::BrightData { .. } | Target::Remote { .. } => true,
+        }
+    }
+
     /// The destinations local sessions may reach besides public ones (default:
     /// none).
     pub fn with_egress(mut self, policy: EgressPolicy) -> Self {
@@ -245,11 +263,6 @@ impl Browsers {
             },
             Target::Remote { url } => Endpoint::Remote { url: url.clone() },
         }
-    }
-
-    /// Whether sessions run in a local browser behind the egress proxy.
-    fn is_local(&self) -> bool {
-        matches!(self.target, Target::Local { .. })
     }
 
     /// The secret `name`, or why the step cannot run.

@@ -37,6 +37,7 @@ use trawl_core::ports::{
 use trawl_core::retry::RetryPolicy;
 use trawl_core::spec::JobSpec;
 use trawl_core::validate::ItemValidator;
+use trawl_core::workers::{Capabilities, WorkerInfo};
 use trawl_tools::{Budget, ToolLayer};
 
 /// What a worker needs to run one job's slices.
@@ -81,6 +82,9 @@ pub struct WorkerConfig {
     /// process (the deployed shape). Off, they are counted in this process only,
     /// which is exact when it is the only one spending for the job.
     pub shared_budget: bool,
+    /// How often the worker reports its pool and capabilities to the store
+    /// (`trawl workers`, and what submissions are checked against).
+    pub report_every: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -95,6 +99,7 @@ impl Default for WorkerConfig {
             redeliver: Vec::new(),
             stop_grace: Duration::from_secs(30),
             shared_budget: false,
+            report_every: Duration::from_secs(30),
         }
     }
 }
@@ -270,6 +275,9 @@ pub struct Worker {
     /// Where browse slices open browsers; `None`: such slices fail with
     /// `no_browser`.
     browsers: Option<Arc<browse::Browsers>>,
+    /// Its id in the store's list of workers, and when it was made.
+    id: String,
+    started_ms: i64,
 }
 
 impl Worker {
@@ -289,6 +297,8 @@ impl Worker {
             config,
             models: None,
             browsers: None,
+            id: worker_id(),
+            started_ms: now_ms(),
         }
     }
 
@@ -304,12 +314,59 @@ impl Worker {
         self
     }
 
+    /// What this worker reports to the store: its pool, its model providers and
+    /// whether it can open a browser.
+    pub fn report(&self) -> WorkerInfo {
+        WorkerInfo {
+            id: self.id.clone(),
+            pool: self.tools.pool(),
+            capabilities: Capabilities {
+                models: self
+                    .models
+                    .as_ref()
+                    .map(|m| m.providers())
+                    .unwrap_or_default(),
+                browser: self.browsers.as_ref().is_some_and(|b| b.available()),
+            },
+            concurrency: u32::try_from(self.config.concurrency).unwrap_or(u32::MAX),
+            started_ms: self.started_ms,
+            heartbeat_ms: now_ms(),
+        }
+    }
+
+    /// Stores [`Worker::report`]; `run` does it at once and every
+    /// `report_every`.
+    pub async fn report_to_store(&self) -> Result<(), PortError> {
+        self.store.report_worker(&self.report()).await
+    }
+
+    /// Reports to the store every `report_every` until `cancel`. A report that
+    /// cannot be written is logged: slices run anyway.
+    async fn keep_reporting(&self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.config.report_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => {
+                    if let Err(e) = self.report_to_store().await {
+                        tracing::warn!(error = %e, worker = %self.id, "worker report not stored");
+                    }
+                }
+            }
+        }
+    }
+
     /// Runs `concurrency` pull loops until `cancel` fires. Then no new slice is
     /// pulled; slices in flight get `stop_grace` to finish, and those still running
     /// after it are handed back to the queue, to be delivered again elsewhere.
     pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
+        {
+            let (me, cancel) = (self.clone(), cancel.clone());
+            tracker.spawn(async move { me.keep_reporting(cancel).await });
+        }
         for _ in 0..self.config.concurrency {
             let (me, cancel, abort) = (self.clone(), cancel.clone(), abort.clone());
             tracker.spawn(async move {
@@ -457,6 +514,20 @@ impl Worker {
         }
         Ok(Processed::Done)
     }
+}
+
+/// A worker's id, unique among the processes of a deployment and the workers
+/// of one process: host name, process id, and a count within the process.
+fn worker_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}/{}/{n}", std::process::id())
 }
 
 /// What became of a delivery that did not fail.

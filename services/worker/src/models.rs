@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use trawl_core::workers::{ModelProviders, NO_PROVIDER, Provider};
 use trawl_model::{
     AnthropicClient, ClientConfig, ModelClient, ModelPrice, OpenAiClient, PriceList,
 };
@@ -85,34 +86,25 @@ impl Models {
         self.anthropic.is_some() || self.openai.is_some()
     }
 
-    /// The model for a job that asked for `requested` (or for none).
+    /// The providers and default model, as the worker reports them.
+    pub fn providers(&self) -> ModelProviders {
+        ModelProviders {
+            anthropic: self.anthropic.is_some(),
+            openai: self.openai.is_some(),
+            default_model: self.default_model.clone(),
+        }
+    }
+
+    /// The model for a job that asked for `requested` (or for none), routed by
+    /// [`ModelProviders::route`].
     pub fn resolve(&self, requested: Option<&str>) -> Result<Resolved, String> {
-        let name = requested
-            .or(self.default_model.as_deref())
-            .ok_or("no model: set research.model in the job or TRAWL_MODEL")?;
-        let none = "no model provider is configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL) or OPENAI_BASE_URL";
-        let (client, model) = if let Some(m) = name.strip_prefix("anthropic:") {
-            let c = self.anthropic.clone().ok_or(format!(
-                "{name}: Anthropic is not configured (ANTHROPIC_API_KEY or ANTHROPIC_BASE_URL)"
-            ))?;
-            (c, m)
-        } else if let Some(m) = name.strip_prefix("openai:") {
-            let c = self.openai.clone().ok_or(format!(
-                "{name}: no OpenAI-compatible server is configured (OPENAI_BASE_URL or OPENAI_API_KEY)"
-            ))?;
-            (c, m)
-        } else if name.starts_with("claude")
-            && let Some(c) = &self.anthropic
-        {
-            (c.clone(), name)
-        } else {
-            let c = self
-                .openai
-                .clone()
-                .or_else(|| self.anthropic.clone())
-                .ok_or(none)?;
-            (c, name)
-        };
+        let providers = self.providers();
+        let (provider, model) = providers.route(requested)?;
+        let client = match provider {
+            Provider::Anthropic => self.anthropic.clone(),
+            Provider::OpenAi => self.openai.clone(),
+        }
+        .ok_or(NO_PROVIDER)?;
         Ok(Resolved {
             client,
             model: model.to_owned(),

@@ -321,7 +321,7 @@ async fn slices_of_a_job_cancelled_after_the_worker_saw_it_are_skipped_at_the_re
     assert!(rig.log().contains(&Seen::Finished(first.clone(), true)));
 
     rig.store
-        .set_job_status(&id, JobStatus::Cancelled, Some("cancelled over the API"))
+        .end_job(&id, JobStatus::Cancelled, Some("cancelled over the API"))
         .await
         .unwrap();
     // The worker last read the status before the cancel; it reads it again once

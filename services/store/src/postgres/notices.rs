@@ -5,7 +5,7 @@ use sqlx::postgres::PgPool;
 use trawl_core::model::JobStatus;
 use trawl_core::ports::{ApprovalNotice, ApprovalRecord, EXPIRED_BY, PortError};
 
-use super::rows::approval_record;
+use crate::decode::approval_record;
 use crate::error::ResultExt;
 
 /// The columns of an [`ApprovalRecord`], for `RETURNING` (qualified: the

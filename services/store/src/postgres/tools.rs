@@ -4,7 +4,8 @@ use sqlx::postgres::PgPool;
 use trawl_core::model::{AuditRecord, now_ms};
 use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolListing, ToolPin};
 
-use super::rows::{approval_record, audit_record, json, text, to_i64, tool_listing, tool_pin};
+use super::rows::{json, text, to_i64};
+use crate::decode::{approval_record, audit_record, tool_listing, tool_pin};
 use crate::error::ResultExt;
 use crate::sqlite::tools::SUPERSEDED_BY;
 

@@ -7,16 +7,10 @@ use std::collections::HashSet;
 
 use sqlx::sqlite::{SqliteArguments, SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row, Sqlite};
-use trawl_core::cost::Micros;
-use trawl_core::geo::Geo;
 use trawl_core::model::{
-    AuditRecord, CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection, SliceError,
-    SliceId, SliceSpec, TraceStep, Violation,
+    AuditRecord, CostEntry, Item, JobId, Rejection, SliceId, SliceSpec, TraceStep,
 };
-use trawl_core::ports::{
-    ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError,
-    ToolListing, ToolPin,
-};
+use trawl_core::ports::PortError;
 
 use crate::error::ResultExt;
 
@@ -295,51 +289,6 @@ pub(super) async fn insert_audit(
     Ok(())
 }
 
-pub(super) fn audit_record(row: &SqliteRow) -> Result<(i64, AuditRecord), PortError> {
-    let job: Option<String> = get(row, "job_id")?;
-    let slice: Option<String> = get(row, "slice_id")?;
-    Ok((
-        get(row, "id")?,
-        AuditRecord {
-            job_id: job
-                .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
-                .transpose()?,
-            slice_id: slice.map(SliceId::from_stored),
-            seq: get_u32(row, "seq")?,
-            tool: get(row, "tool")?,
-            args_digest: get(row, "args_digest")?,
-            decision: get(row, "decision")?,
-            reason: get(row, "reason")?,
-            caller: get(row, "caller")?,
-            latency_us: get_u64(row, "latency_us")?,
-            result_bytes: get_u64(row, "result_bytes")?,
-            error: get(row, "error")?,
-            at_ms: get(row, "at_ms")?,
-        },
-    ))
-}
-
-pub(super) fn tool_pin(row: &SqliteRow) -> Result<ToolPin, PortError> {
-    let status: String = get(row, "status")?;
-    let json = |col: &str| -> Result<Option<serde_json::Value>, PortError> {
-        let s: Option<String> = get(row, col)?;
-        s.map(|s| serde_json::from_str(&s).map_err(|e| corrupt(col, e)))
-            .transpose()
-    };
-    Ok(ToolPin {
-        tool: get(row, "tool")?,
-        server: get(row, "server")?,
-        status: PinStatus::parse(&status).ok_or_else(|| corrupt("pin status", &status))?,
-        hash: get(row, "hash")?,
-        definition: json("definition")?,
-        pending_hash: get(row, "pending_hash")?,
-        pending_definition: json("pending_definition")?,
-        approval_id: get(row, "approval_id")?,
-        pinned_ms: get(row, "pinned_ms")?,
-        approved_by: get(row, "approved_by")?,
-    })
-}
-
 pub(super) async fn insert_costs(
     conn: &mut SqliteConnection,
     rows: &[Owned<'_, CostEntry>],
@@ -371,161 +320,10 @@ where
     row.try_get(col).port()
 }
 
-fn get_u32(row: &SqliteRow, col: &str) -> Result<u32, PortError> {
-    let v: i64 = get(row, col)?;
-    u32::try_from(v).map_err(|e| corrupt(col, e))
-}
-
-fn get_u64(row: &SqliteRow, col: &str) -> Result<u64, PortError> {
-    let v: i64 = get(row, col)?;
-    u64::try_from(v).map_err(|e| corrupt(col, e))
-}
-
-fn get_geo(row: &SqliteRow) -> Result<Geo, PortError> {
-    let s: String = get(row, "geo")?;
-    Geo::parse(&s).map_err(|e| corrupt("geo", e))
-}
-
 pub(super) fn get_json<T: serde::de::DeserializeOwned>(
     row: &SqliteRow,
     col: &str,
 ) -> Result<T, PortError> {
     let s: String = get(row, col)?;
     serde_json::from_str(&s).map_err(|e| corrupt(col, e))
-}
-
-pub(super) fn job_record(row: &SqliteRow) -> Result<JobRecord, PortError> {
-    let id: String = get(row, "id")?;
-    let status: String = get(row, "status")?;
-    Ok(JobRecord {
-        id: JobId::parse(&id).map_err(|e| corrupt("job id", e))?,
-        name: get(row, "name")?,
-        spec: get_json(row, "spec")?,
-        status: JobStatus::parse(&status)
-            .ok_or_else(|| corrupt("job status", format!("\"{status}\" is unknown")))?,
-        reason: get(row, "reason")?,
-        estimate: Micros(get(row, "estimate")?),
-        created_ms: get(row, "created_ms")?,
-        idempotency: match get::<Option<String>>(row, "idempotency_key")? {
-            Some(key) => Some(Idempotency {
-                key,
-                request_digest: get::<Option<String>>(row, "request_digest")?.unwrap_or_default(),
-            }),
-            None => None,
-        },
-        traceparent: get(row, "traceparent")?,
-        owner: match get::<Option<String>>(row, "owner")? {
-            Some(caller) => Some(JobOwner {
-                caller,
-                client: get(row, "owner_client")?,
-                tenant: get(row, "tenant")?,
-            }),
-            None => None,
-        },
-    })
-}
-
-pub(super) fn item(row: &SqliteRow) -> Result<Item, PortError> {
-    let kind: String = get(row, "kind")?;
-    Ok(Item {
-        slice_id: SliceId::from_stored(get(row, "slice_id")?),
-        seq: get_u32(row, "seq")?,
-        kind: ItemKind::parse(&kind)
-            .ok_or_else(|| corrupt("item kind", format!("\"{kind}\" is unknown")))?,
-        url: get(row, "url")?,
-        geo: get_geo(row)?,
-        data: get_json(row, "data")?,
-    })
-}
-
-pub(super) fn rejection(row: &SqliteRow) -> Result<Rejection, PortError> {
-    Ok(Rejection {
-        slice_id: SliceId::from_stored(get(row, "slice_id")?),
-        seq: get_u32(row, "seq")?,
-        url: get(row, "url")?,
-        geo: get_geo(row)?,
-        data: get_json(row, "data")?,
-        errors: get_json::<Vec<Violation>>(row, "errors")?,
-    })
-}
-
-pub(super) fn trace_step(row: &SqliteRow) -> Result<TraceStep, PortError> {
-    Ok(TraceStep {
-        slice_id: SliceId::from_stored(get(row, "slice_id")?),
-        seq: get_u32(row, "seq")?,
-        tool: get(row, "tool")?,
-        args_digest: get(row, "args_digest")?,
-        cache_hit: get(row, "cache_hit")?,
-        attempt: get_u32(row, "attempt")?,
-        status: get(row, "status")?,
-        error: get(row, "error")?,
-        latency_us: get_u64(row, "latency_us")?,
-        cost: Micros(get(row, "cost")?),
-        at_ms: get(row, "at_ms")?,
-        trace_id: get(row, "trace_id")?,
-        span_id: get(row, "span_id")?,
-    })
-}
-
-pub(super) fn approval_record(row: &SqliteRow) -> Result<ApprovalRecord, PortError> {
-    let job_id: Option<String> = get(row, "job_id")?;
-    let detail: Option<String> = get(row, "detail")?;
-    Ok(ApprovalRecord {
-        id: get(row, "id")?,
-        kind: get(row, "kind")?,
-        job_id: job_id
-            .map(|j| JobId::parse(&j).map_err(|e| corrupt("job id", e)))
-            .transpose()?,
-        tool: get(row, "tool")?,
-        amount: Micros(get(row, "amount")?),
-        reason: get(row, "reason")?,
-        detail: detail
-            .map(|d| serde_json::from_str(&d).map_err(|e| corrupt("approval detail", e)))
-            .transpose()?,
-        approved: get(row, "approved")?,
-        decided_by: get(row, "decided_by")?,
-        requested_ms: get(row, "requested_ms")?,
-        decided_ms: get(row, "decided_ms")?,
-        expires_ms: get(row, "expires_ms")?,
-        expired: get(row, "expired")?,
-        notified_ms: get(row, "notified_ms")?,
-    })
-}
-
-pub(super) fn failed_slice(row: &SqliteRow) -> Result<FailedSlice, PortError> {
-    let spec: SliceSpec = get_json(row, "spec")?;
-    let subject = spec.kind.subject().to_owned();
-    Ok(FailedSlice {
-        kind: spec.kind.name().to_owned(),
-        geo: spec.kind.geo().as_str().to_owned(),
-        slice_id: spec.id,
-        subject,
-        error: SliceError {
-            code: get::<Option<String>>(row, "error_code")?.unwrap_or_default(),
-            message: get::<Option<String>>(row, "error_message")?.unwrap_or_default(),
-        },
-    })
-}
-
-pub(super) fn job_counts(row: &SqliteRow) -> Result<JobCounts, PortError> {
-    Ok(JobCounts {
-        slices_total: get_u64(row, "slices_total")?,
-        slices_succeeded: get_u64(row, "slices_succeeded")?,
-        slices_failed: get_u64(row, "slices_failed")?,
-        items_valid: get_u64(row, "items_valid")?,
-        items_rejected: get_u64(row, "items_rejected")?,
-        upstream_calls: get_u64(row, "upstream_calls")?,
-        cache_hits: get_u64(row, "cache_hits")?,
-        cost: Micros(get(row, "cost")?),
-        budget_stops: get_u64(row, "budget_stops")?,
-    })
-}
-
-pub(super) fn tool_listing(row: &SqliteRow) -> Result<ToolListing, PortError> {
-    let tools: String = get(row, "tools")?;
-    Ok(ToolListing {
-        server: get(row, "server")?,
-        tools: serde_json::from_str(&tools).map_err(|e| corrupt("tool listing", e))?,
-        listed_ms: get(row, "listed_ms")?,
-    })
 }

@@ -5,7 +5,8 @@ use sqlx::sqlite::SqliteConnection;
 use trawl_core::model::{AuditRecord, now_ms};
 use trawl_core::ports::{ApprovalRecord, PinChange, PortError, ToolListing, ToolPin};
 
-use super::rows::{approval_record, audit_record, insert_audit, to_json, tool_listing, tool_pin};
+use super::rows::{insert_audit, to_json};
+use crate::decode::{approval_record, audit_record, tool_listing, tool_pin};
 use crate::error::ResultExt;
 
 /// Who closes a pending approval the server made moot.
