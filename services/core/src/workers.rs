@@ -52,9 +52,6 @@ impl ModelProviders {
     /// provider; a `claude…` name goes to Anthropic when it is configured; any
     /// other name to the OpenAI-compatible server, else to Anthropic.
     pub fn route<'a>(&'a self, requested: Option<&'a str>) -> Result<(Provider, &'a str), String> {
-        if !self.any() {
-            return Err(NO_PROVIDER.to_owned());
-        }
         let name = requested
             .or(self.default_model.as_deref())
             .ok_or("no model: set research.model in the job or TRAWL_MODEL")?;
@@ -122,14 +119,14 @@ pub fn can_run(spec: &JobSpec, workers: &[WorkerInfo]) -> Result<(), String> {
             workers,
             Pool::Standard,
             "the job has a research question",
-            |c| c.models.route(r.model.as_deref()).map(|_| ()),
+            |c| needs_model(c, r.model.as_deref()),
         )?;
     }
     if let Some(b) = &spec.browse {
         let model_steps = b.has_model_steps();
         need(workers, Pool::Isolated, "the job browses", |c| {
             if model_steps {
-                c.models.route(b.model.as_deref()).map_err(|e| {
+                needs_model(c, b.model.as_deref()).map_err(|e| {
                     format!("the browse steps include model steps (act, extract by instruction, observe), but {e}")
                 })?;
             }
@@ -140,6 +137,15 @@ pub fn can_run(spec: &JobSpec, workers: &[WorkerInfo]) -> Result<(), String> {
         })?;
     }
     Ok(())
+}
+
+/// Whether a worker can run `model`: no provider at all is said first (a model
+/// name would not help), then what [`ModelProviders::route`] says.
+fn needs_model(c: &Capabilities, model: Option<&str>) -> Result<(), String> {
+    if !c.models.any() {
+        return Err(NO_PROVIDER.to_owned());
+    }
+    c.models.route(model).map(|_| ())
 }
 
 /// `Ok` when a worker of `pool` passes `check`, or when no worker of the pool
@@ -221,20 +227,17 @@ mod tests {
                 .contains("OPENAI_BASE_URL")
         );
         assert!(anthropic.route(None).unwrap_err().contains("TRAWL_MODEL"));
-        // No provider at all is said first: a model name would not help.
         assert_eq!(
             providers(false, false, None).route(Some("m")).unwrap_err(),
-            NO_PROVIDER
-        );
-        assert_eq!(
-            providers(false, false, None).route(None).unwrap_err(),
             NO_PROVIDER
         );
     }
 
     #[test]
     fn pages_run_anywhere_research_needs_a_model_worker() {
-        let pages = spec("name: p\npages: {urls: [\"https://example.com/a\"], geos: [us]}\n");
+        let pages = spec(
+            "name: p\npages: {urls: [\"https://example.com/a\"], geos: [us]}\nextract: {fields: {t: {css: h1}}}\n",
+        );
         assert_eq!(can_run(&pages, &[]), Ok(()));
         let research = spec("name: r\nresearch:\n  question: what is it?\n  model: claude-x\n");
         // No standard worker has reported: the job waits for one.

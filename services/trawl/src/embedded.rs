@@ -408,11 +408,9 @@ impl Embedded {
     pub fn submit_config(&self) -> SubmitConfig {
         SubmitConfig {
             prices: self.options.prices,
-            egress: self
-                .options
-                .browsers
-                .is_local()
-                .then(|| Arc::new(self.options.browsers.egress_policy().clone())),
+            // `trawl run` checks browse URLs where the session connects (its
+            // egress proxy), as it always has; the API also checks them early.
+            egress: None,
         }
     }
 
