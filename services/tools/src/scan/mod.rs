@@ -117,11 +117,14 @@ use crate::config::BUILTIN_SERVER;
 use blobs::base64_blobs;
 use blocks::hidden_blocks;
 use cues::cues;
+use fields::text_fields;
+pub use fields::{definition_texts, excerpt_of};
 use intent::{Profile, Sentences, authority, intents, markers};
 pub use names::NameIndex;
 use names::{Mentions, ToolIndex};
 use params::parameter_names;
 use phrases::{phrases, squeezed_phrases};
+pub use sanitize::{Sanitized, has_invisible, sanitize_result, strip, strip_definition};
 use secrets::WINDOW;
 use secrets::secret_requests;
 use unicode::{Folded, fold, invisible_runs, invisible_unicode, is_invisible};
@@ -326,106 +329,6 @@ fn scan_definition_with(def: &Value, ctx: &ScanContext, index: &ToolIndex) -> Ve
         ))
     });
     out
-}
-
-/// The text with the given spans removed. Spans may overlap; a span out of range,
-/// reversed or not on char boundaries is ignored.
-pub fn strip(text: &str, spans: &[Range<usize>]) -> String {
-    let mut spans: Vec<Range<usize>> = spans
-        .iter()
-        .filter(|r| {
-            r.start < r.end
-                && r.end <= text.len()
-                && text.is_char_boundary(r.start)
-                && text.is_char_boundary(r.end)
-        })
-        .cloned()
-        .collect();
-    spans.sort_by_key(|r| (r.start, r.end));
-    let mut out = String::with_capacity(text.len());
-    let mut pos = 0;
-    for r in spans {
-        if r.start > pos {
-            out.push_str(&text[pos..r.start]);
-        }
-        pos = pos.max(r.end);
-    }
-    out.push_str(&text[pos.min(text.len())..]);
-    out
-}
-
-/// Returns the definition with the findings' spans removed from the string fields
-/// they name (the field paths [`scan_definition`] produces). Used for the "strip"
-/// policy; the caller picks which findings (e.g. severity ≥ medium) to strip.
-pub fn strip_definition(def: &Value, findings: &[Finding]) -> Value {
-    let mut spans: BTreeMap<&str, Vec<Range<usize>>> = BTreeMap::new();
-    for f in findings {
-        spans
-            .entry(f.field.as_str())
-            .or_default()
-            .push(f.span.clone());
-    }
-    let edits: Vec<(String, String)> = text_fields(def)
-        .into_iter()
-        .filter_map(|f| {
-            let spans = spans.get(f.field.as_str())?;
-            Some((f.pointer, strip(f.text, spans)))
-        })
-        .collect();
-    let mut out = def.clone();
-    for (pointer, text) in edits {
-        if let Some(slot) = out.pointer_mut(&pointer) {
-            *slot = Value::String(text);
-        }
-    }
-    out
-}
-
-/// A tool result made safe to hand to the model.
-pub struct Sanitized {
-    pub text: String,
-    /// How many invisible characters were removed.
-    pub invisible_removed: usize,
-    /// The original byte length, when the text was cut.
-    pub truncated_from: Option<usize>,
-}
-
-/// Whether `text` holds a character [`sanitize_result`] would remove.
-pub fn has_invisible(text: &str) -> bool {
-    !invisible_runs(text).is_empty()
-}
-
-/// Tool results: removes invisible and direction-changing characters (the set of the
-/// `invisible-unicode` rule: U+200B–U+200F, U+202A–U+202E, U+2060–U+2064,
-/// U+2066–U+206F, U+180E, U+FEFF, tag characters U+E0000–U+E007F, with the same
-/// exceptions for emoji and script joiners) and caps the size at `max_bytes`, cut on
-/// a char boundary, appending `"\n[trawl: result cut at N of M bytes]"` (N kept,
-/// M the original length). The note is added after the cut, so a cut text is up to
-/// about 50 bytes longer than `max_bytes`.
-pub fn sanitize_result(text: &str, max_bytes: usize) -> Sanitized {
-    let runs = invisible_runs(text);
-    let invisible_removed = runs.iter().map(|r| text[r.clone()].chars().count()).sum();
-    let mut clean = if runs.is_empty() {
-        text.to_owned()
-    } else {
-        strip(text, &runs)
-    };
-    let mut truncated_from = None;
-    if clean.len() > max_bytes {
-        let cut = floor_char_boundary(&clean, max_bytes);
-        clean.truncate(cut);
-        let _ = write!(
-            clean,
-            "\n[trawl: result cut at {cut} of {} bytes]",
-            text.len()
-        );
-        truncated_from = Some(text.len());
-    }
-    Sanitized {
-        text: clean,
-        invisible_removed,
-        truncated_from,
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -648,148 +551,15 @@ fn compile(pattern: &str) -> Regex {
     }
 }
 
-// ---------------------------------------------------------------------------------
-// The text fields of a definition
-
-struct TextField<'a> {
-    /// The path findings name: `inputSchema.properties.q.description`.
-    field: String,
-    /// RFC 6901 pointer to the same string, for [`strip_definition`].
-    pointer: String,
-    text: &'a str,
-}
-
-fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-/// Every text of a definition the model is shown, with the field path findings
-/// name (the same fields [`scan_definition`] reads).
-pub fn definition_texts(def: &Value) -> Vec<(String, &str)> {
-    text_fields(def)
-        .into_iter()
-        .map(|f| (f.field, f.text))
-        .collect()
-}
-
-/// A finding's excerpt of `s`: invisible and control characters escaped, cut
-/// to about 80 chars.
-pub fn excerpt_of(s: &str) -> String {
-    excerpt(s)
-}
-
-fn text_fields(def: &Value) -> Vec<TextField<'_>> {
-    let mut out = Vec::new();
-    for key in ["description", "title"] {
-        if let Some(text) = def.get(key).and_then(Value::as_str) {
-            out.push(TextField {
-                field: key.to_owned(),
-                pointer: format!("/{key}"),
-                text,
-            });
-        }
-    }
-    for key in ["inputSchema", "outputSchema"] {
-        if let Some(schema) = def.get(key) {
-            schema_fields(schema, key.to_owned(), format!("/{key}"), &mut out);
-        }
-    }
-    if let Some(text) = def.pointer("/annotations/title").and_then(Value::as_str) {
-        out.push(TextField {
-            field: "annotations.title".to_owned(),
-            pointer: "/annotations/title".to_owned(),
-            text,
-        });
-    }
-    if let Some(examples) = def.get("input_examples").and_then(Value::as_array) {
-        for (i, example) in examples.iter().enumerate() {
-            all_strings(
-                example,
-                format!("input_examples[{i}]"),
-                format!("/input_examples/{i}"),
-                &mut out,
-            );
-        }
-    }
-    out
-}
-
-/// Keys of a JSON schema whose string values the model reads.
-fn is_schema_text_key(key: &str) -> bool {
-    matches!(key, "description" | "title")
-}
-
-/// Keys of a JSON schema whose strings (or arrays of strings) are values shown to the
-/// model as choices or examples.
-fn is_schema_value_key(key: &str) -> bool {
-    matches!(key, "enum" | "const" | "default" | "examples")
-}
-
-fn schema_fields<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec<TextField<'a>>) {
-    match v {
-        Value::Object(map) => {
-            for (key, value) in map {
-                let f = format!("{field}.{key}");
-                let p = format!("{pointer}/{}", pointer_token(key));
-                match value {
-                    Value::String(text) if is_schema_text_key(key) || is_schema_value_key(key) => {
-                        out.push(TextField {
-                            field: f,
-                            pointer: p,
-                            text,
-                        });
-                    }
-                    Value::Array(items) if is_schema_value_key(key) => {
-                        for (i, item) in items.iter().enumerate() {
-                            all_strings(item, format!("{f}[{i}]"), format!("{p}/{i}"), out);
-                        }
-                    }
-                    _ => schema_fields(value, f, p, out),
-                }
-            }
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                schema_fields(item, format!("{field}[{i}]"), format!("{pointer}/{i}"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
-fn all_strings<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec<TextField<'a>>) {
-    match v {
-        Value::String(text) => out.push(TextField {
-            field,
-            pointer,
-            text,
-        }),
-        Value::Object(map) => {
-            for (key, value) in map {
-                all_strings(
-                    value,
-                    format!("{field}.{key}"),
-                    format!("{pointer}/{}", pointer_token(key)),
-                    out,
-                );
-            }
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                all_strings(item, format!("{field}[{i}]"), format!("{pointer}/{i}"), out);
-            }
-        }
-        _ => {}
-    }
-}
-
 mod blobs;
 mod blocks;
 mod cues;
+mod fields;
 mod intent;
 mod names;
 mod params;
 mod phrases;
+mod sanitize;
 mod secrets;
 mod unicode;
 mod urls;
