@@ -87,10 +87,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-build", action="store_true")
+    ap.add_argument("--binary", help="a trawl binary to measure (another build, for a before/after run); implies --no-build")
     a = ap.parse_args()
-    if not a.no_build:
+    if not a.no_build and not a.binary:
         subprocess.run(["cargo", "build", "--release", "-p", "trawl"], cwd=ROOT, check=True)
-    binary = os.path.join(ROOT, "target", "release", "trawl")
+    binary = a.binary or os.path.join(ROOT, "target", "release", "trawl")
     results = [one_run(binary, a.slices, a.concurrency) for _ in range(a.runs)]
     for r in results:
         print(json.dumps(r))

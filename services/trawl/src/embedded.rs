@@ -41,8 +41,10 @@ use trawl_worker::{Worker, WorkerConfig};
 use crate::output::{self, FailedSliceOut, Summary};
 use crate::progress::Progress;
 
-/// How often `trawl run` reads its job while it waits.
-const POLL: Duration = Duration::from_millis(200);
+/// How often `trawl run` reads its job while it waits: a read of the job row
+/// and its counters, kept by triggers (measured: 200 ms made a 10,000-slice run
+/// about 0.2 s longer, waiting for the next read after the job had ended).
+const POLL: Duration = Duration::from_millis(50);
 
 /// How long a stopping worker may take to finish its slices in flight.
 const WORKER_STOP_DEADLINE: Duration = Duration::from_secs(60);
