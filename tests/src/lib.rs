@@ -694,17 +694,35 @@ impl AuthServer {
         config["key_pem_file"] = dir.path().join("signing.pem").to_string_lossy().into();
         let path = dir.path().join("config.json");
         std::fs::write(&path, config.to_string()).unwrap();
-        let mut child = Command::new("node")
-            .arg(upstreams().join("oauth-server.mjs"))
-            .arg(&path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("node runs the authorization server");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        // Its first line says it is ready. Node has been seen, rarely, to start
+        // and never say so: such a server is stopped and another started, rather
+        // than the test waiting on it for ever.
+        let (child, line) = (1..=3)
+            .find_map(|_| {
+                let mut child = Command::new("node")
+                    .arg(upstreams().join("oauth-server.mjs"))
+                    .arg(&path)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("node runs the authorization server");
+                let stdout = child.stdout.take().unwrap();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut line = String::new();
+                    let _ = BufReader::new(stdout).read_line(&mut line);
+                    let _ = tx.send(line);
+                });
+                match rx.recv_timeout(Duration::from_secs(30)) {
+                    Ok(line) if !line.is_empty() => Some((child, line)),
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        None
+                    }
+                }
+            })
+            .expect("the authorization server said it was ready within 30 s, in 3 tries");
         let ready: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("authorization server did not start ({e}): {line:?}"));
         trawl_brightdata::ensure_crypto_provider();
