@@ -42,8 +42,8 @@ use crate::output::{self, FailedSliceOut, Summary};
 use crate::progress::Progress;
 
 /// How often `trawl run` reads its job while it waits: a read of the job row
-/// and its counters, kept by triggers (measured: 200 ms made a 10,000-slice run
-/// about 0.2 s longer, waiting for the next read after the job had ended).
+/// and its counters, kept by triggers. (50 ms and 200 ms measured alike on a
+/// 10,000-slice run: docs/benchmarks.md, "One system".)
 const POLL: Duration = Duration::from_millis(50);
 
 /// How long a stopping worker may take to finish its slices in flight.
