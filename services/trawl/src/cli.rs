@@ -373,14 +373,7 @@ impl DeployArgs {
     /// every problem is listed, and the role does not start.
     fn settings(&self, state_dir: Option<&Path>) -> anyhow::Result<crate::deployed::Settings> {
         let mut problems = Problems::default();
-        let bd = problems.take(
-            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg),
-        );
-        let prices = problems.take(
-            trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
-                .map_err(anyhow::Error::msg),
-        );
-        let sim = problems.take(self.sim.config());
+        let (upstream, prices) = problems.upstream(&self.sim);
         let keys = problems.take(self.keys());
         let approvals = problems.take(self.approvals());
         let oauth = problems.take(self.oauth());
@@ -402,9 +395,8 @@ impl DeployArgs {
         problems.take(crate::embedded::guard_judge());
         problems.check()?;
         let (
-            Some(bd),
+            Some(upstream),
             Some(prices),
-            Some(sim),
             Some(keys),
             Some((notify, slack)),
             Some(oauth),
@@ -413,9 +405,8 @@ impl DeployArgs {
             Some(browse_egress),
             Some(browsers),
         ) = (
-            bd,
+            upstream,
             prices,
-            sim,
             keys,
             approvals,
             oauth,
@@ -426,10 +417,6 @@ impl DeployArgs {
         )
         else {
             anyhow::bail!("a setting was neither read nor reported");
-        };
-        let upstream = match bd {
-            Some(c) => Upstream::BrightData(c),
-            None => Upstream::Simulator(sim),
         };
         let nats = trawl_queue::nats::NatsConfig::new(&self.nats_url)
             .with_prefix(&self.nats_prefix)
@@ -675,27 +662,16 @@ impl RunArgs {
     /// Every setting read and checked once, every problem listed.
     fn options(&self) -> anyhow::Result<Options> {
         let mut problems = Problems::default();
-        let bd = problems.take(
-            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg),
-        );
-        let prices = problems.take(
-            trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
-                .map_err(anyhow::Error::msg),
-        );
-        let sim = problems.take(self.sim.config());
+        let (upstream, prices) = problems.upstream(&self.sim);
         let tools = problems.take(tools_config(self.tools_config.as_deref(), &self.state));
         let models = problems.take(crate::deployed::models());
         let browsers = problems.take(run_browsers(prices.unwrap_or_default()));
         problems.take(crate::embedded::guard_judge());
         problems.check()?;
-        let (Some(bd), Some(prices), Some(sim), Some(tools), Some(models), Some(browsers)) =
-            (bd, prices, sim, tools, models, browsers)
+        let (Some(upstream), Some(prices), Some(tools), Some(models), Some(browsers)) =
+            (upstream, prices, tools, models, browsers)
         else {
             anyhow::bail!("a setting was neither read nor reported");
-        };
-        let upstream = match bd {
-            Some(c) => Upstream::BrightData(c),
-            None => Upstream::Simulator(sim),
         };
         Ok(Options::new(&self.state, upstream)
             .with_prices(prices)
@@ -806,6 +782,28 @@ impl Problems {
                 None
             }
         }
+    }
+
+    /// Where Bright Data is (the API with `BRIGHTDATA_API_TOKEN`, else the
+    /// simulator of `sim`) and the price table, each `None` with its problem noted.
+    fn upstream(
+        &mut self,
+        sim: &SimArgs,
+    ) -> (Option<Upstream>, Option<trawl_core::cost::PriceTable>) {
+        let bd = self.take(
+            BrightDataConfig::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg),
+        );
+        let prices = self.take(
+            trawl_brightdata::config::prices_from(&|k| std::env::var(k).ok())
+                .map_err(anyhow::Error::msg),
+        );
+        let sim = self.take(sim.config());
+        let upstream = match (bd, sim) {
+            (Some(Some(c)), _) => Some(Upstream::BrightData(c)),
+            (Some(None), Some(sim)) => Some(Upstream::Simulator(sim)),
+            _ => None,
+        };
+        (upstream, prices)
     }
 
     /// `Err` listing every problem, when there is one.
