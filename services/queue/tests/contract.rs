@@ -10,14 +10,17 @@
 // A panic is how a test fails, helpers included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::Cleanup;
 use tokio::time::{Instant, timeout};
 use trawl_core::geo::Geo;
 use trawl_core::model::{Engine, JobId, SliceKind, SliceSpec, now_ms};
 use trawl_core::ports::{Delivery, SliceMessage, SliceQueue};
-use trawl_queue::{EmbeddedQueue, Nats, NatsConfig, NatsQueue, QueueConfig};
+use trawl_queue::{EmbeddedQueue, NatsConfig, NatsQueue, QueueConfig};
 
 /// Long enough for anything that should happen; a failing test fails by then.
 const PATIENCE: Duration = Duration::from_secs(15);
@@ -63,33 +66,6 @@ async fn adapters() -> Vec<Adapter> {
             _cleanup: Some(cleanup),
         },
     ]
-}
-
-/// Deletes a prefix's streams when dropped, so a failing test cleans up too.
-struct Cleanup(NatsConfig);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let config = self.0.clone();
-        // A thread with its own runtime: this runs inside a test's runtime.
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                match Nats::connect(config).await {
-                    Ok(nats) => {
-                        if let Err(e) = nats.delete_streams().await {
-                            eprintln!("cleanup: {e}");
-                        }
-                    }
-                    Err(e) => eprintln!("cleanup: {e}"),
-                }
-            });
-        });
-        let _ = done.join();
-    }
 }
 
 fn message(job: &JobId, n: u32) -> SliceMessage {

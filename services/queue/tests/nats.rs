@@ -14,11 +14,14 @@
 // A panic is how a test fails, helpers included.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer;
+use common::Cleanup;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep, timeout};
 use trawl_core::cost::Micros;
@@ -41,33 +44,6 @@ fn config() -> NatsConfig {
     NatsConfig::new(url())
         .with_prefix(format!("t{:016x}", fastrand::u64(..)))
         .with_backoff(Vec::new())
-}
-
-/// Deletes a prefix's streams when dropped, so a failing test cleans up too.
-struct Cleanup(NatsConfig);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let config = self.0.clone();
-        // A thread with its own runtime: this may run inside a test's runtime.
-        let done = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                match Nats::connect(config).await {
-                    Ok(nats) => {
-                        if let Err(e) = nats.delete_streams().await {
-                            eprintln!("cleanup: {e}");
-                        }
-                    }
-                    Err(e) => eprintln!("cleanup: {e}"),
-                }
-            });
-        });
-        let _ = done.join();
-    }
 }
 
 /// A queue on its own streams; the streams go when it is dropped.
