@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,29 +120,9 @@ struct Answer {
 }
 
 impl App {
-    /// Submits a job through the one submit and plans it, as the scheduler
-    /// role does next: the way `trawl run` parks a job that needs approval.
+    /// Submits a job through the one submit and plans it (`common`).
     async fn submit_planned(&self, spec: &JobSpec) -> trawl_scheduler::Submitted {
-        // Its announcement goes nowhere: the tests read what the API emits.
-        let (quiet, _) = InProcessEvents::channel();
-        let mut s = trawl_scheduler::submit(
-            self.store.as_ref(),
-            &quiet,
-            &trawl_scheduler::SubmitConfig::default(),
-            trawl_scheduler::Submission::new(spec.clone()),
-        )
-        .await
-        .unwrap();
-        let service = trawl_scheduler::Service {
-            store: self.store.clone(),
-            queue: self.queue.clone(),
-            events: Arc::new(quiet),
-            prices: PriceTable::default(),
-            config: trawl_scheduler::ServiceConfig::default(),
-        };
-        service.advance_id(&s.job_id).await.unwrap();
-        s.status = self.store.job(&s.job_id).await.unwrap().unwrap().status;
-        s
+        common::submit_planned(self.store.clone(), self.queue.clone(), spec).await
     }
 
     async fn parked_job(&self, name: &str) -> (JobId, ApprovalRecord) {
