@@ -529,14 +529,32 @@ async fn every_role_serves_prometheus_metrics_that_match_the_job() {
         calls
     );
 
-    // The scheduler reports the queue's lag and the approvals waiting: a job
-    // over its approval threshold makes one; the gauge follows on the next pass.
-    let (_, _, text) = get(format!("{scheduler_ops}/metrics")).await;
-    let m = parse_metrics(&text)
-        .await
-        .unwrap_or_else(|e| panic!("scheduler /metrics is not Prometheus text: {e}\n{text}"));
-    assert_eq!(sum(&m, "trawl_queue_lag", &[]), 0.0, "{text}");
-    assert_eq!(sum(&m, "trawl_approvals_pending", &[]), 0.0, "{text}");
+    // The scheduler reports the queue's lag and the approvals waiting. Both
+    // gauges are set by its reconcile pass (every 200 ms, TRAWL_RECONCILE_EVERY),
+    // so a reading follows the queue and the store on the next pass, not at
+    // once: the jobs above are over, so the lag falls to 0; a job over its
+    // approval threshold then makes one approval wait.
+    let gauges_reach = |want: &'static [(&'static str, f64)]| {
+        let url = format!("{scheduler_ops}/metrics");
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let (_, _, text) = get(url.clone()).await;
+                let m = parse_metrics(&text).await.unwrap_or_else(|e| {
+                    panic!("scheduler /metrics is not Prometheus text: {e}\n{text}")
+                });
+                if want.iter().all(|(name, v)| sum(&m, name, &[]) == *v) {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the scheduler's gauges never read {want:?}:\n{text}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    gauges_reach(&[("trawl_queue_lag", 0.0), ("trawl_approvals_pending", 0.0)]).await;
     let id = client
         .submit_yaml(&format!(
             "{}budget: {{approve_above_usd: 0.000001}}\n",
@@ -551,20 +569,7 @@ async fn every_role_serves_prometheus_metrics_that_match_the_job() {
             || logs(&[&api, &scheduler, &worker]),
         )
         .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, _, text) = get(format!("{scheduler_ops}/metrics")).await;
-        let m = parse_metrics(&text).await.unwrap();
-        if sum(&m, "trawl_approvals_pending", &[]) == 1.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "trawl_approvals_pending never became 1:\n{text}"
-        );
-        // The scheduler's pass runs every 200 ms (TRAWL_RECONCILE_EVERY).
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    gauges_reach(&[("trawl_approvals_pending", 1.0)]).await;
     // The API's own, on its ops listener.
     let (status, _, text) = get(format!("{api_ops}/metrics")).await;
     assert_eq!(status, 200);
