@@ -920,6 +920,157 @@ async fn a_research_job_runs_in_the_deployed_shape() {
     assert_eq!(output, (reqs.len() as u64 * USAGE.output_tokens) as f64);
 }
 
+/// A sub-agent's worker is killed (SIGKILL) while it waits for its third model
+/// turn, after two paid ones. The slice is delivered again to another worker,
+/// which goes on from the saved conversation: its first request is the third
+/// turn, and the ledger holds every paid turn once, the killed delivery's two
+/// included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_killed_after_two_paid_turns_resumes_at_its_third() {
+    const BIN: &str = env!("CARGO_BIN_EXE_trawl-e2e");
+    // The first request of the third turn is never answered in time: the
+    // worker waiting for it is killed.
+    let stalled = Arc::new(AtomicBool::new(false));
+    let first = stalled.clone();
+    let server = ScriptedModel::start(move |wire, body| {
+        let v = view(wire, body);
+        match (v.step, v.turn) {
+            (Step::Planner, _) => call(
+                &v,
+                "submit_plan",
+                json!({"sub_questions": ["X1 Carbon prices in Germany"]}),
+            ),
+            (Step::Agent, 0) => call(&v, "web_search", json!({"query": "thinkpad x1 carbon"})),
+            (Step::Agent, 1) => call(&v, "fetch_page", json!({"url": link(&v.results[0].0, 0)})),
+            (Step::Agent, _) => {
+                let url = fetched_urls(&[Recorded {
+                    wire,
+                    path: String::new(),
+                    headers: Vec::new(),
+                    body: body.clone(),
+                }])
+                .pop_first()
+                .unwrap();
+                let reply = submit(&v, &format!("Listed on {url}"), &[&url]);
+                if first.swap(true, Ordering::SeqCst) {
+                    reply
+                } else {
+                    reply.with_delay(Duration::from_secs(600))
+                }
+            }
+            (Step::Report, _) => text(&v, "# X1 Carbon\n\nListed [1]."),
+        }
+    })
+    .await
+    .unwrap();
+    let d = trawl_tests::Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("ANTHROPIC_BASE_URL", &server.url())
+        .with_env("ANTHROPIC_API_KEY", "deployed-key")
+        .with_env("TRAWL_MODEL", MODEL)
+        .with_env("TRAWL_ACK_WAIT", "2s");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let mut victim = d.spawn("worker", "worker-killed");
+    let client = d.client(&api.api_url().await);
+    let id = client
+        .submit_yaml(
+            "name: resume\nresearch:\n  question: Where is the X1 Carbon sold?\n  geo: de\n",
+        )
+        .await;
+    let agent_turns = || -> Vec<(usize, Value)> {
+        server
+            .requests()
+            .iter()
+            .map(|r| view(r.wire, &r.body))
+            .zip(server.requests())
+            .filter(|(v, _)| v.step == Step::Agent)
+            .map(|(v, r)| (v.turn, r.body["messages"].clone()))
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !stalled.load(Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sub-agent never asked for its third turn:\n{}\n{}",
+            scheduler.log(),
+            victim.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    victim.kill();
+    // Before any other delivery: the two paid turns are in the ledger already.
+    let model_steps = |trace: &[Value]| -> Vec<Value> {
+        trace
+            .iter()
+            .filter(|t| t["tool"] == format!("model:{MODEL}"))
+            .cloned()
+            .collect()
+    };
+    let trace = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
+    let agent_slice = trace
+        .iter()
+        .find(|t| t["tool"] == "brightdata.web_search")
+        .map(|t| t["slice_id"].clone())
+        .unwrap_or_else(|| panic!("no search step saved: {trace:#?}"));
+    let of_agent = |steps: Vec<Value>| -> Vec<Value> {
+        steps
+            .into_iter()
+            .filter(|t| t["slice_id"] == agent_slice)
+            .collect()
+    };
+    assert_eq!(of_agent(model_steps(&trace)).len(), 2, "{trace:#?}");
+
+    let worker = d.spawn("worker", "worker-resumed");
+    let job = client
+        .wait_job(
+            &id,
+            Duration::from_secs(60),
+            trawl_tests::is_terminal,
+            || format!("{}\n{}\n{}", api.log(), scheduler.log(), worker.log()),
+        )
+        .await;
+    assert_eq!(job["status"], "succeeded", "{job}\n{}", worker.log());
+    assert!(
+        worker.log().contains("goes on from its saved turn"),
+        "{}",
+        worker.log()
+    );
+
+    // The second delivery's first request is the third turn, with the
+    // conversation the killed one sent: nothing was asked twice.
+    let turns = agent_turns();
+    let numbers: Vec<usize> = turns.iter().map(|(n, _)| *n).collect();
+    assert_eq!(numbers, [0, 1, 2, 2], "agent turns asked, in order");
+    assert_eq!(
+        turns[2].1, turns[3].1,
+        "the resumed turn sends the saved conversation"
+    );
+
+    // Every paid turn once: 1 plan, 3 sub-agent turns (2 before the kill, 1
+    // after), 1 report; the stalled request was never paid.
+    let trace = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
+    let model = model_steps(&trace);
+    assert_eq!(model.len(), 5, "{trace:#?}");
+    let agent = of_agent(model.clone());
+    let seqs: BTreeSet<u64> = agent.iter().map(|t| t["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.len(), 3, "{agent:#?}");
+    for tool in ["brightdata.web_search", "brightdata.fetch_page"] {
+        let calls = trace.iter().filter(|t| t["tool"] == tool).count();
+        assert_eq!(calls, 1, "{tool} was called once: {trace:#?}");
+    }
+    let billed: i64 = trace.iter().map(|t| t["cost"].as_i64().unwrap()).sum();
+    assert!(billed > 0);
+    assert_eq!(
+        job["counts"]["cost_micros"].as_i64().unwrap(),
+        billed,
+        "{job}"
+    );
+    let per_turn = model[0]["cost"].as_i64().unwrap();
+    assert!(per_turn > 0, "{model:#?}");
+    assert!(model.iter().all(|t| t["cost"].as_i64() == Some(per_turn)));
+}
+
 fn catalog_config(dir: &Path, n: usize) -> ToolsConfig {
     let tools: Vec<Value> = (0..n)
         .map(|i| {

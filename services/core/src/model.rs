@@ -538,6 +538,29 @@ pub struct SliceOutcome {
     pub error: Option<SliceError>,
 }
 
+/// What a slice still running has recorded, and where a model-driven slice's
+/// conversation stands. Saved after each model turn (`Store::save_progress`), so
+/// that a slice delivered again resumes at its next turn and every turn that was
+/// paid for is in the ledger once: its outcome carries these rows again, and
+/// rows already stored are kept as they are.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    pub trace: Vec<TraceStep>,
+    pub costs: Vec<CostEntry>,
+    pub audit: Vec<AuditRecord>,
+    /// The slice's own state to resume from; `None` keeps the last one saved.
+    pub state: Option<Value>,
+}
+
+impl Progress {
+    pub fn is_empty(&self) -> bool {
+        self.trace.is_empty()
+            && self.costs.is_empty()
+            && self.audit.is_empty()
+            && self.state.is_none()
+    }
+}
+
 /// Why a slice failed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SliceError {

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::cost::Micros;
 use crate::model::{
-    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome,
-    SliceSpec, TraceStep,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceError, SliceId,
+    SliceOutcome, SliceSpec, TraceStep,
 };
 use crate::retry::ErrorClass;
 use crate::workers::WorkerInfo;
@@ -758,6 +758,20 @@ pub trait Store: Send + Sync {
         slice: &SliceId,
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError>;
+    /// Stores what a slice still running recorded (rows already stored under
+    /// the same seq are kept as they are) and, when `progress.state` is given,
+    /// the state it resumes from. Writes nothing for a slice that is no longer
+    /// pending.
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError>;
+    /// What [`Self::save_progress`] kept for a slice: every trace step, cost
+    /// entry and audit row stored under it, in seq order, and its last state.
+    /// `None` when nothing is stored.
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError>;
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError>;
     /// Whether any slice of the job is not yet terminal. Called after every burst
     /// of finished slices, so an adapter whose `counts` is costly answers it

@@ -6,17 +6,20 @@
 //! drops what that wire cannot carry.
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Who wrote a message. System text is not a message: it is [`Request::system`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Role {
     User,
     Assistant,
 }
 
-/// One turn of the conversation.
-#[derive(Clone, Debug, PartialEq)]
+/// One turn of the conversation. Serializable so that a sub-agent's conversation
+/// can be saved after each turn and resumed (trawl's own form, not a provider's
+/// wire).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Message {
     pub role: Role,
     pub content: Vec<Block>,
@@ -49,7 +52,7 @@ impl Message {
 }
 
 /// A content block.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Block {
     Text {
         text: String,
@@ -99,7 +102,7 @@ impl Block {
 }
 
 /// One part of a tool result.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ResultPart {
     Text(String),
     /// Anthropic client-side tool search: `{"type":"tool_reference","tool_name":...}`

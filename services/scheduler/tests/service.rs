@@ -24,8 +24,8 @@ use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::model::{
-    Item, JobCounts, JobId, JobStatus, Rejection, SliceError, SliceId, SliceOutcome, SliceSpec,
-    TraceStep, now_ms,
+    Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceError, SliceId, SliceOutcome,
+    SliceSpec, TraceStep, now_ms,
 };
 use trawl_core::plan::{follow_ups, plan};
 use trawl_core::ports::{
@@ -146,6 +146,17 @@ impl Store for Hooked {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         self.inner.record_outcome(job, slice, outcome).await
+    }
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError> {
+        self.inner.save_progress(job, slice, progress).await
+    }
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
+        self.inner.progress(job, slice).await
     }
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
         let armed = self

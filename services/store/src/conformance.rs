@@ -14,8 +14,9 @@ use serde_json::json;
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    AuditRecord, CostEntry, Engine, Item, ItemKind, JobCounts, JobId, JobStatus, Rejection,
-    SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep, Violation,
+    AuditRecord, CostEntry, Engine, Item, ItemKind, JobCounts, JobId, JobStatus, Progress,
+    Rejection, SliceError, SliceId, SliceKind, SliceOutcome, SliceSpec, SliceStatus, TraceStep,
+    Violation,
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, GuardVerdict, Idempotency,
@@ -42,6 +43,7 @@ macro_rules! suite {
             a_created_job_reads_back_with_its_slices_pending,
             a_job_id_cannot_be_created_twice,
             an_outcome_is_written_once_and_a_redelivery_writes_nothing,
+            progress_is_kept_while_a_slice_runs_and_its_outcome_stores_it_once,
             one_slice_recorded_by_two_tasks_at_once_is_written_once,
             concurrent_outcomes_are_each_written_once,
             records_repeating_a_seq_are_stored_once,
@@ -333,6 +335,101 @@ pub(crate) async fn an_outcome_is_written_once_and_a_redelivery_writes_nothing(f
     assert_eq!(store.counts(&job).await.unwrap(), want);
     assert_eq!(store.items(&job).await.unwrap(), outcome.items);
     assert_eq!(f.slice_status(&job, &root.id).await, SliceStatus::Succeeded);
+}
+
+pub(crate) async fn progress_is_kept_while_a_slice_runs_and_its_outcome_stores_it_once(
+    f: &dyn Fixture,
+) {
+    let store = f.store();
+    let s = search("turns");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+    assert!(store.progress(&job, &s.id).await.unwrap().is_none());
+
+    // Two saves, as after two turns: the second repeats a seq (kept as first
+    // saved) and replaces the state.
+    let first = Progress {
+        trace: vec![step(&s, 0, false), step(&s, 1, true)],
+        costs: vec![cost(&s, 0, 1_500)],
+        audit: vec![audit(Some(&job), Some(&s.id), 0, "allow")],
+        state: Some(json!({"turn": 1, "messages": ["q"]})),
+    };
+    store.save_progress(&job, &s.id, &first).await.unwrap();
+    let mut changed = step(&s, 1, false);
+    changed.tool = "changed".into();
+    let second = Progress {
+        trace: vec![changed, step(&s, 2, false)],
+        costs: vec![cost(&s, 2, 2_500)],
+        audit: Vec::new(),
+        state: Some(json!({"turn": 2, "messages": ["q", "a"]})),
+    };
+    store.save_progress(&job, &s.id, &second).await.unwrap();
+    // Rows alone keep the state saved last.
+    let rows_only = Progress {
+        audit: vec![audit(Some(&job), Some(&s.id), 1, "deny")],
+        ..Progress::default()
+    };
+    store.save_progress(&job, &s.id, &rows_only).await.unwrap();
+    let saved = store.progress(&job, &s.id).await.unwrap().unwrap();
+    assert_eq!(
+        saved.trace,
+        vec![step(&s, 0, false), step(&s, 1, true), step(&s, 2, false)]
+    );
+    assert_eq!(saved.costs, vec![cost(&s, 0, 1_500), cost(&s, 2, 2_500)]);
+    assert_eq!(
+        saved.audit,
+        vec![
+            audit(Some(&job), Some(&s.id), 0, "allow"),
+            audit(Some(&job), Some(&s.id), 1, "deny"),
+        ]
+    );
+    assert_eq!(
+        saved.state,
+        Some(json!({"turn": 2, "messages": ["q", "a"]}))
+    );
+    assert_eq!(f.slice_status(&job, &s.id).await, SliceStatus::Pending);
+
+    // The outcome carries the saved rows again, and one more turn's.
+    let outcome = SliceOutcome {
+        trace: [saved.trace.clone(), vec![step(&s, 3, false)]].concat(),
+        costs: [saved.costs.clone(), vec![cost(&s, 3, 500)]].concat(),
+        audit: saved.audit.clone(),
+        ..SliceOutcome::default()
+    };
+    assert!(
+        store
+            .record_outcome(&job, &s.id, &outcome)
+            .await
+            .unwrap()
+            .written
+    );
+    let want = JobCounts {
+        slices_total: 1,
+        slices_succeeded: 1,
+        upstream_calls: 3,
+        cache_hits: 1,
+        cost: Micros(4_500),
+        ..JobCounts::default()
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    assert_eq!(f.recount(&job).await, want);
+    let trace = store.trace_page(&job, None, 10).await.unwrap();
+    assert_eq!(trace, outcome.trace);
+
+    // A slice that has ended takes no more progress.
+    let late = Progress {
+        trace: vec![step(&s, 9, false)],
+        costs: vec![cost(&s, 9, 99_000)],
+        state: Some(json!({"turn": 9})),
+        ..Progress::default()
+    };
+    store.save_progress(&job, &s.id, &late).await.unwrap();
+    assert_eq!(store.counts(&job).await.unwrap(), want);
+    let after = store.progress(&job, &s.id).await.unwrap().unwrap();
+    assert_eq!(after.trace, outcome.trace);
+    assert_eq!(
+        after.state,
+        Some(json!({"turn": 2, "messages": ["q", "a"]}))
+    );
 }
 
 pub(crate) async fn one_slice_recorded_by_two_tasks_at_once_is_written_once(f: &dyn Fixture) {

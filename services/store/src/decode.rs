@@ -12,8 +12,8 @@ use sqlx::sqlite::SqliteRow;
 use trawl_core::cost::Micros;
 use trawl_core::geo::Geo;
 use trawl_core::model::{
-    AuditRecord, Item, ItemKind, JobCounts, JobId, JobStatus, Pool, Rejection, SliceError, SliceId,
-    SliceSpec, TraceStep, Violation,
+    AuditRecord, CostEntry, Item, ItemKind, JobCounts, JobId, JobStatus, Pool, Progress, Rejection,
+    SliceError, SliceId, SliceSpec, TraceStep, Violation,
 };
 use trawl_core::ports::{
     ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError,
@@ -167,6 +167,38 @@ pub(crate) fn trace_step(row: &impl Columns) -> Result<TraceStep, PortError> {
         trace_id: row.opt_text("trace_id")?,
         span_id: row.opt_text("span_id")?,
     })
+}
+
+pub(crate) fn cost_entry(row: &impl Columns) -> Result<CostEntry, PortError> {
+    Ok(CostEntry {
+        slice_id: SliceId::from_stored(row.text("slice_id")?),
+        seq: u32_of(row, "seq")?,
+        product: row.text("product")?,
+        amount: Micros(row.int("amount")?),
+    })
+}
+
+/// A slice's saved progress (`Store::progress`) from its trace steps, cost
+/// entries and audit rows, each in seq order, and its state; `None` when there
+/// is nothing.
+pub(crate) fn progress<R: Columns>(
+    trace: &[R],
+    costs: &[R],
+    audit: &[R],
+    state: Option<String>,
+) -> Result<Option<Progress>, PortError> {
+    let progress = Progress {
+        trace: trace.iter().map(trace_step).collect::<Result<_, _>>()?,
+        costs: costs.iter().map(cost_entry).collect::<Result<_, _>>()?,
+        audit: audit
+            .iter()
+            .map(|r| audit_record(r).map(|(_, a)| a))
+            .collect::<Result<_, _>>()?,
+        state: state
+            .map(|s| serde_json::from_str(&s).map_err(|e| corrupt("slice progress", e)))
+            .transpose()?,
+    };
+    Ok((!progress.is_empty()).then_some(progress))
 }
 
 pub(crate) fn approval_record(row: &impl Columns) -> Result<ApprovalRecord, PortError> {

@@ -65,8 +65,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
-    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec,
-    TraceStep, now_ms,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceId, SliceOutcome,
+    SliceSpec, TraceStep, now_ms,
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
@@ -136,6 +136,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         10,
         "workers",
         include_str!("../../../migrations/0010_workers.sql"),
+    ),
+    (
+        11,
+        "slice_progress",
+        include_str!("../../../migrations/0011_slice_progress.sql"),
     ),
 ];
 
@@ -458,6 +463,19 @@ impl Store for PgStore {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         self.outcomes.record(job, slice, outcome).await
+    }
+
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError> {
+        outcomes::save_progress(&self.pool, job, slice, progress).await
+    }
+
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
+        outcomes::progress(&self.pool, job, slice).await
     }
 
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {

@@ -24,8 +24,8 @@ use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 use tracing::instrument;
 use trawl_core::cost::Micros;
 use trawl_core::model::{
-    AuditRecord, Item, JobCounts, JobId, JobStatus, Rejection, SliceId, SliceOutcome, SliceSpec,
-    TraceStep, now_ms,
+    AuditRecord, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceId, SliceOutcome,
+    SliceSpec, TraceStep, now_ms,
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
@@ -60,6 +60,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v9.sql"),
     include_str!("sqlite_v10.sql"),
     include_str!("sqlite_v11.sql"),
+    include_str!("sqlite_v12.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -368,6 +369,19 @@ impl Store for SqliteStore {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         outcomes::record(&self.conn, &self.queue, job, slice, outcome).await
+    }
+
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError> {
+        outcomes::save_progress(&mut *self.conn().await?, job, slice, progress).await
+    }
+
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
+        outcomes::progress(&mut *self.conn().await?, job, slice).await
     }
 
     async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {

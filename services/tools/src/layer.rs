@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
-use backon::{ExponentialBuilder, Retryable};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tracing::Instrument as _;
@@ -972,7 +971,6 @@ impl ToolLayer {
     ) -> Result<Vec<u8>, ToolError> {
         ran.store(true, Ordering::Relaxed);
         let tool = entry.name.as_str();
-        let policy = opts.retry;
         let attempt = AtomicU32::new(0);
         let price = if entry.builtin {
             self.builtin.price(tool)
@@ -981,24 +979,7 @@ impl ToolLayer {
         };
         let once = || async {
             let n = attempt.fetch_add(1, Ordering::Relaxed) + 1;
-            match opts.budget.try_reserve(price).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(ToolError::permanent(
-                        "budget_exhausted",
-                        format!(
-                            "the job's budget of {} would be passed by this call",
-                            opts.budget.max().unwrap_or_default(),
-                        ),
-                    ));
-                }
-                Err(e) => {
-                    return Err(ToolError::transient(
-                        "budget_unavailable",
-                        format!("the job's budget could not be checked: {e}"),
-                    ));
-                }
-            }
+            opts.budget.reserve(price, "this call").await?;
             let t = Instant::now();
             // No span of its own: each attempt's request is a span under the
             // call (Bright Data's `POST /request`, an upstream server's `call`),
@@ -1037,21 +1018,7 @@ impl ToolLayer {
                 }
             }
         };
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(policy.base_delay)
-            .with_max_delay(policy.max_delay)
-            .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
-            .with_jitter();
-        once.retry(backoff)
-            .sleep(tokio::time::sleep)
-            .when(|e: &ToolError| e.is_transient())
-            .adjust(|e: &ToolError, next: Option<Duration>| {
-                next.map(|d| policy.wait(d, e.retry_after))
-            })
-            .notify(|e: &ToolError, after: Duration| {
-                tracing::info!(error = %e.code, ?after, "retry");
-            })
-            .await
+        crate::retrying(opts.retry, once).await
     }
 }
 

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
 use trawl_core::cost::Micros;
-use trawl_core::model::{AuditRecord, CostEntry, JobId, SliceId, TraceStep, now_ms};
+use trawl_core::model::{AuditRecord, CostEntry, JobId, Progress, SliceId, TraceStep, now_ms};
 use trawl_core::ports::{PortError, Store, ToolError};
 use trawl_core::retry::RetryPolicy;
 
@@ -147,6 +147,28 @@ impl Budget {
             .is_ok())
     }
 
+    /// Reserves `amount` for `what` (this call, a model turn, a browser session),
+    /// or the error that stops it: `budget_exhausted` (permanent) when it would
+    /// pass the maximum, `budget_unavailable` (transient) when the shared ledger
+    /// cannot be reached. Every paid call reserves here, and then either
+    /// [`Self::settle`]s what it was billed or [`Self::release`]s the reservation.
+    pub async fn reserve(&self, amount: Micros, what: &str) -> Result<(), ToolError> {
+        match self.try_reserve(amount).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ToolError::permanent(
+                "budget_exhausted",
+                format!(
+                    "the job's budget of {} would be passed by {what}",
+                    self.max().unwrap_or_default(),
+                ),
+            )),
+            Err(e) => Err(ToolError::transient(
+                "budget_unavailable",
+                format!("the job's budget could not be checked: {e}"),
+            )),
+        }
+    }
+
     /// Replaces a reservation by what was actually billed (which may pass the
     /// maximum: the money is spent).
     pub async fn settle(&self, reserved: Micros, billed: Micros) {
@@ -199,6 +221,31 @@ impl Budget {
 /// The cost product of browser traffic.
 pub const BROWSER_PRODUCT: &str = "brightdata.browser";
 
+/// Runs `op` until it succeeds, fails permanently, or `policy` has no attempt
+/// left: jittered exponential backoff (`backon`), each wait stretched to an
+/// upstream's `Retry-After` and cut at the policy's maximum. The one retry loop of
+/// what costs money: the layer's upstream calls and browser sessions.
+pub async fn retrying<T, F, Fut>(policy: RetryPolicy, op: F) -> Result<T, ToolError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ToolError>>,
+{
+    use backon::{ExponentialBuilder, Retryable};
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(policy.base_delay)
+        .with_max_delay(policy.max_delay)
+        .with_max_times(policy.max_attempts.saturating_sub(1) as usize)
+        .with_jitter();
+    op.retry(backoff)
+        .sleep(tokio::time::sleep)
+        .when(|e: &ToolError| e.is_transient())
+        .adjust(|e: &ToolError, next: Option<Duration>| next.map(|d| policy.wait(d, e.retry_after)))
+        .notify(|e: &ToolError, after: Duration| {
+            tracing::info!(error = %e.code, ?after, "retry");
+        })
+        .await
+}
+
 /// A slice's trace steps, cost entries and audit rows, numbered in order.
 #[derive(Debug)]
 pub struct Recorder {
@@ -208,6 +255,8 @@ pub struct Recorder {
     in_slice: bool,
     caller: String,
     inner: Mutex<(Vec<TraceStep>, Vec<CostEntry>, Vec<AuditRecord>)>,
+    /// How many of each were handed out by [`Recorder::unsaved`] already.
+    saved: Mutex<(usize, usize, usize)>,
     seq: AtomicU32,
     audit_seq: AtomicU32,
 }
@@ -232,6 +281,24 @@ impl Recorder {
         Recorder::make(None, SliceId::from_stored("-".into()), false, caller.into())
     }
 
+    /// The calls of a slice delivered again, after what an earlier delivery
+    /// saved (`Store::progress`): those rows are kept, as already saved, and new
+    /// ones are numbered after them, so the outcome carries every row once.
+    pub fn resume(job_id: JobId, slice_id: SliceId, saved: Progress) -> Recorder {
+        let next = |seqs: &mut dyn Iterator<Item = u32>| seqs.max().map_or(0, |s| s + 1);
+        let seq = next(&mut saved.trace.iter().map(|t| t.seq))
+            .max(next(&mut saved.costs.iter().map(|c| c.seq)));
+        let audit_seq = next(&mut saved.audit.iter().map(|a| a.seq));
+        let counts = (saved.trace.len(), saved.costs.len(), saved.audit.len());
+        let rec = Recorder::make(Some(job_id), slice_id, true, "worker".to_owned());
+        *rec.inner.lock().unwrap_or_else(|p| p.into_inner()) =
+            (saved.trace, saved.costs, saved.audit);
+        *rec.saved.lock().unwrap_or_else(|p| p.into_inner()) = counts;
+        rec.seq.store(seq, Ordering::Relaxed);
+        rec.audit_seq.store(audit_seq, Ordering::Relaxed);
+        rec
+    }
+
     fn make(job_id: Option<JobId>, slice_id: SliceId, in_slice: bool, caller: String) -> Recorder {
         Recorder {
             job_id,
@@ -239,8 +306,24 @@ impl Recorder {
             in_slice,
             caller,
             inner: Mutex::new((Vec::new(), Vec::new(), Vec::new())),
+            saved: Mutex::new((0, 0, 0)),
             seq: AtomicU32::new(0),
             audit_seq: AtomicU32::new(0),
+        }
+    }
+
+    /// What was recorded since the last call, for `Store::save_progress`; the
+    /// rows stay in the recorder, for the outcome.
+    pub fn unsaved(&self) -> Progress {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut saved = self.saved.lock().unwrap_or_else(|p| p.into_inner());
+        let from = *saved;
+        *saved = (g.0.len(), g.1.len(), g.2.len());
+        Progress {
+            trace: g.0.get(from.0..).unwrap_or_default().to_vec(),
+            costs: g.1.get(from.1..).unwrap_or_default().to_vec(),
+            audit: g.2.get(from.2..).unwrap_or_default().to_vec(),
+            state: None,
         }
     }
 
@@ -383,6 +466,7 @@ impl Recorder {
     pub fn take(&self) -> Records {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (trace, costs, audit) = std::mem::take(&mut *g);
+        *self.saved.lock().unwrap_or_else(|p| p.into_inner()) = (0, 0, 0);
         Records {
             trace,
             costs,
@@ -529,6 +613,36 @@ mod tests {
         assert_eq!(attempts, [(1, "http_502"), (2, "timeout"), (3, "http_429")]);
         assert!(costs.is_empty(), "failed calls cost nothing");
         assert_eq!(budget.reserved(), Micros::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_resumed_recorder_keeps_what_was_saved_and_numbers_after_it() {
+        let (job, slice) = (JobId::generate(1, 1), SliceId::from_stored("s_1".into()));
+        let first = Recorder::new(job.clone(), slice.clone());
+        first.model_turn("m", "d0", Ok(()), Duration::ZERO, Micros(10));
+        first.model_turn("m", "d1", Ok(()), Duration::ZERO, Micros(20));
+        let saved = first.unsaved();
+        assert_eq!((saved.trace.len(), saved.costs.len()), (2, 2));
+        assert!(first.unsaved().is_empty(), "each row is handed out once");
+
+        let again = Recorder::resume(job, slice, saved.clone());
+        assert!(
+            again.unsaved().is_empty(),
+            "the saved rows are not saved again"
+        );
+        again.model_turn("m", "d2", Ok(()), Duration::ZERO, Micros(30));
+        let new = again.unsaved();
+        assert_eq!(new.trace.iter().map(|t| t.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(new.costs.iter().map(|c| c.seq).collect::<Vec<_>>(), [2]);
+        let all = again.finish();
+        assert_eq!(
+            all.trace.iter().map(|t| t.seq).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            all.costs.iter().map(|c| c.amount).collect::<Vec<_>>(),
+            [Micros(10), Micros(20), Micros(30)]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -379,31 +379,21 @@ async fn run(
     };
     // A start URL whose host as written is refused needs no browser.
     cx.check_written(url)?;
-    let attempts = job.retry.max_attempts.max(1);
-    let mut backoff = backon::BackoffBuilder::build(
-        backon::ExponentialBuilder::default()
-            .with_min_delay(job.retry.base_delay)
-            .with_max_delay(job.retry.max_delay)
-            .with_jitter()
-            .without_max_times(),
-    );
-    let mut attempt = 1;
-    loop {
+    // A session that fails transiently is run again from its start, as a tool
+    // call is retried: the job's retry policy, through the layer's one loop.
+    let attempt = std::sync::atomic::AtomicU32::new(0);
+    let this = trawl_tools::retrying(job.retry, || async {
+        let n = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mut this = SliceOutcome::default();
-        match cx.session(url, geo.as_str(), attempt, &mut this).await {
-            Ok(()) => {
-                out.items = this.items;
-                out.rejections = this.rejections;
-                return Ok(());
-            }
-            Err(e) if e.is_transient() && attempt < attempts => {
-                tracing::info!(attempt, error = %e, "browser session failed; trying again");
-                tokio::time::sleep(backoff.next().unwrap_or(job.retry.max_delay)).await;
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+        cx.session(url, geo.as_str(), n, &mut this)
+            .await
+            .map(|()| this)
+            .inspect_err(|e| tracing::info!(attempt = n, error = %e, "browser session failed"))
+    })
+    .await?;
+    out.items = this.items;
+    out.rejections = this.rejections;
+    Ok(())
 }
 
 impl Cx<'_> {
@@ -417,19 +407,7 @@ impl Cx<'_> {
     ) -> Result<(), ToolError> {
         let estimate = self.browsers.prices.browser_bytes(BROWSE_ESTIMATE_BYTES);
         let budget = &self.job.budget;
-        match budget.try_reserve(estimate).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(ToolError::permanent(
-                    "budget_exhausted",
-                    format!(
-                        "the job's budget of {} would be passed by a browser session",
-                        budget.max().unwrap_or_default()
-                    ),
-                ));
-            }
-            Err(e) => return Err(ToolError::transient("store_unavailable", e.to_string())),
-        }
+        budget.reserve(estimate, "a browser session").await?;
         let started = Instant::now();
         let opened =
             Session::open(&self.browsers.endpoint(geo), self.browsers.launch_timeout).await;

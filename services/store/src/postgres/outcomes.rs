@@ -569,3 +569,146 @@ fn first_of_each<'a, T, K: std::hash::Hash + Eq>(
     let mut seen = HashSet::with_capacity(records.len());
     records.iter().filter(|r| seen.insert(key(r))).collect()
 }
+
+/// Progress rows of a slice still pending, and its state when given, in one
+/// statement: nothing is written once the slice has ended.
+const PROGRESS: &str = "\
+WITH live AS (
+    SELECT job_id, slice_id FROM slices
+    WHERE job_id = $1 AND slice_id = $2 AND status = 'pending'
+    FOR UPDATE
+), new_trace AS (
+    INSERT INTO trace_steps (job_id, slice_id, seq, tool, args_digest, cache_hit, attempt,
+        status, error, latency_us, cost, at_ms, trace_id, span_id)
+    SELECT $1, $2, t.seq, t.tool, t.args_digest, t.cache_hit, t.attempt,
+        t.status, t.error, t.latency_us, t.cost, t.at_ms, t.trace_id, t.span_id
+    FROM UNNEST($5::bigint[], $6::text[], $7::text[], $8::bool[], $9::bigint[],
+            $10::text[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[],
+            $15::text[], $16::text[])
+        AS t (seq, tool, args_digest, cache_hit, attempt, status, error, latency_us,
+            cost, at_ms, trace_id, span_id)
+    WHERE EXISTS (SELECT 1 FROM live)
+    ON CONFLICT DO NOTHING
+), new_costs AS (
+    INSERT INTO costs (job_id, slice_id, seq, product, amount)
+    SELECT $1, $2, t.seq, t.product, t.amount
+    FROM UNNEST($17::bigint[], $18::text[], $19::bigint[]) AS t (seq, product, amount)
+    WHERE EXISTS (SELECT 1 FROM live)
+    ON CONFLICT DO NOTHING
+), new_audit AS (
+    INSERT INTO tool_audit (job_id, slice_id, seq, tool, args_digest, decision, reason,
+        caller, latency_us, result_bytes, error, at_ms)
+    SELECT $1, $2, t.seq, t.tool, t.args_digest, t.decision, t.reason,
+        t.caller, t.latency_us, t.result_bytes, t.error, t.at_ms
+    FROM UNNEST($20::bigint[], $21::text[], $22::text[], $23::text[], $24::text[],
+            $25::text[], $26::bigint[], $27::bigint[], $28::text[], $29::bigint[])
+        AS t (seq, tool, args_digest, decision, reason, caller, latency_us, result_bytes,
+            error, at_ms)
+    WHERE EXISTS (SELECT 1 FROM live)
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO slice_progress (job_id, slice_id, state, saved_ms)
+SELECT $1, $2, $3, $4 FROM live WHERE $3::text IS NOT NULL
+ON CONFLICT (job_id, slice_id) DO UPDATE SET state = EXCLUDED.state,
+    saved_ms = EXCLUDED.saved_ms";
+
+/// `Store::save_progress`: the rows through the same column preparation as an
+/// outcome's (de-duplicated by seq, text made storable).
+pub(super) async fn save_progress(
+    pool: &PgPool,
+    job: &JobId,
+    slice: &SliceId,
+    progress: &trawl_core::model::Progress,
+) -> Result<(), PortError> {
+    let rows = SliceOutcome {
+        trace: progress.trace.clone(),
+        costs: progress.costs.clone(),
+        audit: progress.audit.clone(),
+        ..SliceOutcome::default()
+    };
+    let mut c = Columns::default();
+    c.add(job, slice, &rows, &prepare(job, slice, &rows))?;
+    let state = progress.state.as_ref().map(json).transpose()?;
+    sqlx::query(PROGRESS)
+        .bind(job.as_str())
+        .bind(slice.as_str())
+        .bind(state)
+        .bind(now_ms())
+        .bind(&c.t_seq)
+        .bind(&c.t_tool)
+        .bind(&c.t_digest)
+        .bind(&c.t_hit)
+        .bind(&c.t_attempt)
+        .bind(&c.t_status)
+        .bind(&c.t_error)
+        .bind(&c.t_latency)
+        .bind(&c.t_cost)
+        .bind(&c.t_at)
+        .bind(&c.t_trace)
+        .bind(&c.t_span)
+        .bind(&c.c_seq)
+        .bind(&c.c_product)
+        .bind(&c.c_amount)
+        .bind(&c.a_seq)
+        .bind(&c.a_tool)
+        .bind(&c.a_digest)
+        .bind(&c.a_decision)
+        .bind(&c.a_reason)
+        .bind(&c.a_caller)
+        .bind(&c.a_latency)
+        .bind(&c.a_bytes)
+        .bind(&c.a_error)
+        .bind(&c.a_at)
+        .execute(pool)
+        .await
+        .port()?;
+    Ok(())
+}
+
+/// `Store::progress`: the slice's stored rows and last state, in one transaction.
+pub(super) async fn progress(
+    pool: &PgPool,
+    job: &JobId,
+    slice: &SliceId,
+) -> Result<Option<trawl_core::model::Progress>, PortError> {
+    let (j, s) = (job.as_str(), slice.as_str());
+    let mut tx = pool.begin().await.port()?;
+    let trace = sqlx::query(
+        "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
+         latency_us, cost, at_ms, trace_id, span_id FROM trace_steps \
+         WHERE job_id = $1 AND slice_id = $2 ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *tx)
+    .await
+    .port()?;
+    let costs = sqlx::query(
+        "SELECT slice_id, seq, product, amount FROM costs \
+         WHERE job_id = $1 AND slice_id = $2 ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *tx)
+    .await
+    .port()?;
+    let audit = sqlx::query(
+        "SELECT id, job_id, slice_id, seq, tool, args_digest, decision, reason, caller, \
+         latency_us, result_bytes, error, at_ms FROM tool_audit \
+         WHERE job_id = $1 AND slice_id = $2 ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *tx)
+    .await
+    .port()?;
+    let state: Option<String> =
+        sqlx::query_scalar("SELECT state FROM slice_progress WHERE job_id = $1 AND slice_id = $2")
+            .bind(j)
+            .bind(s)
+            .fetch_optional(&mut *tx)
+            .await
+            .port()?;
+    tx.commit().await.port()?;
+    crate::decode::progress(&trace, &costs, &audit, state)
+}

@@ -21,7 +21,7 @@ use std::sync::{Arc, PoisonError};
 use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
-use trawl_core::model::{JobId, SliceId, SliceOutcome, SliceSpec, now_ms};
+use trawl_core::model::{JobId, Progress, SliceId, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::ports::{PortError, Recorded};
 
 use super::rows::{
@@ -243,4 +243,97 @@ async fn write_batch(
             .collect();
     }
     Ok(answers)
+}
+
+/// `Store::save_progress`: the rows and the state, in one transaction, only while
+/// the slice is pending. Rows already stored under a seq are kept as they are.
+pub(super) async fn save_progress(
+    conn: &mut SqliteConnection,
+    job: &JobId,
+    slice: &SliceId,
+    progress: &Progress,
+) -> Result<(), PortError> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+    let live = sqlx::query(
+        "SELECT 1 FROM slices WHERE job_id = ? AND slice_id = ? AND status = 'pending'",
+    )
+    .bind(job.as_str())
+    .bind(slice.as_str())
+    .fetch_optional(&mut *tx)
+    .await
+    .port()?;
+    if live.is_none() {
+        return Ok(());
+    }
+    let trace: Vec<Owned<'_, _>> = progress.trace.iter().map(|t| (job, slice, t)).collect();
+    insert_trace_steps(&mut tx, &trace).await?;
+    let costs: Vec<Owned<'_, _>> = progress.costs.iter().map(|c| (job, slice, c)).collect();
+    insert_costs(&mut tx, &costs).await?;
+    let audit: Vec<_> = progress
+        .audit
+        .iter()
+        .map(|a| (Some(job), Some(slice), a))
+        .collect();
+    insert_audit(&mut tx, &audit).await?;
+    if let Some(state) = &progress.state {
+        sqlx::query(
+            "INSERT INTO slice_progress (job_id, slice_id, state, saved_ms) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (job_id, slice_id) DO UPDATE SET state = excluded.state, \
+             saved_ms = excluded.saved_ms",
+        )
+        .bind(job.as_str())
+        .bind(slice.as_str())
+        .bind(state.to_string())
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .port()?;
+    }
+    tx.commit().await.port()
+}
+
+/// `Store::progress`: the slice's stored rows and last state.
+pub(super) async fn progress(
+    conn: &mut SqliteConnection,
+    job: &JobId,
+    slice: &SliceId,
+) -> Result<Option<Progress>, PortError> {
+    let (j, s) = (job.as_str(), slice.as_str());
+    let trace = sqlx::query(
+        "SELECT slice_id, seq, tool, args_digest, cache_hit, attempt, status, error, \
+         latency_us, cost, at_ms, trace_id, span_id FROM trace_steps \
+         WHERE job_id = ? AND slice_id = ? ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *conn)
+    .await
+    .port()?;
+    let costs = sqlx::query(
+        "SELECT slice_id, seq, product, amount FROM costs \
+         WHERE job_id = ? AND slice_id = ? ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *conn)
+    .await
+    .port()?;
+    let audit = sqlx::query(
+        "SELECT id, job_id, slice_id, seq, tool, args_digest, decision, reason, caller, \
+         latency_us, result_bytes, error, at_ms FROM tool_audit \
+         WHERE job_id = ? AND slice_id = ? ORDER BY seq",
+    )
+    .bind(j)
+    .bind(s)
+    .fetch_all(&mut *conn)
+    .await
+    .port()?;
+    let state: Option<String> =
+        sqlx::query_scalar("SELECT state FROM slice_progress WHERE job_id = ? AND slice_id = ?")
+            .bind(j)
+            .bind(s)
+            .fetch_optional(&mut *conn)
+            .await
+            .port()?;
+    crate::decode::progress(&trace, &costs, &audit, state)
 }

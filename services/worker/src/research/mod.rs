@@ -26,8 +26,11 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use trawl_core::model::{Item, ItemKind, SliceKind, SliceOutcome, SliceSpec, normalize_url};
+use trawl_core::model::{
+    Item, ItemKind, SliceId, SliceKind, SliceOutcome, SliceSpec, normalize_url,
+};
 use trawl_core::plan::sub_agents;
 use trawl_core::ports::{Store, ToolDef, ToolError};
 use trawl_core::spec::{CodeExecution, Research, ToolSearchMode};
@@ -76,8 +79,36 @@ pub async fn run_slice(
     store: &dyn Store,
     slice: &SliceSpec,
 ) -> (SliceOutcome, bool) {
-    let rec = Arc::new(Recorder::new(job.id.clone(), slice.id.clone()));
     let mut out = SliceOutcome::default();
+    // What an earlier delivery of this slice saved: its rows are this one's too,
+    // and a sub-agent goes on from its last turn.
+    let saved = match store.progress(&job.id, &slice.id).await {
+        Ok(saved) => saved,
+        Err(e) => {
+            out.error =
+                Some(ToolError::transient("store_unavailable", e.to_string()).to_slice_error());
+            return (out, true);
+        }
+    };
+    let (rec, state) = match saved {
+        Some(mut saved) => {
+            let state = saved.state.take();
+            tracing::info!(
+                turns = saved
+                    .trace
+                    .iter()
+                    .filter(|t| t.tool.starts_with("model:"))
+                    .count(),
+                "resuming the slice where an earlier delivery left it"
+            );
+            (
+                Recorder::resume(job.id.clone(), slice.id.clone(), saved),
+                state,
+            )
+        }
+        None => (Recorder::new(job.id.clone(), slice.id.clone()), None),
+    };
+    let rec = Arc::new(rec);
     let result = match prepare(job, models) {
         Err(e) => Err(e),
         Ok((research, model)) => {
@@ -85,15 +116,17 @@ pub async fn run_slice(
                 job: job.clone(),
                 tools: tools.clone(),
                 rec: rec.clone(),
+                store,
+                slice: slice.id.clone(),
                 model,
                 research,
             };
             match &slice.kind {
                 SliceKind::Research { question, .. } => cx.plan(slice, question, &mut out).await,
-                SliceKind::Agent { question, .. } => cx.agent(slice, question, &mut out).await,
-                SliceKind::Report { question, .. } => {
-                    cx.report(slice, question, store, &mut out).await
+                SliceKind::Agent { question, .. } => {
+                    cx.agent(slice, question, state, &mut out).await
                 }
+                SliceKind::Report { question, .. } => cx.report(slice, question, &mut out).await,
                 other => Err(ToolError::permanent(
                     "internal",
                     format!("a {} slice is not model-driven", other.name()),
@@ -152,22 +185,62 @@ impl Modes {
 }
 
 /// What a model-driven slice works with.
-struct Cx {
+struct Cx<'a> {
     job: Arc<JobContext>,
     tools: Arc<ToolLayer>,
     rec: Arc<Recorder>,
+    store: &'a dyn Store,
+    slice: SliceId,
     model: Resolved,
     research: Research,
 }
 
-impl Cx {
+/// Where a sub-agent's conversation stands before one of its turns: saved with
+/// the slice's progress, so that a slice delivered again goes on from here.
+#[derive(Serialize, Deserialize)]
+struct AgentState {
+    /// The turn about to be taken, from 0.
+    turn: u32,
+    messages: Vec<Message>,
+    container: Option<String>,
+    /// Tools found by `tool_search`, offered from now on.
+    loaded: BTreeSet<String>,
+    /// Pages fetched, which findings may cite.
+    fetched: BTreeSet<String>,
+    calls: u32,
+    nudges: u32,
+}
+
+impl Cx<'_> {
     fn provider(&self) -> Provider {
         self.model.client.provider()
     }
 
-    /// One model turn: budget reserved, the call, a trace step and its cost.
+    /// One model turn: budget reserved, the call, a trace step and its cost;
+    /// then what the slice recorded is saved, so a paid turn outlives the
+    /// delivery.
     async fn turn(&self, req: &Request) -> Result<Response, ToolError> {
-        model_turn(&self.job, &self.model, &self.rec, req).await
+        let resp = model_turn(&self.job, &self.model, &self.rec, req).await;
+        self.save(None).await;
+        resp
+    }
+
+    /// Saves what the slice recorded since the last save and, when given, the
+    /// state it resumes from. A save that fails is logged: the outcome carries
+    /// the same rows, and a delivery that finds no state starts over.
+    async fn save(&self, state: Option<Value>) {
+        let mut progress = self.rec.unsaved();
+        progress.state = state;
+        if progress.is_empty() {
+            return;
+        }
+        if let Err(e) = self
+            .store
+            .save_progress(&self.job.id, &self.slice, &progress)
+            .await
+        {
+            tracing::warn!(error = %e, "the slice's progress was not saved");
+        }
     }
 
     fn request(&self, system: String) -> Request {
@@ -262,6 +335,7 @@ impl Cx {
         &self,
         slice: &SliceSpec,
         question: &str,
+        resume: Option<Value>,
         out: &mut SliceOutcome,
     ) -> Result<(), ToolError> {
         let r = &self.research;
@@ -287,15 +361,45 @@ impl Cx {
         let fetched: Arc<Mutex<BTreeSet<String>>> = Arc::default();
 
         let mut req = self.request(agent_system(r, modes.local_code || modes.hosted_code));
-        req.messages.push(Message::user_text(format!(
-            "Research this question and submit your findings: {question}"
-        )));
         let max_calls = r.max_tool_calls_per_agent;
         let mut calls = 0u32;
         let mut nudges = 0u32;
+        let mut first = 0u32;
+        match resume.map(serde_json::from_value::<AgentState>) {
+            Some(Ok(st)) => {
+                tracing::info!(
+                    turn = st.turn + 1,
+                    "the sub-agent goes on from its saved turn"
+                );
+                (first, req.messages, req.container) = (st.turn, st.messages, st.container);
+                (loaded, calls, nudges) = (st.loaded, st.calls, st.nudges);
+                *fetched.lock().unwrap_or_else(|p| p.into_inner()) = st.fetched;
+            }
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::warn!(error = %e, "the saved conversation is unreadable; starting over");
+                }
+                req.messages.push(Message::user_text(format!(
+                    "Research this question and submit your findings: {question}"
+                )));
+            }
+        }
         // Tool calls, plus a turn to submit, plus nudges and findings fixes.
         let max_turns = max_calls + 2 + NUDGES + PLAN_TRIES;
-        for _ in 0..max_turns {
+        for turn in first..max_turns {
+            if turn > first {
+                // The conversation up to this turn, with the tool calls' rows.
+                let state = AgentState {
+                    turn,
+                    messages: req.messages.clone(),
+                    container: req.container.clone(),
+                    loaded: loaded.clone(),
+                    fetched: fetched.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                    calls,
+                    nudges,
+                };
+                self.save(serde_json::to_value(&state).ok()).await;
+            }
             let capped = calls >= max_calls;
             req.tools = self.agent_tools(&names, &core, &usable, &loaded, capped, modes);
             req.server_tools.clear();
@@ -578,10 +682,10 @@ impl Cx {
         &self,
         slice: &SliceSpec,
         question: &str,
-        store: &dyn Store,
         out: &mut SliceOutcome,
     ) -> Result<(), ToolError> {
-        let items = store
+        let items = self
+            .store
             .items(&self.job.id)
             .await
             .map_err(|e| ToolError::transient("store_unavailable", e.to_string()))?;

@@ -47,19 +47,7 @@ async fn turn_in(
         ..Usage::default()
     });
     let budget = &job.budget;
-    match budget.try_reserve(reserve).await {
-        Ok(true) => {}
-        Ok(false) => {
-            return Err(ToolError::permanent(
-                "budget_exhausted",
-                format!(
-                    "the job's budget of {} would be passed by a model turn",
-                    budget.max().unwrap_or_default()
-                ),
-            ));
-        }
-        Err(e) => return Err(ToolError::transient("store_unavailable", e.to_string())),
-    }
+    budget.reserve(reserve, "a model turn").await?;
     let digest = trawl_core::digest(&[&model.model, &format!("{:?}", req.messages)]);
     let started = Instant::now();
     let result = model.client.complete(req).await;
