@@ -35,11 +35,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use trawl_core::ports::SliceStore;
 
 use serde_json::{Value, json};
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl_core::model::{ItemKind, JobId, JobStatus};
-use trawl_core::ports::Store;
 use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
 use trawl_model::{AnthropicClient, ClientConfig, PriceList, Usage};
 use trawl_sim::SimConfig;

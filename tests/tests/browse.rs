@@ -14,7 +14,7 @@ use serde_json::json;
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl_core::egress::EgressPolicy;
 use trawl_core::model::JobStatus;
-use trawl_core::ports::Store;
+use trawl_core::ports::{ArtifactStore, SliceStore, ToolStore};
 use trawl_model::testing::ScriptedModel;
 use trawl_sim::SimConfig;
 use trawl_tests::scripted_anthropic;

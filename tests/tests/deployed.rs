@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl::progress::Progress;
 use trawl_core::model::JobStatus;
-use trawl_core::ports::{SliceMessage, SliceQueue, Store};
+use trawl_core::ports::{JobStore, SliceMessage, SliceQueue, SliceStore};
 use trawl_core::spec::JobSpec;
 use trawl_queue::nats::{NatsConfig, NatsQueue};
 use trawl_sim::SimConfig;

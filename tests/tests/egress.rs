@@ -22,7 +22,7 @@ use trawl::output::Summary;
 use trawl_browser::egress::{Dial, Resolve};
 use trawl_core::egress::EgressPolicy;
 use trawl_core::model::{JobId, JobStatus, SliceError};
-use trawl_core::ports::Store;
+use trawl_core::ports::{ArtifactStore, SliceStore, ToolStore};
 use trawl_sim::SimConfig;
 use trawl_tests::site::{SECRET, serve_site};
 use trawl_worker::WorkerConfig;

@@ -14,7 +14,7 @@ use trawl::output::Summary;
 use trawl::progress::Progress;
 use trawl_core::model::{JobId, JobStatus};
 use trawl_core::plan::plan;
-use trawl_core::ports::Store;
+use trawl_core::ports::{SliceStore, ToolStore};
 use trawl_core::spec::JobSpec;
 use trawl_sim::{Faults, SimConfig};
 use trawl_tests::EXTRACT;

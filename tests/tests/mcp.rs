@@ -20,7 +20,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use trawl_api::oauth::{OAuthConfig, ResourceServer, TokenError};
 use trawl_core::model::JobStatus;
-use trawl_core::ports::Store as _;
+use trawl_core::ports::{JobStore, ToolStore};
 use trawl_core::resource::ResourceUri;
 use trawl_sim::SimConfig;
 use trawl_tests::{AuthServer, Deployment, Role, free_port, node_client, upstreams, wait_for_port};

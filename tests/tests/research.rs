@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use trawl::embedded::{Embedded, Options, Upstream};
 use trawl::output::Summary;
 use trawl_core::model::{ItemKind, JobStatus};
-use trawl_core::ports::Store;
+use trawl_core::ports::{JobStore, SliceStore, ToolStore};
 use trawl_core::spec::JobSpec;
 use trawl_model::testing::{Recorded, Reply, ScriptedModel, Wire};
 use trawl_model::{ClientConfig, OpenAiClient, PriceList, Usage};

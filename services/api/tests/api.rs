@@ -7,6 +7,9 @@
 mod common;
 use std::sync::Arc;
 use std::time::Duration;
+use trawl_core::ports::{
+    ApprovalStore, ArtifactStore, JobStore, SliceStore, ToolStore, WorkerStore,
+};
 
 use async_trait::async_trait;
 use axum::Router;
@@ -29,7 +32,7 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Artifact, CacheKey, ContentCache, Event, Events, JobRecord, LoadFuture, PortError, Served,
-    Store, ToolError,
+    ToolError,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};

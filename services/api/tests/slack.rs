@@ -22,7 +22,9 @@ use trawl_api::{ApiKey, ApiState, Auth, SlackConfig, router};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, now_ms};
-use trawl_core::ports::{ApprovalRecord, Event, PinChange, PinStatus, Store};
+use trawl_core::ports::{
+    ApprovalRecord, ApprovalStore, Event, JobStore, PinChange, PinStatus, ToolStore,
+};
 use trawl_core::spec::JobSpec;
 use trawl_notify::{ResponseHosts, sign_slack};
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};

@@ -729,13 +729,14 @@ pub struct ArtifactInfo {
     pub at_ms: i64,
 }
 
+/// Jobs: created, planned, moved and ended, found by status or idempotency key; their budget; and whether the backend answers.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait JobStore: Send + Sync {
     /// Stores a job and its planned slices, all or nothing.
     async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError>;
     async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError>;
     /// Moves a job from `from` to the status `to` that is not terminal (jobs end
-    /// only by [`Store::end_job`]); `false` (nothing written) when the job is no
+    /// only by [`Self::end_job`]); `false` (nothing written) when the job is no
     /// longer `from`, so a move never overwrites a cancel or another move.
     async fn move_job(&self, id: &JobId, from: JobStatus, to: JobStatus)
     -> Result<bool, PortError>;
@@ -748,6 +749,45 @@ pub trait Store: Send + Sync {
         status: JobStatus,
         reason: Option<&str>,
     ) -> Result<bool, PortError>;
+    /// Reserves `amount` of the job's budget unless its reservations would pass
+    /// `max`; `false` (and nothing reserved) if they would. Reservations are kept
+    /// in the store so that every process spending for the job shares them.
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError>;
+    /// Changes the job's reservations by `delta`: negative to release what a
+    /// failed call did not spend, the difference when a call was billed otherwise.
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError>;
+    /// Money spent so far, from the ledger.
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
+    /// Stores the planned slices of a `pending` job and moves it to `status`, in one
+    /// transaction. `false` (and nothing written) when the job is not `pending`.
+    /// The slices count as published now: the scheduler publishes every open slice
+    /// of a `queued` job before the job leaves `queued`, so no slice needs a mark.
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError>;
+    /// Jobs in any of these statuses, oldest first, at most `limit`.
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError>;
+    /// The job first stored with this idempotency key.
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError>;
+    /// Whether the backend answers, for readiness probes.
+    async fn ping(&self) -> Result<(), PortError>;
+}
+
+/// Slices and what they yield: outcomes, progress of slices still running, publication to the queue, counts, and the items, rejections and trace read back.
+#[async_trait]
+pub trait SliceStore: Send + Sync {
     /// Slices not yet terminal.
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError>;
     /// Writes a slice's items, rejections, trace, costs, children and status in one
@@ -779,45 +819,10 @@ pub trait Store: Send + Sync {
     async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
         Ok(self.counts(id).await?.slices_open() > 0)
     }
-    /// Reserves `amount` of the job's budget unless its reservations would pass
-    /// `max`; `false` (and nothing reserved) if they would. Reservations are kept
-    /// in the store so that every process spending for the job shares them.
-    async fn reserve_budget(
-        &self,
-        id: &JobId,
-        amount: Micros,
-        max: Micros,
-    ) -> Result<bool, PortError>;
-    /// Changes the job's reservations by `delta`: negative to release what a
-    /// failed call did not spend, the difference when a call was billed otherwise.
-    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError>;
-    /// Money spent so far, from the ledger.
-    async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
     /// Valid items in slice order.
     async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError>;
     async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError>;
     async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError>;
-    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError>;
-    /// Records a decision on a pending approval; `None` if there was none pending.
-    async fn decide_approval(
-        &self,
-        id: &JobId,
-        approved: bool,
-        by: &str,
-    ) -> Result<Option<Approval>, PortError>;
-
-    // --- the deployed shape: planning by the scheduler, publication, reading pages
-
-    /// Stores the planned slices of a `pending` job and moves it to `status`, in one
-    /// transaction. `false` (and nothing written) when the job is not `pending`.
-    /// The slices count as published now: the scheduler publishes every open slice
-    /// of a `queued` job before the job leaves `queued`, so no slice needs a mark.
-    async fn plan_job(
-        &self,
-        id: &JobId,
-        slices: &[SliceSpec],
-        status: JobStatus,
-    ) -> Result<bool, PortError>;
     /// Adds pending slices to a job, not yet published (the scheduler publishes
     /// them); ids the job already has are skipped. Returns how many were new.
     async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError>;
@@ -836,14 +841,6 @@ pub trait Store: Send + Sync {
         slices: &[SliceId],
         at_ms: i64,
     ) -> Result<(), PortError>;
-    /// Jobs in any of these statuses, oldest first, at most `limit`.
-    async fn jobs_with_status(
-        &self,
-        statuses: &[JobStatus],
-        limit: u32,
-    ) -> Result<Vec<JobRecord>, PortError>;
-    /// The job first stored with this idempotency key.
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError>;
     /// Valid items after `after`, in slice order, at most `limit`.
     async fn items_page(
         &self,
@@ -864,6 +861,19 @@ pub trait Store: Send + Sync {
         after: Option<&RowCursor>,
         limit: u32,
     ) -> Result<Vec<TraceStep>, PortError>;
+}
+
+/// Approvals of spend and tool changes: requested, decided, expired, and the outbox of their notices (Slack, webhooks).
+#[async_trait]
+pub trait ApprovalStore: Send + Sync {
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError>;
+    /// Records a decision on a pending approval; `None` if there was none pending.
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError>;
     /// Approvals, newest first; only pending ones when `pending_only`.
     async fn approvals(
         &self,
@@ -873,9 +883,6 @@ pub trait Store: Send + Sync {
     async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError>;
     /// How many approvals are pending (the `trawl_approvals_pending` gauge).
     async fn pending_approvals(&self) -> Result<u64, PortError>;
-
-    // --- approvals: expiry and the outbox of their notices (Slack, webhooks)
-
     /// Expires what nobody decided in time, in one transaction: first every
     /// pending approval without an expiry gets one, `ttl_ms` after it was
     /// requested (none when `ttl_ms` is `None`); then up to `limit` pending
@@ -896,7 +903,7 @@ pub trait Store: Send + Sync {
     /// never send one notice at once. Oldest first. A pending one without an
     /// expiry gets one, `ttl_ms` after it was requested, in the same statement,
     /// so the request announces it (a request stored after this notifier's
-    /// [`Store::expire_approvals`] would otherwise go out without).
+    /// [`Self::expire_approvals`] would otherwise go out without).
     async fn claim_approval_notices(
         &self,
         now_ms: i64,
@@ -914,9 +921,11 @@ pub trait Store: Send + Sync {
     /// A claimed notice could not be delivered: it may be claimed again from
     /// `retry_at_ms`.
     async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError>;
+}
 
-    // --- the tool layer: pins and audit
-
+/// The tool layer's state: pins of upstream definitions and their approvals, per-call approvals, the audit log, the guard's cached embeddings and verdicts, and each upstream server's last good listing.
+#[async_trait]
+pub trait ToolStore: Send + Sync {
     /// Every tool's pin, by tool name.
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError>;
     /// Applies pin changes in one transaction, raising approvals as they ask.
@@ -949,9 +958,6 @@ pub trait Store: Send + Sync {
         after: Option<i64>,
         limit: u32,
     ) -> Result<Vec<(i64, AuditRecord)>, PortError>;
-
-    // --- the tool layer's guard: cached embeddings and model verdicts
-
     /// The vectors stored for `model` (an embedder's `model_id`) under any of
     /// `keys` (sha256 of the embedded text), as (key, vector); keys without one
     /// are left out, in no particular order.
@@ -975,77 +981,364 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<GuardVerdict>, PortError>;
     /// Stores a verdict, replacing the one of the same model and hash.
     async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError>;
-
-    // --- the tool layer's catalog: each upstream server's last good listing
-    //
-    // The defaults refuse, as for artifacts below.
-
     /// Every stored listing, by server name.
-    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError> {
-        Err(not_supported("tool_listings"))
-    }
+    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError>;
     /// Stores a server's listing, replacing the one stored before.
-    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError> {
-        Err(not_supported(&format!(
-            "save_tool_listing {}",
-            listing.server
-        )))
-    }
+    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError>;
+}
 
-    // --- browser slices: artifacts and the browse replay cache
-    //
-    // The defaults refuse, for stores (test doubles) that have no use for them;
-    // both adapters of `trawl-store` implement them.
-
+/// Browser slices' artifacts (screenshots, files) and the browse replay cache.
+#[async_trait]
+pub trait ArtifactStore: Send + Sync {
     /// Stores an artifact, replacing one of the same job and name. Data over
     /// [`MAX_ARTIFACT_BYTES`] is refused as [`PortError::Corrupt`] and nothing is
     /// stored; an unknown job is [`PortError::NotFound`].
-    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
-        Err(not_supported(&format!("put_artifact {:?}", a.name)))
-    }
+    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError>;
     /// The artifacts of a job, without their bytes, by time produced then name.
-    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError> {
-        Err(not_supported(&format!("artifacts of {job}")))
-    }
+    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError>;
     /// One artifact of a job, bytes and all; `None` when the job has none so named.
-    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError> {
-        Err(not_supported(&format!("artifact {name:?} of {job}")))
-    }
+    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError>;
     /// The replay of a browse step stored under `key`: a model step resolved once
     /// is replayed from it on the next run.
-    async fn replay(&self, key: &str) -> Result<Option<Value>, PortError> {
-        Err(not_supported(&format!("replay {key:?}")))
-    }
+    async fn replay(&self, key: &str) -> Result<Option<Value>, PortError>;
     /// Stores (or replaces) the replay under `key`.
-    async fn put_replay(&self, key: &str, value: &Value) -> Result<(), PortError> {
-        let _ = value;
-        Err(not_supported(&format!("put_replay {key:?}")))
-    }
+    async fn put_replay(&self, key: &str, value: &Value) -> Result<(), PortError>;
     /// Forgets the replay under `key` (a replay that no longer works); nothing
     /// stored under it is not an error.
-    async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
-        Err(not_supported(&format!("drop_replay {key:?}")))
-    }
-
-    // --- workers: what each reports it can run
-    //
-    // The defaults refuse, as for artifacts above.
-
-    /// Stores a worker's report, replacing its earlier one.
-    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
-        Err(not_supported(&format!("report_worker {}", w.id)))
-    }
-    /// Workers whose last report is at or after `since_ms`, the latest report
-    /// first.
-    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError> {
-        Err(not_supported(&format!("workers since {since_ms}")))
-    }
-
-    /// Whether the backend answers, for readiness probes.
-    async fn ping(&self) -> Result<(), PortError>;
+    async fn drop_replay(&self, key: &str) -> Result<(), PortError>;
 }
 
-/// What a store without artifacts and replays answers when asked for them.
-fn not_supported(what: &str) -> PortError {
-    PortError::Unavailable(format!("{what}: not supported by this store"))
+/// Workers as they report themselves: pool, capabilities, heartbeat.
+#[async_trait]
+pub trait WorkerStore: Send + Sync {
+    /// Stores a worker's report, replacing its earlier one.
+    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError>;
+    /// Workers whose last report is at or after `since_ms`, the latest report
+    /// first.
+    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError>;
+}
+
+/// Every concern of the store: what the adapters (SQLite, Postgres) implement
+/// and what the roles are handed. Any type that implements each concern is one.
+pub trait Store:
+    JobStore + SliceStore + ApprovalStore + ToolStore + ArtifactStore + WorkerStore
+{
+}
+
+impl<T> Store for T where
+    T: JobStore + SliceStore + ApprovalStore + ToolStore + ArtifactStore + WorkerStore + ?Sized
+{
+}
+
+/// A store that hands one concern `C` (`dyn JobStore`, `dyn ToolStore`...) to
+/// another: a test double that changes a few methods of one concern implements
+/// that concern and forwards the others to a real store, one line each.
+pub trait Forward<C: ?Sized> {
+    fn to(&self) -> &C;
+}
+
+#[async_trait]
+impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
+    async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError> {
+        self.to().create_job(job, slices).await
+    }
+    async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError> {
+        self.to().job(id).await
+    }
+    async fn move_job(
+        &self,
+        id: &JobId,
+        from: JobStatus,
+        to: JobStatus,
+    ) -> Result<bool, PortError> {
+        self.to().move_job(id, from, to).await
+    }
+    async fn end_job(
+        &self,
+        id: &JobId,
+        status: JobStatus,
+        reason: Option<&str>,
+    ) -> Result<bool, PortError> {
+        self.to().end_job(id, status, reason).await
+    }
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError> {
+        self.to().reserve_budget(id, amount, max).await
+    }
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
+        self.to().adjust_budget(id, delta).await
+    }
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
+        self.to().spent(id).await
+    }
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError> {
+        self.to().plan_job(id, slices, status).await
+    }
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError> {
+        self.to().jobs_with_status(statuses, limit).await
+    }
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
+        self.to().job_by_idempotency_key(key).await
+    }
+    async fn ping(&self) -> Result<(), PortError> {
+        self.to().ping().await
+    }
+}
+
+#[async_trait]
+impl<T: Forward<dyn SliceStore> + Send + Sync> SliceStore for T {
+    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
+        self.to().open_slices(id).await
+    }
+    async fn record_outcome(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        outcome: &SliceOutcome,
+    ) -> Result<Recorded, PortError> {
+        self.to().record_outcome(job, slice, outcome).await
+    }
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError> {
+        self.to().save_progress(job, slice, progress).await
+    }
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
+        self.to().progress(job, slice).await
+    }
+    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
+        self.to().counts(id).await
+    }
+    async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
+        self.to().has_open_slices(id).await
+    }
+    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
+        self.to().items(id).await
+    }
+    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError> {
+        self.to().rejections(id).await
+    }
+    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
+        self.to().failed_slices(id, limit).await
+    }
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
+        self.to().add_slices(id, slices).await
+    }
+    async fn slices_to_publish(
+        &self,
+        id: &JobId,
+        stale_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.to()
+            .slices_to_publish(id, stale_before_ms, limit)
+            .await
+    }
+    async fn mark_published(
+        &self,
+        id: &JobId,
+        slices: &[SliceId],
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        self.to().mark_published(id, slices, at_ms).await
+    }
+    async fn items_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Item>, PortError> {
+        self.to().items_page(id, after, limit).await
+    }
+    async fn rejections_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Rejection>, PortError> {
+        self.to().rejections_page(id, after, limit).await
+    }
+    async fn trace_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<TraceStep>, PortError> {
+        self.to().trace_page(id, after, limit).await
+    }
+}
+
+#[async_trait]
+impl<T: Forward<dyn ApprovalStore> + Send + Sync> ApprovalStore for T {
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
+        self.to().request_approval(approval).await
+    }
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError> {
+        self.to().decide_approval(id, approved, by).await
+    }
+    async fn approvals(
+        &self,
+        pending_only: bool,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.to().approvals(pending_only, limit).await
+    }
+    async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
+        self.to().approval(id).await
+    }
+    async fn pending_approvals(&self) -> Result<u64, PortError> {
+        self.to().pending_approvals().await
+    }
+    async fn expire_approvals(
+        &self,
+        now_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.to().expire_approvals(now_ms, ttl_ms, limit).await
+    }
+    async fn claim_approval_notices(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        ttl_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ApprovalRecord>, PortError> {
+        self.to()
+            .claim_approval_notices(now_ms, lease_ms, ttl_ms, limit)
+            .await
+    }
+    async fn approval_notice_sent(
+        &self,
+        id: i64,
+        notice: ApprovalNotice,
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        self.to().approval_notice_sent(id, notice, at_ms).await
+    }
+    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
+        self.to().approval_notice_failed(id, retry_at_ms).await
+    }
+}
+
+#[async_trait]
+impl<T: Forward<dyn ToolStore> + Send + Sync> ToolStore for T {
+    async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {
+        self.to().tool_pins().await
+    }
+    async fn save_pins(&self, changes: &[PinChange]) -> Result<(), PortError> {
+        self.to().save_pins(changes).await
+    }
+    async fn decide_tool_approval(
+        &self,
+        id: i64,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<ApprovalRecord>, PortError> {
+        self.to().decide_tool_approval(id, approved, by).await
+    }
+    async fn tool_call_approval(
+        &self,
+        tool: &str,
+        args_digest: &str,
+        reason: &str,
+        detail: &Value,
+    ) -> Result<(i64, Option<bool>), PortError> {
+        self.to()
+            .tool_call_approval(tool, args_digest, reason, detail)
+            .await
+    }
+    async fn record_audit(&self, rows: &[AuditRecord]) -> Result<(), PortError> {
+        self.to().record_audit(rows).await
+    }
+    async fn audit_page(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, AuditRecord)>, PortError> {
+        self.to().audit_page(after, limit).await
+    }
+    async fn embeddings(
+        &self,
+        model: &str,
+        keys: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, PortError> {
+        self.to().embeddings(model, keys).await
+    }
+    async fn save_embeddings(
+        &self,
+        model: &str,
+        rows: &[(String, Vec<f32>)],
+    ) -> Result<(), PortError> {
+        self.to().save_embeddings(model, rows).await
+    }
+    async fn guard_verdict(
+        &self,
+        model: &str,
+        hash: &str,
+    ) -> Result<Option<GuardVerdict>, PortError> {
+        self.to().guard_verdict(model, hash).await
+    }
+    async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError> {
+        self.to().save_guard_verdict(v).await
+    }
+    async fn tool_listings(&self) -> Result<Vec<ToolListing>, PortError> {
+        self.to().tool_listings().await
+    }
+    async fn save_tool_listing(&self, listing: &ToolListing) -> Result<(), PortError> {
+        self.to().save_tool_listing(listing).await
+    }
+}
+
+#[async_trait]
+impl<T: Forward<dyn ArtifactStore> + Send + Sync> ArtifactStore for T {
+    async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
+        self.to().put_artifact(a).await
+    }
+    async fn artifacts(&self, job: &JobId) -> Result<Vec<ArtifactInfo>, PortError> {
+        self.to().artifacts(job).await
+    }
+    async fn artifact(&self, job: &JobId, name: &str) -> Result<Option<Artifact>, PortError> {
+        self.to().artifact(job, name).await
+    }
+    async fn replay(&self, key: &str) -> Result<Option<Value>, PortError> {
+        self.to().replay(key).await
+    }
+    async fn put_replay(&self, key: &str, value: &Value) -> Result<(), PortError> {
+        self.to().put_replay(key, value).await
+    }
+    async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
+        self.to().drop_replay(key).await
+    }
+}
+
+#[async_trait]
+impl<T: Forward<dyn WorkerStore> + Send + Sync> WorkerStore for T {
+    async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
+        self.to().report_worker(w).await
+    }
+    async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerInfo>, PortError> {
+        self.to().workers(since_ms).await
+    }
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use trawl_core::cost::Micros;
 use trawl_core::model::{JobId, JobStatus, now_ms};
-use trawl_core::ports::{Approval, JobRecord, PinChange, Store};
+use trawl_core::ports::{Approval, ApprovalStore, JobRecord, JobStore, PinChange, ToolStore};
 use trawl_notify::{Notifier, NotifyConfig, Webhook, verify_webhook};
 use trawl_store::SqliteStore;
 use url::Url;

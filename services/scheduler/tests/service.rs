@@ -29,8 +29,9 @@ use trawl_core::model::{
 };
 use trawl_core::plan::{follow_ups, plan};
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, DeadLetter, Delivery, Event, Events, FailedSlice,
-    JobRecord, PortError, Recorded, RowCursor, SliceFinished, SliceMessage, SliceQueue, Store,
+    ApprovalRecord, ApprovalStore, ArtifactStore, DeadLetter, Delivery, Event, Events, FailedSlice,
+    Forward, JobRecord, JobStore, PortError, Recorded, RowCursor, SliceFinished, SliceMessage,
+    SliceQueue, SliceStore, ToolStore, WorkerStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
@@ -113,29 +114,7 @@ struct Hooked {
 }
 
 #[async_trait]
-impl Store for Hooked {
-    async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError> {
-        self.inner.create_job(job, slices).await
-    }
-    async fn job(&self, id: &JobId) -> Result<Option<JobRecord>, PortError> {
-        self.inner.job(id).await
-    }
-    async fn move_job(
-        &self,
-        id: &JobId,
-        from: JobStatus,
-        to: JobStatus,
-    ) -> Result<bool, PortError> {
-        self.inner.move_job(id, from, to).await
-    }
-    async fn end_job(
-        &self,
-        id: &JobId,
-        status: JobStatus,
-        reason: Option<&str>,
-    ) -> Result<bool, PortError> {
-        self.inner.end_job(id, status, reason).await
-    }
+impl SliceStore for Hooked {
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
         self.inner.open_slices(id).await
     }
@@ -172,20 +151,6 @@ impl Store for Hooked {
         }
         self.inner.counts(id).await
     }
-    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
-        self.inner.spent(id).await
-    }
-    async fn reserve_budget(
-        &self,
-        id: &JobId,
-        amount: Micros,
-        max: Micros,
-    ) -> Result<bool, PortError> {
-        self.inner.reserve_budget(id, amount, max).await
-    }
-    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
-        self.inner.adjust_budget(id, delta).await
-    }
     async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
         self.inner.items(id).await
     }
@@ -194,25 +159,6 @@ impl Store for Hooked {
     }
     async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
         self.inner.failed_slices(id, limit).await
-    }
-    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
-        self.inner.request_approval(approval).await
-    }
-    async fn decide_approval(
-        &self,
-        id: &JobId,
-        approved: bool,
-        by: &str,
-    ) -> Result<Option<Approval>, PortError> {
-        self.inner.decide_approval(id, approved, by).await
-    }
-    async fn plan_job(
-        &self,
-        id: &JobId,
-        slices: &[SliceSpec],
-        status: JobStatus,
-    ) -> Result<bool, PortError> {
-        self.inner.plan_job(id, slices, status).await
     }
     async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
         self.inner.add_slices(id, slices).await
@@ -234,16 +180,6 @@ impl Store for Hooked {
         at_ms: i64,
     ) -> Result<(), PortError> {
         self.inner.mark_published(id, slices, at_ms).await
-    }
-    async fn jobs_with_status(
-        &self,
-        statuses: &[JobStatus],
-        limit: u32,
-    ) -> Result<Vec<JobRecord>, PortError> {
-        self.inner.jobs_with_status(statuses, limit).await
-    }
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        self.inner.job_by_idempotency_key(key).await
     }
     async fn items_page(
         &self,
@@ -269,113 +205,35 @@ impl Store for Hooked {
     ) -> Result<Vec<TraceStep>, PortError> {
         self.inner.trace_page(id, after, limit).await
     }
-    async fn pending_approvals(&self) -> Result<u64, PortError> {
-        self.inner.pending_approvals().await
+}
+
+impl Forward<dyn JobStore> for Hooked {
+    fn to(&self) -> &(dyn JobStore + 'static) {
+        &self.inner
     }
-    async fn approvals(
-        &self,
-        pending_only: bool,
-        limit: u32,
-    ) -> Result<Vec<ApprovalRecord>, PortError> {
-        self.inner.approvals(pending_only, limit).await
+}
+
+impl Forward<dyn ApprovalStore> for Hooked {
+    fn to(&self) -> &(dyn ApprovalStore + 'static) {
+        &self.inner
     }
-    async fn approval(&self, id: i64) -> Result<Option<ApprovalRecord>, PortError> {
-        self.inner.approval(id).await
+}
+
+impl Forward<dyn ToolStore> for Hooked {
+    fn to(&self) -> &(dyn ToolStore + 'static) {
+        &self.inner
     }
-    async fn expire_approvals(
-        &self,
-        now_ms: i64,
-        ttl_ms: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<ApprovalRecord>, PortError> {
-        self.inner.expire_approvals(now_ms, ttl_ms, limit).await
+}
+
+impl Forward<dyn ArtifactStore> for Hooked {
+    fn to(&self) -> &(dyn ArtifactStore + 'static) {
+        &self.inner
     }
-    async fn claim_approval_notices(
-        &self,
-        now_ms: i64,
-        lease_ms: i64,
-        ttl_ms: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<ApprovalRecord>, PortError> {
-        self.inner
-            .claim_approval_notices(now_ms, lease_ms, ttl_ms, limit)
-            .await
-    }
-    async fn approval_notice_sent(
-        &self,
-        id: i64,
-        notice: ApprovalNotice,
-        at_ms: i64,
-    ) -> Result<(), PortError> {
-        self.inner.approval_notice_sent(id, notice, at_ms).await
-    }
-    async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
-        self.inner.approval_notice_failed(id, retry_at_ms).await
-    }
-    async fn tool_pins(&self) -> Result<Vec<trawl_core::ports::ToolPin>, PortError> {
-        self.inner.tool_pins().await
-    }
-    async fn save_pins(&self, changes: &[trawl_core::ports::PinChange]) -> Result<(), PortError> {
-        self.inner.save_pins(changes).await
-    }
-    async fn decide_tool_approval(
-        &self,
-        id: i64,
-        approved: bool,
-        by: &str,
-    ) -> Result<Option<ApprovalRecord>, PortError> {
-        self.inner.decide_tool_approval(id, approved, by).await
-    }
-    async fn tool_call_approval(
-        &self,
-        tool: &str,
-        args_digest: &str,
-        reason: &str,
-        detail: &Value,
-    ) -> Result<(i64, Option<bool>), PortError> {
-        self.inner
-            .tool_call_approval(tool, args_digest, reason, detail)
-            .await
-    }
-    async fn record_audit(&self, rows: &[trawl_core::model::AuditRecord]) -> Result<(), PortError> {
-        self.inner.record_audit(rows).await
-    }
-    async fn audit_page(
-        &self,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(i64, trawl_core::model::AuditRecord)>, PortError> {
-        self.inner.audit_page(after, limit).await
-    }
-    async fn embeddings(
-        &self,
-        model: &str,
-        keys: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, PortError> {
-        self.inner.embeddings(model, keys).await
-    }
-    async fn save_embeddings(
-        &self,
-        model: &str,
-        rows: &[(String, Vec<f32>)],
-    ) -> Result<(), PortError> {
-        self.inner.save_embeddings(model, rows).await
-    }
-    async fn guard_verdict(
-        &self,
-        model: &str,
-        hash: &str,
-    ) -> Result<Option<trawl_core::ports::GuardVerdict>, PortError> {
-        self.inner.guard_verdict(model, hash).await
-    }
-    async fn save_guard_verdict(
-        &self,
-        v: &trawl_core::ports::GuardVerdict,
-    ) -> Result<(), PortError> {
-        self.inner.save_guard_verdict(v).await
-    }
-    async fn ping(&self) -> Result<(), PortError> {
-        self.inner.ping().await
+}
+
+impl Forward<dyn WorkerStore> for Hooked {
+    fn to(&self) -> &(dyn WorkerStore + 'static) {
+        &self.inner
     }
 }
 

@@ -69,8 +69,9 @@ use trawl_core::model::{
     SliceSpec, TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
-    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
+    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PortError, Recorded, RowCursor,
+    SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -335,7 +336,7 @@ fn limit(n: u32) -> i64 {
 // The port
 
 #[async_trait]
-impl Store for PgStore {
+impl JobStore for PgStore {
     #[instrument(skip_all, fields(job_id = %job.id, slices = slices.len()))]
     async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError> {
         let now = now_ms();
@@ -443,6 +444,122 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn reserve_budget(
+        &self,
+        id: &JobId,
+        amount: Micros,
+        max: Micros,
+    ) -> Result<bool, PortError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET budget_reserved = budget_reserved + $1 \
+             WHERE id = $2 AND budget_reserved + $1 <= $3",
+        )
+        .bind(amount.0)
+        .bind(id.as_str())
+        .bind(max.0)
+        .execute(&self.pool)
+        .await
+        .port()?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
+        sqlx::query("UPDATE jobs SET budget_reserved = budget_reserved + $1 WHERE id = $2")
+            .bind(delta.0)
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await
+            .port()?;
+        Ok(())
+    }
+
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
+        let cost: Option<i64> = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(s.cost), 0)::BIGINT FROM jobs j \
+             LEFT JOIN slices s ON s.job_id = j.id WHERE j.id = $1 GROUP BY j.id",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .port()?;
+        cost.map(Micros).ok_or_else(|| no_job(id))
+    }
+
+    /// An unknown job is [`PortError::NotFound`], not `false`. A second planner of
+    /// the same job waits for the first's transaction on the job's row, then finds
+    /// it no longer pending.
+    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError> {
+        let now = now_ms();
+        let mut tx = self.pool.begin().await.port()?;
+        let moved = sqlx::query(
+            "UPDATE jobs SET status = $1, updated_ms = $2 WHERE id = $3 AND status = 'pending'",
+        )
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .port()?
+        .rows_affected();
+        if moved == 0 {
+            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .port()?;
+            return match exists {
+                Some(_) => Ok(false),
+                None => Err(no_job(id)),
+            };
+        }
+        insert_slices(&mut tx, id, slices, now, Some(now)).await?;
+        tx.commit().await.port()?;
+        Ok(true)
+    }
+
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let rows = sqlx::query(select_jobs!(
+            "WHERE status = ANY($1) ORDER BY created_ms, id LIMIT $2"
+        ))
+        .bind(&names)
+        .bind(self::limit(limit))
+        .fetch_all(&self.pool)
+        .await
+        .port()?;
+        rows.iter().map(job_record).collect()
+    }
+
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
+        let row = sqlx::query(select_jobs!("WHERE idempotency_key = $1"))
+            .bind(text(key))
+            .fetch_optional(&self.pool)
+            .await
+            .port()?;
+        row.as_ref().map(job_record).transpose()
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await.port()?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SliceStore for PgStore {
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
         let rows = sqlx::query(
             "SELECT spec::text AS spec FROM slices \
@@ -501,35 +618,6 @@ impl Store for PgStore {
         job_counts(&row)
     }
 
-    async fn reserve_budget(
-        &self,
-        id: &JobId,
-        amount: Micros,
-        max: Micros,
-    ) -> Result<bool, PortError> {
-        let done = sqlx::query(
-            "UPDATE jobs SET budget_reserved = budget_reserved + $1 \
-             WHERE id = $2 AND budget_reserved + $1 <= $3",
-        )
-        .bind(amount.0)
-        .bind(id.as_str())
-        .bind(max.0)
-        .execute(&self.pool)
-        .await
-        .port()?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError> {
-        sqlx::query("UPDATE jobs SET budget_reserved = budget_reserved + $1 WHERE id = $2")
-            .bind(delta.0)
-            .bind(id.as_str())
-            .execute(&self.pool)
-            .await
-            .port()?;
-        Ok(())
-    }
-
     /// One probe of the pending-slices index instead of an aggregate over the job.
     async fn has_open_slices(&self, id: &JobId) -> Result<bool, PortError> {
         sqlx::query_scalar(
@@ -539,18 +627,6 @@ impl Store for PgStore {
         .fetch_one(&self.pool)
         .await
         .port()
-    }
-
-    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
-        let cost: Option<i64> = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(s.cost), 0)::BIGINT FROM jobs j \
-             LEFT JOIN slices s ON s.job_id = j.id WHERE j.id = $1 GROUP BY j.id",
-        )
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .port()?;
-        cost.map(Micros).ok_or_else(|| no_job(id))
     }
 
     async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
@@ -588,102 +664,6 @@ impl Store for PgStore {
         .await
         .port()?;
         rows.iter().map(failed_slice).collect()
-    }
-
-    /// Stores `approval` as pending (its decision fields are ignored), replacing a
-    /// pending one of the same job. A replacement that asks something else is
-    /// announced again and gets a new expiry; one that asks the same keeps both.
-    #[instrument(skip_all, fields(job_id = %approval.job_id))]
-    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
-        sqlx::query(
-            "INSERT INTO approvals (job_id, amount, reason, requested_ms) \
-             VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
-             amount = EXCLUDED.amount, reason = EXCLUDED.reason, \
-             requested_ms = EXCLUDED.requested_ms, \
-             expires_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
-                 AND approvals.reason = EXCLUDED.reason THEN approvals.expires_ms END, \
-             notified_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
-                 AND approvals.reason = EXCLUDED.reason THEN approvals.notified_ms END",
-        )
-        .bind(approval.job_id.as_str())
-        .bind(approval.amount.0)
-        .bind(text(&approval.reason))
-        .bind(now_ms())
-        .execute(&self.pool)
-        .await
-        .port()?;
-        Ok(())
-    }
-
-    #[instrument(skip_all, fields(job_id = %id, approved))]
-    async fn decide_approval(
-        &self,
-        id: &JobId,
-        approved: bool,
-        by: &str,
-    ) -> Result<Option<Approval>, PortError> {
-        let by = text(by);
-        let row = sqlx::query(
-            "UPDATE approvals SET approved = $1, decided_by = $2, decided_ms = $3 \
-             WHERE job_id = $4 AND approved IS NULL \
-             AND (expires_ms IS NULL OR expires_ms > $3) RETURNING amount, reason",
-        )
-        .bind(approved)
-        .bind(&*by)
-        .bind(now_ms())
-        .bind(id.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .port()?;
-        row.map(|row| {
-            Ok(Approval {
-                job_id: id.clone(),
-                amount: Micros(get(&row, "amount")?),
-                reason: get(&row, "reason")?,
-                approved: Some(approved),
-                decided_by: Some(by.into_owned()),
-            })
-        })
-        .transpose()
-    }
-
-    /// An unknown job is [`PortError::NotFound`], not `false`. A second planner of
-    /// the same job waits for the first's transaction on the job's row, then finds
-    /// it no longer pending.
-    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
-    async fn plan_job(
-        &self,
-        id: &JobId,
-        slices: &[SliceSpec],
-        status: JobStatus,
-    ) -> Result<bool, PortError> {
-        let now = now_ms();
-        let mut tx = self.pool.begin().await.port()?;
-        let moved = sqlx::query(
-            "UPDATE jobs SET status = $1, updated_ms = $2 WHERE id = $3 AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await
-        .port()?
-        .rows_affected();
-        if moved == 0 {
-            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .port()?;
-            return match exists {
-                Some(_) => Ok(false),
-                None => Err(no_job(id)),
-            };
-        }
-        insert_slices(&mut tx, id, slices, now, Some(now)).await?;
-        tx.commit().await.port()?;
-        Ok(true)
     }
 
     async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
@@ -756,35 +736,6 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn jobs_with_status(
-        &self,
-        statuses: &[JobStatus],
-        limit: u32,
-    ) -> Result<Vec<JobRecord>, PortError> {
-        if statuses.is_empty() {
-            return Ok(Vec::new());
-        }
-        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-        let rows = sqlx::query(select_jobs!(
-            "WHERE status = ANY($1) ORDER BY created_ms, id LIMIT $2"
-        ))
-        .bind(&names)
-        .bind(self::limit(limit))
-        .fetch_all(&self.pool)
-        .await
-        .port()?;
-        rows.iter().map(job_record).collect()
-    }
-
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        let row = sqlx::query(select_jobs!("WHERE idempotency_key = $1"))
-            .bind(text(key))
-            .fetch_optional(&self.pool)
-            .await
-            .port()?;
-        row.as_ref().map(job_record).transpose()
-    }
-
     async fn items_page(
         &self,
         id: &JobId,
@@ -820,6 +771,67 @@ impl Store for PgStore {
                  WHERE job_id = $1 AND (slice_id, seq) > ($2, $3) \
                  ORDER BY slice_id, seq LIMIT $4";
         self.page(sql, id, after, limit, trace_step).await
+    }
+}
+
+#[async_trait]
+impl ApprovalStore for PgStore {
+    /// Stores `approval` as pending (its decision fields are ignored), replacing a
+    /// pending one of the same job. A replacement that asks something else is
+    /// announced again and gets a new expiry; one that asks the same keeps both.
+    #[instrument(skip_all, fields(job_id = %approval.job_id))]
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
+        sqlx::query(
+            "INSERT INTO approvals (job_id, amount, reason, requested_ms) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
+             amount = EXCLUDED.amount, reason = EXCLUDED.reason, \
+             requested_ms = EXCLUDED.requested_ms, \
+             expires_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
+                 AND approvals.reason = EXCLUDED.reason THEN approvals.expires_ms END, \
+             notified_ms = CASE WHEN approvals.amount = EXCLUDED.amount \
+                 AND approvals.reason = EXCLUDED.reason THEN approvals.notified_ms END",
+        )
+        .bind(approval.job_id.as_str())
+        .bind(approval.amount.0)
+        .bind(text(&approval.reason))
+        .bind(now_ms())
+        .execute(&self.pool)
+        .await
+        .port()?;
+        Ok(())
+    }
+
+    #[instrument(skip_all, fields(job_id = %id, approved))]
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError> {
+        let by = text(by);
+        let row = sqlx::query(
+            "UPDATE approvals SET approved = $1, decided_by = $2, decided_ms = $3 \
+             WHERE job_id = $4 AND approved IS NULL \
+             AND (expires_ms IS NULL OR expires_ms > $3) RETURNING amount, reason",
+        )
+        .bind(approved)
+        .bind(&*by)
+        .bind(now_ms())
+        .bind(id.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .port()?;
+        row.map(|row| {
+            Ok(Approval {
+                job_id: id.clone(),
+                amount: Micros(get(&row, "amount")?),
+                reason: get(&row, "reason")?,
+                approved: Some(approved),
+                decided_by: Some(by.into_owned()),
+            })
+        })
+        .transpose()
     }
 
     /// Newest first by the time they were (last) requested, then by id.
@@ -891,7 +903,10 @@ impl Store for PgStore {
     async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
         notices::approval_notice_failed(&self.pool, id, retry_at_ms).await
     }
+}
 
+#[async_trait]
+impl ToolStore for PgStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {
         tools::tool_pins(&self.pool).await
     }
@@ -973,7 +988,10 @@ impl Store for PgStore {
     async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError> {
         guard::save_guard_verdict(&self.pool, v).await
     }
+}
 
+#[async_trait]
+impl ArtifactStore for PgStore {
     #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]
     async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
         browse::put_artifact(&self.pool, a).await
@@ -998,7 +1016,10 @@ impl Store for PgStore {
     async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
         browse::drop_replay(&self.pool, key).await
     }
+}
 
+#[async_trait]
+impl WorkerStore for PgStore {
     async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
         sqlx::query(
             "INSERT INTO workers (id, pool, capabilities, concurrency, started_ms, heartbeat_ms) \
@@ -1028,11 +1049,6 @@ impl Store for PgStore {
         .await
         .port()?;
         rows.iter().map(decode::worker_info).collect()
-    }
-
-    async fn ping(&self) -> Result<(), PortError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.port()?;
-        Ok(())
     }
 }
 

@@ -28,8 +28,9 @@ use trawl_core::model::{
     SliceSpec, TraceStep, now_ms,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, ArtifactInfo, FailedSlice, GuardVerdict,
-    JobRecord, PinChange, PortError, Recorded, RowCursor, Store, ToolListing, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
+    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PortError, Recorded, RowCursor,
+    SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -221,7 +222,7 @@ fn no_job(id: &JobId) -> PortError {
 // The port
 
 #[async_trait]
-impl Store for SqliteStore {
+impl JobStore for SqliteStore {
     #[instrument(skip_all, fields(job_id = %job.id, slices = slices.len()))]
     async fn create_job(&self, job: &JobRecord, slices: &[SliceSpec]) -> Result<(), PortError> {
         let now = now_ms();
@@ -350,6 +351,101 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
+        let cost: Option<i64> = sqlx::query_scalar("SELECT cost FROM job_counts WHERE job_id = ?")
+            .bind(id.as_str())
+            .fetch_optional(&mut *self.conn().await?)
+            .await
+            .port()?;
+        cost.map(Micros).ok_or_else(|| no_job(id))
+    }
+
+    /// An unknown job is [`PortError::NotFound`], not `false`.
+    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
+    async fn plan_job(
+        &self,
+        id: &JobId,
+        slices: &[SliceSpec],
+        status: JobStatus,
+    ) -> Result<bool, PortError> {
+        let now = now_ms();
+        let mut conn = self.conn().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+        let moved = sqlx::query(
+            "UPDATE jobs SET status = ?, updated_ms = ? \
+             WHERE id = ? AND status = 'pending'",
+        )
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id.as_str())
+        .execute(&mut *tx)
+        .await
+        .port()?
+        .rows_affected();
+        if moved == 0 {
+            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = ?")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .port()?;
+            return match exists {
+                Some(_) => Ok(false),
+                None => Err(no_job(id)),
+            };
+        }
+        let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
+        insert_slices(&mut tx, &rows).await?;
+        // Published as of now (see the trait): the job had no slices before.
+        sqlx::query("UPDATE slices SET published_ms = ? WHERE job_id = ?")
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .port()?;
+        tx.commit().await.port()?;
+        Ok(true)
+    }
+
+    async fn jobs_with_status(
+        &self,
+        statuses: &[JobStatus],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, PortError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        let rows = sqlx::query(select_jobs!(
+            "WHERE status IN (SELECT value FROM json_each(?)) ORDER BY created_ms, id LIMIT ?"
+        ))
+        .bind(to_json(&names)?)
+        .bind(limit)
+        .fetch_all(&mut *self.conn().await?)
+        .await
+        .port()?;
+        rows.iter().map(job_record).collect()
+    }
+
+    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
+        let row = sqlx::query(select_jobs!("WHERE idempotency_key = ?"))
+            .bind(key)
+            .fetch_optional(&mut *self.conn().await?)
+            .await
+            .port()?;
+        row.as_ref().map(job_record).transpose()
+    }
+
+    async fn ping(&self) -> Result<(), PortError> {
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.conn().await?)
+            .await
+            .port()?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SliceStore for SqliteStore {
     async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
         let rows = sqlx::query(
             "SELECT spec FROM slices WHERE job_id = ? AND status = 'pending' ORDER BY slice_id",
@@ -397,15 +493,6 @@ impl Store for SqliteStore {
         job_counts(&row)
     }
 
-    async fn spent(&self, id: &JobId) -> Result<Micros, PortError> {
-        let cost: Option<i64> = sqlx::query_scalar("SELECT cost FROM job_counts WHERE job_id = ?")
-            .bind(id.as_str())
-            .fetch_optional(&mut *self.conn().await?)
-            .await
-            .port()?;
-        cost.map(Micros).ok_or_else(|| no_job(id))
-    }
-
     async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
         let rows = sqlx::query(
             "SELECT slice_id, seq, kind, url, geo, data FROM items WHERE job_id = ? \
@@ -441,108 +528,6 @@ impl Store for SqliteStore {
         .await
         .port()?;
         rows.iter().map(failed_slice).collect()
-    }
-
-    /// Stores `approval` as pending (its decision fields are ignored), replacing a
-    /// pending one of the same job. A replacement that asks something else is
-    /// announced again and gets a new expiry; one that asks the same keeps both.
-    #[instrument(skip_all, fields(job_id = %approval.job_id))]
-    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
-        sqlx::query(
-            "INSERT INTO approvals (job_id, amount, reason, requested_ms) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
-             amount = excluded.amount, reason = excluded.reason, \
-             requested_ms = excluded.requested_ms, \
-             expires_ms = CASE WHEN approvals.amount = excluded.amount \
-                 AND approvals.reason = excluded.reason THEN approvals.expires_ms END, \
-             notified_ms = CASE WHEN approvals.amount = excluded.amount \
-                 AND approvals.reason = excluded.reason THEN approvals.notified_ms END",
-        )
-        .bind(approval.job_id.as_str())
-        .bind(approval.amount.0)
-        .bind(approval.reason.as_str())
-        .bind(now_ms())
-        .execute(&mut *self.conn().await?)
-        .await
-        .port()?;
-        Ok(())
-    }
-
-    #[instrument(skip_all, fields(job_id = %id, approved))]
-    async fn decide_approval(
-        &self,
-        id: &JobId,
-        approved: bool,
-        by: &str,
-    ) -> Result<Option<Approval>, PortError> {
-        let row = sqlx::query(
-            "UPDATE approvals SET approved = ?1, decided_by = ?2, decided_ms = ?3 \
-             WHERE job_id = ?4 AND approved IS NULL \
-             AND (expires_ms IS NULL OR expires_ms > ?3) RETURNING amount, reason",
-        )
-        .bind(approved)
-        .bind(by)
-        .bind(now_ms())
-        .bind(id.as_str())
-        .fetch_optional(&mut *self.conn().await?)
-        .await
-        .port()?;
-        row.map(|row| {
-            Ok(Approval {
-                job_id: id.clone(),
-                amount: Micros(get(&row, "amount")?),
-                reason: get(&row, "reason")?,
-                approved: Some(approved),
-                decided_by: Some(by.to_owned()),
-            })
-        })
-        .transpose()
-    }
-
-    /// An unknown job is [`PortError::NotFound`], not `false`.
-    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
-    async fn plan_job(
-        &self,
-        id: &JobId,
-        slices: &[SliceSpec],
-        status: JobStatus,
-    ) -> Result<bool, PortError> {
-        let now = now_ms();
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
-        let moved = sqlx::query(
-            "UPDATE jobs SET status = ?, updated_ms = ? \
-             WHERE id = ? AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await
-        .port()?
-        .rows_affected();
-        if moved == 0 {
-            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = ?")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .port()?;
-            return match exists {
-                Some(_) => Ok(false),
-                None => Err(no_job(id)),
-            };
-        }
-        let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
-        insert_slices(&mut tx, &rows).await?;
-        // Published as of now (see the trait): the job had no slices before.
-        sqlx::query("UPDATE slices SET published_ms = ? WHERE job_id = ?")
-            .bind(now)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await
-            .port()?;
-        tx.commit().await.port()?;
-        Ok(true)
     }
 
     async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
@@ -616,35 +601,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn jobs_with_status(
-        &self,
-        statuses: &[JobStatus],
-        limit: u32,
-    ) -> Result<Vec<JobRecord>, PortError> {
-        if statuses.is_empty() {
-            return Ok(Vec::new());
-        }
-        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-        let rows = sqlx::query(select_jobs!(
-            "WHERE status IN (SELECT value FROM json_each(?)) ORDER BY created_ms, id LIMIT ?"
-        ))
-        .bind(to_json(&names)?)
-        .bind(limit)
-        .fetch_all(&mut *self.conn().await?)
-        .await
-        .port()?;
-        rows.iter().map(job_record).collect()
-    }
-
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        let row = sqlx::query(select_jobs!("WHERE idempotency_key = ?"))
-            .bind(key)
-            .fetch_optional(&mut *self.conn().await?)
-            .await
-            .port()?;
-        row.as_ref().map(job_record).transpose()
-    }
-
     async fn items_page(
         &self,
         id: &JobId,
@@ -677,6 +633,65 @@ impl Store for SqliteStore {
                  latency_us, cost, at_ms, trace_id, span_id FROM trace_steps \
                  WHERE job_id = ? AND (slice_id, seq) > (?, ?) ORDER BY slice_id, seq LIMIT ?";
         self.page(sql, id, after, limit, trace_step).await
+    }
+}
+
+#[async_trait]
+impl ApprovalStore for SqliteStore {
+    /// Stores `approval` as pending (its decision fields are ignored), replacing a
+    /// pending one of the same job. A replacement that asks something else is
+    /// announced again and gets a new expiry; one that asks the same keeps both.
+    #[instrument(skip_all, fields(job_id = %approval.job_id))]
+    async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
+        sqlx::query(
+            "INSERT INTO approvals (job_id, amount, reason, requested_ms) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
+             amount = excluded.amount, reason = excluded.reason, \
+             requested_ms = excluded.requested_ms, \
+             expires_ms = CASE WHEN approvals.amount = excluded.amount \
+                 AND approvals.reason = excluded.reason THEN approvals.expires_ms END, \
+             notified_ms = CASE WHEN approvals.amount = excluded.amount \
+                 AND approvals.reason = excluded.reason THEN approvals.notified_ms END",
+        )
+        .bind(approval.job_id.as_str())
+        .bind(approval.amount.0)
+        .bind(approval.reason.as_str())
+        .bind(now_ms())
+        .execute(&mut *self.conn().await?)
+        .await
+        .port()?;
+        Ok(())
+    }
+
+    #[instrument(skip_all, fields(job_id = %id, approved))]
+    async fn decide_approval(
+        &self,
+        id: &JobId,
+        approved: bool,
+        by: &str,
+    ) -> Result<Option<Approval>, PortError> {
+        let row = sqlx::query(
+            "UPDATE approvals SET approved = ?1, decided_by = ?2, decided_ms = ?3 \
+             WHERE job_id = ?4 AND approved IS NULL \
+             AND (expires_ms IS NULL OR expires_ms > ?3) RETURNING amount, reason",
+        )
+        .bind(approved)
+        .bind(by)
+        .bind(now_ms())
+        .bind(id.as_str())
+        .fetch_optional(&mut *self.conn().await?)
+        .await
+        .port()?;
+        row.map(|row| {
+            Ok(Approval {
+                job_id: id.clone(),
+                amount: Micros(get(&row, "amount")?),
+                reason: get(&row, "reason")?,
+                approved: Some(approved),
+                decided_by: Some(by.to_owned()),
+            })
+        })
+        .transpose()
     }
 
     /// Newest first by the time they were (last) requested, then by id.
@@ -749,7 +764,10 @@ impl Store for SqliteStore {
     async fn approval_notice_failed(&self, id: i64, retry_at_ms: i64) -> Result<(), PortError> {
         notices::approval_notice_failed(&mut *self.conn().await?, id, retry_at_ms).await
     }
+}
 
+#[async_trait]
+impl ToolStore for SqliteStore {
     async fn tool_pins(&self) -> Result<Vec<ToolPin>, PortError> {
         tools::tool_pins(&mut *self.conn().await?).await
     }
@@ -831,7 +849,10 @@ impl Store for SqliteStore {
     async fn save_guard_verdict(&self, v: &GuardVerdict) -> Result<(), PortError> {
         guard::save_guard_verdict(&mut *self.conn().await?, v).await
     }
+}
 
+#[async_trait]
+impl ArtifactStore for SqliteStore {
     #[instrument(skip_all, fields(job_id = %a.job_id, name = %a.name, bytes = a.data.len()))]
     async fn put_artifact(&self, a: &Artifact) -> Result<(), PortError> {
         // Checked before waiting for the connection: nothing to queue for.
@@ -858,7 +879,10 @@ impl Store for SqliteStore {
     async fn drop_replay(&self, key: &str) -> Result<(), PortError> {
         browse::drop_replay(&mut *self.conn().await?, key).await
     }
+}
 
+#[async_trait]
+impl WorkerStore for SqliteStore {
     async fn report_worker(&self, w: &WorkerInfo) -> Result<(), PortError> {
         sqlx::query(
             "INSERT INTO workers (id, pool, capabilities, concurrency, started_ms, heartbeat_ms) \
@@ -888,14 +912,6 @@ impl Store for SqliteStore {
         .await
         .port()?;
         rows.iter().map(decode::worker_info).collect()
-    }
-
-    async fn ping(&self) -> Result<(), PortError> {
-        sqlx::query("SELECT 1")
-            .execute(&mut *self.conn().await?)
-            .await
-            .port()?;
-        Ok(())
     }
 }
 

@@ -505,7 +505,8 @@ mod tests {
     use async_trait::async_trait;
     use serde_json::{Value, json};
     use trawl_core::ports::{
-        CacheKey, ContentCache, LoadFuture, Served, ToolAnswer, ToolDef, ToolOffer, ToolProvider,
+        CacheKey, ContentCache, JobStore, LoadFuture, Served, ToolAnswer, ToolDef, ToolOffer,
+        ToolProvider,
     };
 
     use super::*;

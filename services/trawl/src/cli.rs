@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+use trawl_core::ports::JobStore;
 
 use crate::embedded::{Embedded, Options, Upstream};
 use crate::output::Summary;
@@ -18,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use trawl_brightdata::BrightDataConfig;
 use trawl_core::model::{JobId, JobStatus};
 use trawl_core::plan::plan;
-use trawl_core::ports::Store;
 use trawl_core::spec::JobSpec;
 use trawl_queue::QueueConfig;
 use trawl_sim::{Faults, SimConfig, parse_latency};

@@ -24,7 +24,7 @@ use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus};
-use trawl_core::ports::{ContentCache, Events, SliceQueue, Store};
+use trawl_core::ports::{ContentCache, Events, JobStore, SliceQueue, SliceStore, Store};
 use trawl_core::spec::JobSpec;
 use trawl_queue::{InProcessEvents, PooledQueue, QueueConfig};
 use trawl_scheduler::{Service, ServiceConfig, Submission, SubmitConfig, Submitted};

@@ -24,8 +24,8 @@ use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::model::{JobId, JobStatus, SliceId, SliceSpec, now_ms};
 use trawl_core::plan::plan;
 use trawl_core::ports::{
-    Acker, DeadLetter, Delivery, Event, Events, JobRecord, PortError, SliceMessage, SliceQueue,
-    Store,
+    Acker, DeadLetter, Delivery, Event, Events, JobRecord, JobStore, PortError, SliceMessage,
+    SliceQueue, SliceStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, QueueConfig};

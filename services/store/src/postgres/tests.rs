@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use trawl_core::model::{SliceError, SliceStatus};
+use trawl_core::ports::Store;
 
 use super::*;
 use crate::conformance::{Fixture, cost, item, job_record, new_job, page, search, step, suite};

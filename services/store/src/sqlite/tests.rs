@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tempfile::TempDir;
 use trawl_core::model::SliceStatus;
+use trawl_core::ports::Store;
 
 use super::rows::{rows_per_statement, values_sql};
 use super::*;
