@@ -62,24 +62,14 @@ impl ClientConfig {
         ClientConfig::new(OPENAI.base_url)
     }
 
-    /// From `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL`; `None` when neither is set.
-    pub fn anthropic_from_env() -> Option<ClientConfig> {
-        ClientConfig::anthropic_from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL`; `None` when neither is set.
-    pub fn openai_from_env() -> Option<ClientConfig> {
-        ClientConfig::openai_from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Like [`anthropic_from_env`](Self::anthropic_from_env) with another source
-    /// of variables.
+    /// From `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` as `lookup` reads them
+    /// (the environment, at start-up); `None` when neither is set.
     pub fn anthropic_from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Option<ClientConfig> {
         ClientConfig::from_lookup(&ANTHROPIC, lookup)
     }
 
-    /// Like [`openai_from_env`](Self::openai_from_env) with another source of
-    /// variables.
+    /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL` as `lookup` reads them;
+    /// `None` when neither is set.
     pub fn openai_from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Option<ClientConfig> {
         ClientConfig::from_lookup(&OPENAI, lookup)
     }

@@ -16,7 +16,7 @@
 //!   [`ModelError`]; shared by both clients so they fail the same way.
 //! * [`config`] — [`ClientConfig`]: base URL, API key, timeout and retries,
 //!   the same for both clients; defaults and environment variables per provider
-//!   ([`ClientConfig::anthropic_from_env`], [`ClientConfig::openai_from_env`]).
+//!   ([`ClientConfig::anthropic_from_lookup`], [`ClientConfig::openai_from_lookup`]).
 //! * [`anthropic`] — [`AnthropicClient`]: `POST /v1/messages`, beta headers only
 //!   when a beta feature is used (tool search, tool use examples, programmatic
 //!   tool calling, code execution), provider blocks kept verbatim as

@@ -22,8 +22,10 @@ use trawl_core::plan::plan;
 use trawl_core::spec::JobSpec;
 use trawl_queue::QueueConfig;
 use trawl_sim::{Faults, SimConfig, parse_latency};
+use trawl_tools::guard::Judge;
 use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
+use trawl_worker::models::Models;
 
 /// Exit codes, documented in the README.
 mod exit {
@@ -382,8 +384,12 @@ impl DeployArgs {
             Path::to_path_buf,
         );
         let tools = problems.take(tools_config(self.tools_config.as_deref(), &home));
-        let models = problems.take(crate::deployed::models());
-        let browse_egress = problems.take(crate::deployed::browse_egress());
+        let (models, judge) = problems.models();
+        let browse_egress = problems.take(
+            Browsers::egress_from_lookup(|k| std::env::var(k).ok())
+                .map(Option::unwrap_or_default)
+                .map_err(anyhow::Error::msg),
+        );
         let browsers = problems.take(
             Browsers::from_lookup(
                 |k| std::env::var(k).ok(),
@@ -392,9 +398,9 @@ impl DeployArgs {
             )
             .map_err(anyhow::Error::msg),
         );
-        problems.take(crate::embedded::guard_judge());
         problems.check()?;
         let (
+            Some(judge),
             Some(upstream),
             Some(prices),
             Some(keys),
@@ -405,6 +411,7 @@ impl DeployArgs {
             Some(browse_egress),
             Some(browsers),
         ) = (
+            judge,
             upstream,
             prices,
             keys,
@@ -450,21 +457,24 @@ impl DeployArgs {
             listen: self.listen,
             ops_listen: self.ops_listen,
             api_keys: keys,
-            upstream,
-            prices,
-            call_timeout: self.call_timeout,
-            worker,
-            scheduler: trawl_scheduler::ServiceConfig::default()
-                .with_reconcile_every(self.reconcile_every),
-            state_dir: state_dir.map(Path::to_path_buf).unwrap_or_default(),
-            tools,
-            models,
-            browsers: Arc::new(browsers),
+            roles: Options::new(state_dir.unwrap_or(Path::new("")), upstream)
+                .with_prices(prices)
+                .with_call_timeout(self.call_timeout)
+                .with_worker(worker)
+                .with_scheduler(
+                    trawl_scheduler::ServiceConfig::default()
+                        .with_reconcile_every(self.reconcile_every),
+                )
+                .with_tools(tools)
+                .with_models(Some(models))
+                .with_browsers(Arc::new(browsers))
+                .with_embed_model(
+                    self.embed_model
+                        .clone()
+                        .filter(|p| !p.as_os_str().is_empty()),
+                )
+                .with_judge(judge),
             browse_egress,
-            embed_model: self
-                .embed_model
-                .clone()
-                .filter(|p| !p.as_os_str().is_empty()),
             tools_refresh: self.tools_refresh,
             oauth,
             mcp_allowed_hosts: self
@@ -664,12 +674,11 @@ impl RunArgs {
         let mut problems = Problems::default();
         let (upstream, prices) = problems.upstream(&self.sim);
         let tools = problems.take(tools_config(self.tools_config.as_deref(), &self.state));
-        let models = problems.take(crate::deployed::models());
+        let (models, judge) = problems.models();
         let browsers = problems.take(run_browsers(prices.unwrap_or_default()));
-        problems.take(crate::embedded::guard_judge());
         problems.check()?;
-        let (Some(upstream), Some(prices), Some(tools), Some(models), Some(browsers)) =
-            (upstream, prices, tools, models, browsers)
+        let (Some(upstream), Some(prices), Some(tools), Some(models), Some(judge), Some(browsers)) =
+            (upstream, prices, tools, models, judge, browsers)
         else {
             anyhow::bail!("a setting was neither read nor reported");
         };
@@ -685,6 +694,7 @@ impl RunArgs {
                     .filter(|p| !p.as_os_str().is_empty()),
             )
             .with_models(Some(models))
+            .with_judge(judge)
             .with_browsers(Arc::new(browsers)))
     }
 }
@@ -764,6 +774,24 @@ fn outbound_url(setting: &str, raw: &str) -> anyhow::Result<url::Url> {
     Ok(url)
 }
 
+/// The models research slices run on, from the environment.
+fn models_from_env() -> anyhow::Result<Arc<Models>> {
+    let m = Models::from_lookup(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    if m.any() {
+        eprintln!("trawl: model providers configured for research jobs");
+    }
+    Ok(Arc::new(m))
+}
+
+/// The tool guard's model judge (`TRAWL_GUARD_MODEL`), for the `trawl tools`
+/// commands, which read their settings as they start.
+pub(crate) fn guard_judge_from_env() -> anyhow::Result<Option<Arc<Judge>>> {
+    let Some(model) = std::env::var("TRAWL_GUARD_MODEL").ok() else {
+        return Ok(None);
+    };
+    crate::embedded::guard_judge(Some(&model), &*models_from_env()?)
+}
+
 /// The problems found while reading settings, listed together.
 #[derive(Default)]
 struct Problems(Vec<String>);
@@ -804,6 +832,20 @@ impl Problems {
             _ => None,
         };
         (upstream, prices)
+    }
+
+    /// The model providers (`ANTHROPIC_*`, `OPENAI_*`, `TRAWL_MODEL`,
+    /// `TRAWL_MODEL_PRICES`) and the tool guard's judge on them
+    /// (`TRAWL_GUARD_MODEL`), each `None` with its problem noted.
+    fn models(&mut self) -> (Option<Arc<Models>>, Option<Option<Arc<Judge>>>) {
+        let models = self.take(models_from_env());
+        let judge = models.as_ref().and_then(|m| {
+            self.take(crate::embedded::guard_judge(
+                std::env::var("TRAWL_GUARD_MODEL").ok().as_deref(),
+                m,
+            ))
+        });
+        (models, judge)
     }
 
     /// `Err` listing every problem, when there is one.

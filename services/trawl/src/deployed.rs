@@ -10,7 +10,6 @@
 //! The settings are in [`Settings`]; `docs/configuration.md` is the reference.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,20 +18,16 @@ use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
 use trawl_api::{ApiState, Auth, OpsBackends};
 use trawl_cache::{RedisCache, RedisConfig};
-use trawl_core::cost::PriceTable;
 use trawl_core::model::Pool;
 use trawl_core::ports::{ContentCache, SliceQueue, Store};
 use trawl_queue::nats::{NatsConfig, NatsQueue};
-use trawl_scheduler::{Service, ServiceConfig};
+use trawl_scheduler::Service;
 use trawl_sim::SimHandle;
 use trawl_store::PgStore;
 use trawl_tools::ToolLayer;
-use trawl_tools::config::ToolsConfig;
-use trawl_worker::browse::Browsers;
-use trawl_worker::models::Models;
-use trawl_worker::{Worker, WorkerConfig};
+use trawl_worker::Worker;
 
-use crate::embedded::{Embedded, Options, Upstream, provider, tool_layer};
+use crate::embedded::{Embedded, Options};
 
 /// Everything the roles are configured with (flags and environment, see
 /// `docs/configuration.md`).
@@ -53,29 +48,12 @@ pub struct Settings {
     /// Bearer keys the API accepts (`TRAWL_API_KEYS`, `TRAWL_ADMIN_KEYS`);
     /// without keys and OAuth the API is open.
     pub api_keys: Vec<trawl_api::ApiKey>,
-    pub upstream: Upstream,
-    pub prices: PriceTable,
-    /// Timeout of one upstream attempt.
-    pub call_timeout: Duration,
-    pub worker: WorkerConfig,
-    pub scheduler: ServiceConfig,
-    /// `trawl dev`: the state folder of the embedded store and cache.
-    pub state_dir: PathBuf,
-    /// Upstream MCP servers and tool policies (`TRAWL_TOOLS_CONFIG`); without
-    /// it, the built-in tools under the default policy.
-    pub tools: Option<ToolsConfig>,
-    /// The sentence embedding model folder of the tool guard
-    /// (`TRAWL_EMBED_MODEL`); `None`: its semantic detector is off.
-    pub embed_model: Option<PathBuf>,
+    /// What the scheduler, the workers and their tool layers run with, as an
+    /// embedded run does (`trawl dev` hands it to [`Embedded`] as it is).
+    pub roles: Options,
     /// How often a worker lists the upstream servers and reads the pins again,
     /// so a decided tool approval reaches it.
     pub tools_refresh: Duration,
-    /// The models research slices run on (`ANTHROPIC_*`, `OPENAI_*`,
-    /// `TRAWL_MODEL`, `TRAWL_MODEL_PRICES`).
-    pub models: Arc<Models>,
-    /// Where browse slices open browsers, and the secrets their steps name
-    /// (`TRAWL_BROWSER_*`, `BRIGHTDATA_BROWSER_*`, `TRAWL_SECRET_*`).
-    pub browsers: Arc<Browsers>,
     /// Where browse sessions may connect (`TRAWL_BROWSE_ALLOW`); the API refuses
     /// browse URLs it refuses.
     pub browse_egress: trawl_core::egress::EgressPolicy,
@@ -129,37 +107,23 @@ async fn tools(
     Ok((layers.remove(0), sim))
 }
 
-/// One tool layer per pool in `pools`, all over one Bright Data client (and the
-/// one simulator it talks to when there is no token).
+/// One tool layer per pool in `pools`, listing the upstream servers live.
 async fn tool_layers(
     s: &Settings,
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
     pools: &[Pool],
 ) -> anyhow::Result<(Vec<Arc<ToolLayer>>, Option<SimHandle>)> {
-    let (provider, sim) = provider(&s.upstream, s.prices, s.call_timeout).await?;
+    let pools: Vec<_> = pools
+        .iter()
+        .map(|&p| (p, trawl_tools::Listings::Live))
+        .collect();
+    let (layers, sim) = crate::embedded::tool_layers(&s.roles, cache, store, &pools).await?;
     if let Some(sim) = &sim {
         eprintln!(
             "BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator at {}",
             sim.base_url()
         );
-    }
-    let provider = Arc::new(provider);
-    let embeddings =
-        crate::embedded::embeddings(s.embed_model.as_deref(), Some(store.clone())).await?;
-    let mut layers = Vec::new();
-    for &pool in pools {
-        let layer = tool_layer(
-            provider.clone(),
-            cache.clone(),
-            store.clone(),
-            s.tools.as_ref(),
-            embeddings.clone(),
-            pool,
-            trawl_tools::Listings::Live,
-        )
-        .await?;
-        layers.push(Arc::new(layer));
     }
     Ok((layers, sim))
 }
@@ -171,7 +135,7 @@ fn refresh_tools(
     s: &Settings,
     cancel: CancellationToken,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    s.tools.as_ref().filter(|c| !c.servers.is_empty())?;
+    s.roles.tools.as_ref().filter(|c| !c.servers.is_empty())?;
     let (tools, every) = (tools.clone(), s.tools_refresh);
     Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -356,7 +320,14 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let queue: Arc<dyn SliceQueue> = Arc::new(queue);
     let (state_store, state_queue, state_cache): (Arc<dyn Store>, _, Arc<dyn ContentCache>) =
         (store.clone(), queue.clone(), cache.clone());
-    let state = ApiState::new(store, Arc::new(events), queue, cache, s.prices, auth(s));
+    let state = ApiState::new(
+        store,
+        Arc::new(events),
+        queue,
+        cache,
+        s.roles.prices,
+        auth(s),
+    );
     let state = api_state(s, state, tools, &cancel).await?;
     if s.api_keys.is_empty() && s.oauth.is_none() {
         eprintln!("trawl api: no TRAWL_API_KEYS and no OAuth, the API is open (loopback only)");
@@ -436,8 +407,8 @@ pub async fn scheduler(s: &Settings, cancel: CancellationToken) -> anyhow::Resul
         store,
         queue,
         events: Arc::new(events),
-        prices: s.prices,
-        config: s.scheduler.clone(),
+        prices: s.roles.prices,
+        config: s.roles.scheduler.clone(),
     });
     eprintln!("trawl scheduler running");
     let notifying = tokio::spawn(notifier.run(cancel.clone()));
@@ -470,10 +441,16 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
         &cancel,
     )
     .await?;
-    let mut worker = Worker::new(queue, store, Arc::new(events), tools, s.worker.clone())
-        .with_models(s.models.clone());
+    let mut worker = Worker::new(
+        queue,
+        store,
+        Arc::new(events),
+        tools,
+        s.roles.worker.clone(),
+    )
+    .with_models(s.roles.models.clone());
     if pool == Pool::Isolated {
-        worker = worker.with_browsers(s.browsers.clone());
+        worker = worker.with_browsers(s.roles.browsers.clone());
     }
     // Reported before the line that says it runs: a submission from then on is
     // checked against what it can run.
@@ -484,7 +461,7 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
     eprintln!(
         "trawl worker running in the {} pool ({} slices at a time)",
         pool.as_str(),
-        s.worker.concurrency
+        s.roles.worker.concurrency
     );
     worker.run(cancel.clone()).await;
     cancel.cancel();
@@ -500,40 +477,12 @@ pub async fn worker(s: &Settings, pool: Pool, cancel: CancellationToken) -> anyh
     Ok(())
 }
 
-/// The browse egress policy of `TRAWL_BROWSE_ALLOW` (closed when unset), read
-/// where the workers read it; the API refuses browse URLs it refuses.
-pub(crate) fn browse_egress() -> anyhow::Result<trawl_core::egress::EgressPolicy> {
-    let policy = Browsers::egress_from_lookup(|k| std::env::var(k).ok())
-        .map_err(anyhow::Error::msg)?
-        .unwrap_or_default();
-    Ok(policy)
-}
-
-/// The models research slices run on, from the environment
-/// (`ANTHROPIC_*`, `OPENAI_*`, `TRAWL_MODEL`, `TRAWL_MODEL_PRICES`).
-pub(crate) fn models() -> anyhow::Result<Arc<Models>> {
-    let m = Models::from_env().map_err(anyhow::Error::msg)?;
-    if m.any() {
-        eprintln!("trawl: model providers configured for research jobs");
-    }
-    Ok(Arc::new(m))
-}
-
 /// `trawl dev`: the embedded system ([`Embedded`]: scheduler and workers on the
 /// embedded adapters, in the state folder) under the API, with the approvals
 /// notifier.
 pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     check_open(s)?;
-    let options = Options::new(&s.state_dir, s.upstream.clone())
-        .with_prices(s.prices)
-        .with_call_timeout(s.call_timeout)
-        .with_worker(s.worker.clone())
-        .with_scheduler(s.scheduler.clone())
-        .with_tools(s.tools.clone())
-        .with_embed_model(s.embed_model.clone())
-        .with_models(Some(s.models.clone()))
-        .with_browsers(s.browsers.clone());
-    let sys = Embedded::start(options).await?;
+    let sys = Embedded::start(s.roles.clone()).await?;
     if let Some(sim) = sys.simulator() {
         eprintln!(
             "BRIGHTDATA_API_TOKEN is not set: using the built-in Bright Data simulator at {}",
@@ -552,7 +501,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         sys.events(),
         sys.queue().clone(),
         sys.cache().clone(),
-        s.prices,
+        s.roles.prices,
         auth(s),
     );
     let state = api_state(s, state, sys.tools().clone(), &cancel).await?;

@@ -58,7 +58,10 @@ pub enum Upstream {
     Simulator(SimConfig),
 }
 
-/// Everything an embedded run is configured with.
+/// What the roles (scheduler, workers, their tool layers) are configured with,
+/// read and checked once at start-up (`cli.rs`): all of an embedded run's
+/// settings, and the part of the deployed [`crate::deployed::Settings`] that is
+/// not about its services and the API.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Options {
@@ -82,6 +85,8 @@ pub struct Options {
     /// The sentence embedding model folder of the tool guard
     /// (`TRAWL_EMBED_MODEL`); `None`: its semantic detector is off.
     pub embed_model: Option<PathBuf>,
+    /// The tool guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off.
+    pub judge: Option<Arc<Judge>>,
 }
 
 impl Options {
@@ -98,7 +103,13 @@ impl Options {
             models: None,
             browsers: Arc::new(Browsers::local()),
             embed_model: None,
+            judge: None,
         }
+    }
+
+    pub fn with_judge(mut self, j: Option<Arc<Judge>>) -> Self {
+        self.judge = j;
+        self
     }
 
     pub fn with_embed_model(mut self, dir: Option<PathBuf>) -> Self {
@@ -195,48 +206,59 @@ pub async fn decide(
     Ok(trawl_scheduler::decide(&store, &events, job, approved, by).await?)
 }
 
-/// The tool layer: the built-in tools, and the upstream servers of `config`
-/// pinned in `store`; servers that cannot be listed are reported, not fatal.
-pub async fn tool_layer(
-    provider: Arc<BrightData>,
+/// One tool layer per pool (and where it takes the upstream servers'
+/// listings from), all over one Bright Data client, or the one simulator it
+/// talks to when there is no token; the same for both shapes.
+pub async fn tool_layers(
+    o: &Options,
     cache: Arc<dyn ContentCache>,
     store: Arc<dyn Store>,
-    config: Option<&ToolsConfig>,
-    embeddings: Option<Arc<Embeddings>>,
-    pool: Pool,
-    from: Listings,
-) -> anyhow::Result<ToolLayer> {
-    let config = match (config, pool) {
-        (Some(c), _) => c.clone(),
-        (None, Pool::Standard) => {
-            return Ok(ToolLayer::new(provider, cache).with_embeddings(embeddings));
-        }
-        (None, Pool::Isolated) => ToolsConfig::default(),
-    };
-    let config = config
-        .with_embeddings(embeddings)
-        .with_judge(guard_judge()?);
-    let (layer, report) = ToolLayer::open(provider, cache, Some(store), config, pool, from)
+    pools: &[(Pool, Listings)],
+) -> anyhow::Result<(Vec<Arc<ToolLayer>>, Option<SimHandle>)> {
+    let (provider, sim) = provider(&o.upstream, o.prices, o.call_timeout).await?;
+    let provider = Arc::new(provider);
+    let embeddings = embeddings(o.embed_model.as_deref(), Some(store.clone())).await?;
+    let mut layers = Vec::new();
+    for &(pool, from) in pools {
+        let config = match (&o.tools, pool) {
+            (Some(c), _) => c.clone(),
+            (None, Pool::Standard) => {
+                let layer = ToolLayer::new(provider.clone(), cache.clone())
+                    .with_embeddings(embeddings.clone());
+                layers.push(Arc::new(layer));
+                continue;
+            }
+            (None, Pool::Isolated) => ToolsConfig::default(),
+        };
+        let config = config
+            .with_embeddings(embeddings.clone())
+            .with_judge(o.judge.clone());
+        let (layer, report) = ToolLayer::open(
+            provider.clone(),
+            cache.clone(),
+            Some(store.clone()),
+            config,
+            pool,
+            from,
+        )
         .await
         .context("reading the tool pins")?;
-    for (server, e) in &report.server_errors {
-        eprintln!("warning: tool server {server} not listed: {e}");
+        for (server, e) in &report.server_errors {
+            eprintln!("warning: tool server {server} not listed: {e}");
+        }
+        layers.push(Arc::new(layer));
     }
-    Ok(layer)
+    Ok((layers, sim))
 }
 
-/// The tool guard's model judge, when `TRAWL_GUARD_MODEL` names a model (a
-/// `provider:` prefix picks the provider, as for `TRAWL_MODEL`); off otherwise.
-pub fn guard_judge() -> anyhow::Result<Option<Arc<Judge>>> {
-    let Some(name) = std::env::var("TRAWL_GUARD_MODEL")
-        .ok()
-        .filter(|m| !m.trim().is_empty())
-    else {
+/// The tool guard's model judge, when `model` (`TRAWL_GUARD_MODEL`) names one
+/// of `models` (a `provider:` prefix picks the provider, as for `TRAWL_MODEL`).
+pub fn guard_judge(model: Option<&str>, models: &Models) -> anyhow::Result<Option<Arc<Judge>>> {
+    let Some(name) = model.filter(|m| !m.trim().is_empty()) else {
         return Ok(None);
     };
-    let models = Models::from_env().map_err(anyhow::Error::msg)?;
     let resolved = models
-        .resolve(Some(&name))
+        .resolve(Some(name))
         .map_err(|e| anyhow::anyhow!("TRAWL_GUARD_MODEL: {e}"))?;
     Ok(Some(Arc::new(Judge::new(resolved.client, resolved.model))))
 }
@@ -297,31 +319,20 @@ impl Embedded {
         let cache = SqliteCache::open(&options.state_dir.join("cache.db"))
             .await
             .context("opening the cache")?;
-        let (provider, sim) =
-            provider(&options.upstream, options.prices, options.call_timeout).await?;
         let store = Arc::new(store);
-        let provider = Arc::new(provider);
         let cache: Arc<dyn ContentCache> = Arc::new(cache);
-        let embeddings = embeddings(options.embed_model.as_deref(), Some(store.clone())).await?;
         // The standard layer lists every server; the isolated one takes the
         // listings just stored rather than starting each server a second time.
-        let mut layers = Vec::new();
-        for (pool, from) in [
-            (Pool::Standard, Listings::Live),
-            (Pool::Isolated, Listings::Stored),
-        ] {
-            let layer = tool_layer(
-                provider.clone(),
-                cache.clone(),
-                store.clone(),
-                options.tools.as_ref(),
-                embeddings.clone(),
-                pool,
-                from,
-            )
-            .await?;
-            layers.push(Arc::new(layer));
-        }
+        let (layers, sim) = tool_layers(
+            &options,
+            cache.clone(),
+            store.clone(),
+            &[
+                (Pool::Standard, Listings::Live),
+                (Pool::Isolated, Listings::Stored),
+            ],
+        )
+        .await?;
         let (tools, isolated_tools) = (layers[0].clone(), layers[1].clone());
 
         let queues = PooledQueue::new(options.queue);
@@ -329,17 +340,14 @@ impl Embedded {
         let (events, rx) = InProcessEvents::channel();
         let events = Arc::new(events);
         let worker = |queue: Arc<dyn SliceQueue>, tools: Arc<ToolLayer>| {
-            let w = Worker::new(
+            Worker::new(
                 queue,
                 store.clone(),
                 events.clone(),
                 tools,
                 options.worker.clone(),
-            );
-            match &options.models {
-                Some(m) => w.with_models(m.clone()),
-                None => w,
-            }
+            )
+            .with_models(options.models.clone())
         };
         // Browse slices go to a worker whose tool layer serves the isolated
         // pool, with its own queue: the standard one never sees them.

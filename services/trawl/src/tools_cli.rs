@@ -129,7 +129,7 @@ async fn scan(
         (None, Some(file)) => {
             let config = ToolsConfig::default()
                 .with_embeddings(embeddings(args, None).await?)
-                .with_judge(crate::embedded::guard_judge()?);
+                .with_judge(crate::cli::guard_judge_from_env()?);
             scan_file(
                 file,
                 allow_hosts,
@@ -350,7 +350,7 @@ async fn layer(
     let config = crate::cli::tools_config(args.config.as_deref(), &args.state)?
         .unwrap_or_default()
         .with_embeddings(embeddings(args, store.clone()).await?)
-        .with_judge(crate::embedded::guard_judge()?);
+        .with_judge(crate::cli::guard_judge_from_env()?);
     // These commands make no Bright Data call; the configuration only prices the
     // built-in tools.
     let bd = BrightDataConfig::from_lookup(|k| std::env::var(k).ok())

@@ -309,8 +309,10 @@ impl Worker {
     }
 
     /// The models research, agent and report slices run on.
-    pub fn with_models(mut self, models: Arc<models::Models>) -> Worker {
-        self.models = Some(models);
+    /// The model providers research slices and browse steps run on; `None`:
+    /// such slices fail with `no_model`.
+    pub fn with_models(mut self, models: Option<Arc<models::Models>>) -> Worker {
+        self.models = models;
         self
     }
 

@@ -56,25 +56,26 @@ impl Models {
         self
     }
 
-    /// From the environment: `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL`,
-    /// `OPENAI_API_KEY` / `OPENAI_BASE_URL`, `TRAWL_MODEL`, and
-    /// `TRAWL_MODEL_PRICES` (a YAML or JSON file of prices per million tokens,
-    /// added to the built-in list of Claude prices).
-    pub fn from_env() -> Result<Models, String> {
+    /// From settings read by `lookup` (the environment, at start-up):
+    /// `ANTHROPIC_API_KEY` / `ANTHROPIC_BASE_URL`, `OPENAI_API_KEY` /
+    /// `OPENAI_BASE_URL`, `TRAWL_MODEL`, and `TRAWL_MODEL_PRICES` (a YAML or JSON
+    /// file of prices per million tokens, added to the built-in list of Claude
+    /// prices).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Models, String> {
         let mut prices = PriceList::default();
-        if let Ok(path) = std::env::var("TRAWL_MODEL_PRICES") {
+        if let Some(path) = lookup("TRAWL_MODEL_PRICES") {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| format!("TRAWL_MODEL_PRICES {path}: {e}"))?;
             prices.extend(
                 PriceList::parse(&text).map_err(|e| format!("TRAWL_MODEL_PRICES {path}: {e}"))?,
             );
         }
-        let mut models = Models::new(prices).with_default_model(std::env::var("TRAWL_MODEL").ok());
-        if let Some(cfg) = ClientConfig::anthropic_from_env() {
+        let mut models = Models::new(prices).with_default_model(lookup("TRAWL_MODEL"));
+        if let Some(cfg) = ClientConfig::anthropic_from_lookup(&lookup) {
             let client = AnthropicClient::new(cfg).map_err(|e| e.to_string())?;
             models = models.with_anthropic(Arc::new(client));
         }
-        if let Some(cfg) = ClientConfig::openai_from_env() {
+        if let Some(cfg) = ClientConfig::openai_from_lookup(&lookup) {
             let client = OpenAiClient::new(cfg).map_err(|e| e.to_string())?;
             models = models.with_openai(Arc::new(client));
         }
