@@ -32,7 +32,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, instrument, warn};
 use trawl_core::cost::PriceTable;
-use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, now_ms};
+use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::plan::plan;
 use trawl_core::ports::{
     DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
@@ -73,6 +73,13 @@ impl Default for ServiceConfig {
 impl ServiceConfig {
     pub fn with_reconcile_every(mut self, d: Duration) -> Self {
         self.reconcile_every = d.max(Duration::from_millis(10));
+        self
+    }
+
+    /// How long after a `slice.finished` the job is looked at (see
+    /// [`ServiceConfig::settle`]).
+    pub fn with_settle(mut self, d: Duration) -> Self {
+        self.settle = d.max(Duration::from_millis(1));
         self
     }
 
@@ -229,13 +236,14 @@ impl Service {
         job: &JobRecord,
         mut status: JobStatus,
     ) -> Result<JobStatus, PortError> {
+        let mut planned = None;
         if status == JobStatus::Pending {
-            status = self.plan_pending(job).await?;
+            (status, planned) = self.plan_pending(job).await?;
         }
         if status == JobStatus::Queued {
             // Every open slice, however often this runs again: a job leaves
             // `queued` only once the queue has all of its slices.
-            self.publish_all(&job.id).await?;
+            self.publish_all(&job.id, planned).await?;
             if !self
                 .store
                 .move_job(&job.id, JobStatus::Queued, JobStatus::Running)
@@ -254,9 +262,23 @@ impl Service {
         Ok(status)
     }
 
-    /// Publishes every open slice of a job (the queue drops those it has).
-    async fn publish_all(&self, id: &JobId) -> Result<(), PortError> {
-        let open = self.store.open_slices(id).await?;
+    /// Publishes every open slice of a job (the queue drops those it has):
+    /// `planned`, when this pass has just stored them (they are all open, and
+    /// reading them back would only delay the first), else as the store has them.
+    async fn publish_all(
+        &self,
+        id: &JobId,
+        planned: Option<Vec<SliceSpec>>,
+    ) -> Result<(), PortError> {
+        let open = match planned {
+            // In slice id order, as the store lists them: workers then write
+            // their outcomes' rows in key order, not scattered over the indexes.
+            Some(mut slices) => {
+                slices.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+                slices
+            }
+            None => self.store.open_slices(id).await?,
+        };
         for chunk in open.chunks(PUBLISH_BATCH as usize) {
             let msgs: Vec<SliceMessage> = chunk
                 .iter()
@@ -271,8 +293,12 @@ impl Service {
         Ok(())
     }
 
-    /// Plans a job the API stored; returns its new status.
-    async fn plan_pending(&self, job: &JobRecord) -> Result<JobStatus, PortError> {
+    /// Plans a job the API stored; returns its new status, and the slices when
+    /// this call stored them.
+    async fn plan_pending(
+        &self,
+        job: &JobRecord,
+    ) -> Result<(JobStatus, Option<Vec<SliceSpec>>), PortError> {
         let spec = match JobSpec::from_value(job.spec.clone()) {
             Ok(s) => s,
             Err(e) => {
@@ -282,7 +308,7 @@ impl Service {
                 self.store
                     .end_job(&job.id, JobStatus::Failed, Some(&reason))
                     .await?;
-                return Ok(JobStatus::Failed);
+                return Ok((JobStatus::Failed, None));
             }
         };
         let p = plan(&spec, &self.prices);
@@ -297,15 +323,12 @@ impl Service {
         };
         if !self.store.plan_job(&job.id, &p.slices, status).await? {
             // Another scheduler (or an earlier pass) planned it first.
-            return Ok(self
-                .store
-                .job(&job.id)
-                .await?
-                .map_or(JobStatus::Failed, |j| j.status));
+            let now = self.store.job(&job.id).await?;
+            return Ok((now.map_or(JobStatus::Failed, |j| j.status), None));
         }
         tracing::Span::current().record("slices", p.slices.len());
         info!(job_id = %job.id, slices = p.slices.len(), status = status.as_str(), "job planned");
-        Ok(status)
+        Ok((status, Some(p.slices)))
     }
 
     /// Slices published before this are republished: one read of the queue for a

@@ -686,6 +686,12 @@ impl RunArgs {
             .with_prices(prices)
             .with_call_timeout(self.call_timeout)
             .with_worker(WorkerConfig::default().with_concurrency(self.concurrency))
+            // One job, watched as it runs: the scheduler looks at it 10 ms after
+            // slices finish (not the roles' 100 ms), so it ends as soon as its
+            // last slice does. A look is one read of the job's counters.
+            .with_scheduler(
+                trawl_scheduler::ServiceConfig::default().with_settle(Duration::from_millis(10)),
+            )
             .with_queue(QueueConfig::default())
             .with_tools(tools)
             .with_embed_model(
