@@ -4,6 +4,8 @@
 //! an estimate: the job is stored `pending` with no slices, and the scheduler plans
 //! it (the same pure function, the same slice ids).
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
 use axum::Extension;
@@ -61,23 +63,46 @@ impl EstimateView {
         }
     }
 
-    /// The estimate of a stored job, its slice counts taken from its spec. Parsing
-    /// a large spec takes a while, so it runs off the async threads.
+    /// The estimate of a stored job, its slice counts taken from its spec.
+    /// Parsing a large spec takes a while (a job of 10,000 URLs: milliseconds),
+    /// so it runs off the async threads, once per job and process: a job's spec
+    /// and estimate never change, and a job followed to its end is read many
+    /// times (`trawl run`, `trawl submit --wait`, clients polling the API).
     async fn of(job: &JobRecord) -> EstimateView {
+        /// Estimates kept; all are dropped when it is full (each is one parse).
+        const KEPT: usize = 1_024;
+        static KNOWN: LazyLock<Mutex<HashMap<JobId, EstimateView>>> = LazyLock::new(Mutex::default);
+        let known = |id: &JobId| {
+            let map = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
+            map.get(id).cloned()
+        };
+        if let Some(v) = known(&job.id) {
+            return v;
+        }
         let doc = job.spec.clone();
         let cost = job.estimate;
         let id = job.id.clone();
-        tokio::task::spawn_blocking(move || match JobSpec::from_value(doc) {
-            Ok(spec) => EstimateView::new(Some(&spec), cost),
+        let view = tokio::task::spawn_blocking(move || match JobSpec::from_value(doc) {
+            Ok(spec) => Some(EstimateView::new(Some(&spec), cost)),
             Err(e) => {
                 // Checked when it was submitted; only a change of the rules since
                 // can make it fail now. The cost still stands.
                 warn!(job_id = %id, error = %e, "stored spec no longer parses");
-                EstimateView::new(None, cost)
+                None
             }
         })
         .await
-        .unwrap_or_else(|_| EstimateView::new(None, cost))
+        .ok()
+        .flatten();
+        let Some(view) = view else {
+            return EstimateView::new(None, cost);
+        };
+        let mut map = KNOWN.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= KEPT {
+            map.clear();
+        }
+        map.insert(job.id.clone(), view.clone());
+        view
     }
 }
 
