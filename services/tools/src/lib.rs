@@ -285,10 +285,12 @@ impl Recorder {
     /// saved (`Store::progress`): those rows are kept, as already saved, and new
     /// ones are numbered after them, so the outcome carries every row once.
     pub fn resume(job_id: JobId, slice_id: SliceId, saved: Progress) -> Recorder {
-        let next = |seqs: &mut dyn Iterator<Item = u32>| seqs.max().map_or(0, |s| s + 1);
-        let seq = next(&mut saved.trace.iter().map(|t| t.seq))
-            .max(next(&mut saved.costs.iter().map(|c| c.seq)));
-        let audit_seq = next(&mut saved.audit.iter().map(|a| a.seq));
+        // Trace steps and cost entries share their seqs; audit rows have their own.
+        let seq = (saved.trace.iter().map(|t| t.seq))
+            .chain(saved.costs.iter().map(|c| c.seq))
+            .max()
+            .map_or(0, |s| s + 1);
+        let audit_seq = saved.audit.iter().map(|a| a.seq).max().map_or(0, |s| s + 1);
         let counts = (saved.trace.len(), saved.costs.len(), saved.audit.len());
         let rec = Recorder::make(Some(job_id), slice_id, true, "worker".to_owned());
         *rec.inner.lock().unwrap_or_else(|p| p.into_inner()) =
