@@ -402,6 +402,68 @@ async fn events_round_trip_through_the_subscription() {
     assert!(rx.try_recv().is_err());
 }
 
+fn finished(job: &JobId, n: u32) -> Event {
+    Event::SliceFinished(SliceFinished {
+        job_id: job.clone(),
+        slice_id: slice(job, n).slice.id,
+        succeeded: true,
+        children: 0,
+        items_valid: 1,
+        items_rejected: 0,
+        upstream_calls: 1,
+        cache_hits: 0,
+        cost: Micros(1_000),
+    })
+}
+
+#[tokio::test]
+async fn a_jobs_slice_finished_events_are_coalesced_and_the_last_one_arrives() {
+    let h = harness(config()).await;
+    let ev = h.queue.events();
+    let mut rx = ev.subscribe().await.unwrap();
+    let (a, b) = (JobId::generate(1, 1), JobId::generate(2, 2));
+    // 500 slices of job a end at once, and one of job b.
+    for n in 0..500 {
+        ev.emit(finished(&a, n)).await.unwrap();
+    }
+    ev.emit(finished(&b, 0)).await.unwrap();
+    let mut of_a = Vec::new();
+    let mut of_b = Vec::new();
+    // The last of a and the one of b always come; then nothing more.
+    while of_a.last() != Some(&finished(&a, 499)) || of_b.is_empty() {
+        let got = timeout(PATIENCE, rx.recv()).await.unwrap().unwrap();
+        match &got {
+            Event::SliceFinished(f) if f.job_id == a => of_a.push(got),
+            Event::SliceFinished(f) if f.job_id == b => of_b.push(got),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert_eq!(
+        of_a.first(),
+        Some(&finished(&a, 0)),
+        "the first is sent at once"
+    );
+    assert!(
+        of_a.len() < 500,
+        "coalesced: {} events for 500 slices",
+        of_a.len()
+    );
+    assert_eq!(of_b, vec![finished(&b, 0)]);
+    // The windows close with nothing held: no further event comes.
+    assert!(
+        timeout(Duration::from_millis(200), rx.recv())
+            .await
+            .is_err()
+    );
+    // Other events are never held back.
+    let created = Event::JobCreated { job_id: a.clone() };
+    ev.emit(finished(&a, 500)).await.unwrap();
+    ev.emit(created.clone()).await.unwrap();
+    let first = timeout(PATIENCE, rx.recv()).await.unwrap().unwrap();
+    let second = timeout(PATIENCE, rx.recv()).await.unwrap().unwrap();
+    assert_eq!((first, second), (finished(&a, 500), created));
+}
+
 #[tokio::test]
 async fn an_invalid_config_is_refused_before_connecting() {
     let bad = config()

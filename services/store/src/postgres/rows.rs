@@ -70,8 +70,8 @@ pub(super) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// Inserts pending slices of a job, noted as published at `published_ms` if given;
-/// ids the job already has are skipped.
+/// Inserts pending slices of a job, noted as published at `published_ms` if given,
+/// and adds them to the job's `slices_total`; ids the job already has are skipped.
 pub(super) async fn insert_slices(
     conn: &mut PgConnection,
     job: &JobId,
@@ -82,13 +82,20 @@ pub(super) async fn insert_slices(
     let mut inserted = 0;
     for chunk in slices.chunks(SLICES_PER_STATEMENT) {
         let columns = SliceColumns::of(chunk.iter())?;
-        inserted += sqlx::query(
-            "INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms, \
-                 published_ms) \
-             SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $2, $7 \
-             FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[]) \
-                 AS t (slice_id, parent_id, kind, spec) \
-             ON CONFLICT DO NOTHING",
+        let n: i64 = sqlx::query_scalar(
+            "WITH new AS ( \
+                 INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms, \
+                     published_ms) \
+                 SELECT $1, t.slice_id, t.parent_id, t.kind, t.spec::jsonb, $2, $7 \
+                 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[]) \
+                     AS t (slice_id, parent_id, kind, spec) \
+                 ON CONFLICT DO NOTHING RETURNING 1 \
+             ), n AS (SELECT COUNT(*) AS n FROM new), bump AS ( \
+                 INSERT INTO job_counters AS c (job_id, stripe, slices_total) \
+                 SELECT $1, 0, n FROM n WHERE n > 0 \
+                 ON CONFLICT (job_id, stripe) \
+                 DO UPDATE SET slices_total = c.slices_total + EXCLUDED.slices_total \
+             ) SELECT n FROM n",
         )
         .bind(job.as_str())
         .bind(now)
@@ -97,10 +104,10 @@ pub(super) async fn insert_slices(
         .bind(&columns.kinds)
         .bind(&columns.specs)
         .bind(published_ms)
-        .execute(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
-        .port()?
-        .rows_affected();
+        .port()?;
+        inserted += u64::try_from(n).unwrap_or(0);
     }
     Ok(inserted)
 }

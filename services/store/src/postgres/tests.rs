@@ -430,3 +430,113 @@ async fn a_jobs_artifacts_are_deleted_with_it() {
         .unwrap();
     assert_eq!(left, 0);
 }
+
+// ---------------------------------------------------------------------------
+// Job counters
+
+#[tokio::test]
+async fn a_jobs_counts_are_read_from_its_counters_not_its_slices() {
+    let f = fixture().await;
+    let store = &f.store;
+    let slices: Vec<SliceSpec> = (0..20_000).map(|i| search(&format!("q{i}"))).collect();
+    let job = new_job(store, 1, &slices).await;
+    for s in &slices[..100] {
+        let outcome = SliceOutcome {
+            items: vec![item(s, 0)],
+            trace: vec![step(s, 0, false)],
+            costs: vec![cost(s, 0, 7)],
+            ..SliceOutcome::default()
+        };
+        store.record_outcome(&job, &s.id, &outcome).await.unwrap();
+    }
+    sqlx::query("ANALYZE").execute(&store.pool).await.unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN {COUNTS}")))
+        .bind(job.as_str())
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+    // The tables the plan reads: `... on <table> <alias>` in its lines.
+    let mut read: Vec<&str> = plan
+        .iter()
+        .filter_map(|line| line.split(" on ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    assert_eq!(read, ["job_counters", "jobs"], "{plan:#?}");
+    let c = store.counts(&job).await.unwrap();
+    assert_eq!(c, f.recount(&job).await);
+    assert_eq!(
+        (c.slices_total, c.slices_succeeded, c.items_valid),
+        (20_000, 100, 100)
+    );
+    assert_eq!(c.cost, Micros(700));
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(700));
+    assert!(store.has_open_slices(&job).await.unwrap());
+    // The batches spread over stripes: at most 16 rows, whatever the job's size.
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM job_counters WHERE job_id = $1")
+        .bind(job.as_str())
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    assert!((1..=16).contains(&rows), "{rows} counter rows");
+}
+
+#[tokio::test]
+async fn the_counters_migration_counts_the_jobs_stored_before_it() {
+    let db = TestDb::create().await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let (last, before) = MIGRATIONS.split_last().unwrap();
+    assert_eq!(last.1, "job_counters");
+    for (_, _, sql) in before {
+        sqlx::raw_sql(AssertSqlSafe(*sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::raw_sql(
+        "INSERT INTO jobs (id, name, spec, status, estimate, created_ms, updated_ms) VALUES \
+         ('j1', 'a', '{}', 'running', 0, 0, 0), ('j2', 'b', '{}', 'running', 0, 0, 0); \
+         INSERT INTO slices (job_id, slice_id, kind, spec, status, error_code, created_ms, \
+             items_valid, items_rejected, upstream_calls, cache_hits, cost) VALUES \
+         ('j1', 's1', 'page', '{}', 'succeeded', NULL, 0, 3, 1, 2, 1, 500), \
+         ('j1', 's2', 'page', '{}', 'failed', 'budget_exhausted', 0, 0, 0, 0, 0, 0), \
+         ('j1', 's3', 'page', '{}', 'pending', NULL, 0, 0, 0, 0, 0, 0), \
+         ('j2', 's1', 'page', '{}', 'succeeded', NULL, 0, 1, 0, 1, 0, 9);",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::raw_sql(AssertSqlSafe(last.2))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let row = sqlx::query(COUNTS).bind("j1").fetch_one(&mut conn).await;
+    let j1 = job_counts(&row.unwrap()).unwrap();
+    assert_eq!(
+        (
+            j1.slices_total,
+            j1.slices_succeeded,
+            j1.slices_failed,
+            j1.budget_stops
+        ),
+        (3, 1, 1, 1)
+    );
+    assert_eq!(
+        (
+            j1.items_valid,
+            j1.items_rejected,
+            j1.upstream_calls,
+            j1.cache_hits,
+            j1.cost
+        ),
+        (3, 1, 2, 1, Micros(500))
+    );
+    let row = sqlx::query(COUNTS).bind("j2").fetch_one(&mut conn).await;
+    let j2 = job_counts(&row.unwrap()).unwrap();
+    assert_eq!(
+        (j2.slices_total, j2.items_valid, j2.cost),
+        (1, 1, Micros(9))
+    );
+    conn.close().await.unwrap();
+}
