@@ -21,8 +21,14 @@ from run to run. The sink is stopped after the roles (which flush their last
 spans on exit), so its count is every span exported for the run. The bare loop
 is skipped in this mode unless `--bare` is given.
 
+With `--sim-latency 500ms --workers N`, the simulator answers each call after
+that long and the run is bound by the upstream, not by CPU: the bench then
+prints the throughput against what N workers of 32 slices at a time can reach
+(N x 32 / latency), and skips the bare loop.
+
     python3 loadtest/deployed_bench.py [--slices 10000] [--runs 1]
     python3 loadtest/deployed_bench.py --slices 10000 --runs 3 --otlp [--bare]
+    python3 loadtest/deployed_bench.py --slices 2000 --sim-latency 500ms --workers 1 2 4
 """
 
 import argparse
@@ -150,7 +156,8 @@ def sink_stop(sink: subprocess.Popen) -> dict:
     return res
 
 
-def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None) -> dict:
+def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None, workers: int = WORKERS,
+              sim_latency: str = "0s") -> dict:
     """One trawl run; with `sink` (its process, endpoint, and more variables for
     the roles' environment) every role exports its spans there, and the sink's CPU and counts are sampled at the job's end."""
     otlp = sink[1] if sink else None
@@ -162,8 +169,8 @@ def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         try:
             sim_log = os.path.join(d, "sim.log")
-            sim = subprocess.Popen([binary, "sim", "--port", "0"], stderr=open(sim_log, "w"),
-                                   stdout=subprocess.DEVNULL)
+            sim = subprocess.Popen([binary, "sim", "--port", "0", "--sim-latency", sim_latency],
+                                   stderr=open(sim_log, "w"), stdout=subprocess.DEVNULL)
             procs["sim"] = sim
             sim_url = wait_line(sim_log, r"simulator on (http://\S+)")
             key = f"bench-{tag}"
@@ -185,7 +192,7 @@ def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None) -> dict:
                 env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp
                 env.update(sink[2])
             logs = {}
-            roles = ["api", "scheduler"] + [f"worker-{i}" for i in range(WORKERS)]
+            roles = ["api", "scheduler"] + [f"worker-{i}" for i in range(workers)]
             for role in roles:
                 logs[role] = os.path.join(d, f"{role}.log")
                 role_env = {**env, "OTEL_SERVICE_NAME": f"trawl-{role}"} if otlp else env
@@ -305,6 +312,28 @@ def otlp_main(args, trawl_bin: str, sink_bin: str, bare_bin: str) -> None:
           f"(overhead {100 * (1 - m_on / m_off):.1f} %)")
 
 
+def seconds(d: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s)", d)
+    if not m:
+        raise SystemExit(f"--sim-latency: {d!r} is not like 500ms or 1s")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+def upstream_main(args, trawl_bin: str) -> None:
+    """Upstream-bound: each worker count, `runs` times, against N x 32 / latency."""
+    latency = seconds(args.sim_latency)
+    for w in args.workers:
+        ideal = w * CONCURRENCY / latency
+        for i in range(args.runs):
+            t = trawl_run(trawl_bin, args.slices, not args.no_budget, workers=w,
+                          sim_latency=args.sim_latency)
+            rate = t["slices"] / t["wall_s"]
+            print(f"{w} worker(s), run {i + 1}: {rate:,.1f} slices/s ({t['status']}), ideal {ideal:,.0f} "
+                  f"({w} x {CONCURRENCY} / {args.sim_latency}), ratio {rate / ideal:.3f}")
+            print_roles(t)
+            sys.stdout.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slices", type=int, default=10_000)
@@ -316,6 +345,9 @@ def main() -> None:
     ap.add_argument("--bare", action="store_true", help="with --otlp: run the bare loop too")
     ap.add_argument("--otel-env", action="append", default=[], metavar="KEY=VALUE",
                     help="with --otlp: another variable for the traced roles (e.g. OTEL_TRACES_SAMPLER=always_off)")
+    ap.add_argument("--sim-latency", default="0s", help="the simulator's latency per call (e.g. 500ms)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[WORKERS],
+                    help="worker processes (several: one run of each, upstream-bound mode)")
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"),
                     help="where trawl and examples/ are (default target/release)")
@@ -329,6 +361,9 @@ def main() -> None:
     sink_bin = os.path.join(args.bin_dir, "examples", "otlp_sink")
     if args.otlp:
         otlp_main(args, trawl_bin, sink_bin, bare_bin)
+        return
+    if args.sim_latency not in ("0s", "0ms", "0"):
+        upstream_main(args, trawl_bin)
         return
     for i in range(args.runs):
         t = trawl_run(trawl_bin, args.slices, not args.no_budget)

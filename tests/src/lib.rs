@@ -573,7 +573,7 @@ impl Api {
         &self,
         id: &str,
         within: Duration,
-        done: impl Fn(&Value) -> bool,
+        mut done: impl FnMut(&Value) -> bool,
         why: impl Fn() -> String,
     ) -> Value {
         let deadline = Instant::now() + within;

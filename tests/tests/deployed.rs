@@ -511,3 +511,76 @@ async fn three_workers_together_never_spend_past_the_jobs_budget() {
     );
     assert_eq!(d.sim.stats().ok, 6);
 }
+
+/// A job of `n` page slices or a few more (`urls` x every country), through api,
+/// scheduler and two workers: it completes with every slice once and every item
+/// once, and its status is read from its counters while it runs. CI runs it at
+/// 100,000 slices; the benchmark at 1,000,000 (`--ignored`, release build).
+async fn a_job_of_many_page_slices(n: usize, within: Duration) {
+    let geos: Vec<String> = trawl_core::geo::Geo::all()
+        .map(|g| g.as_str().to_owned())
+        .collect();
+    let urls: Vec<String> = (0..n.div_ceil(geos.len()))
+        .map(|i| format!("\"https://shop.example/p/big-{i}\""))
+        .collect();
+    let total = urls.len() * geos.len();
+    let yaml = format!(
+        "name: big\npages:\n  urls: [{}]\n  geos: [{}]\n{EXTRACT}cache: {{max_age: 0}}\n",
+        urls.join(", "),
+        geos.join(", ")
+    );
+    let d = Deployment::new(BIN, SimConfig::default()).await;
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let workers: Vec<Role> = (0..2)
+        .map(|i| d.spawn("worker", &format!("worker-{i}")))
+        .collect();
+    let client = d.client(&api.api_url().await);
+    let id = client.submit_yaml(&yaml).await;
+    let mut roles = vec![&api, &scheduler];
+    roles.extend(workers.iter());
+    // Read while it runs: the counts only ever grow, up to the total.
+    let mut last = 0;
+    let job = client
+        .wait_job(
+            &id,
+            within,
+            |v| {
+                let done = slices_done(v);
+                assert!(done >= last, "slices done went back: {v}");
+                last = done;
+                is_terminal(v)
+            },
+            || logs(&roles),
+        )
+        .await;
+    assert_eq!(job["status"], "succeeded", "{job}\n{}", logs(&roles));
+    let counts = &job["counts"];
+    assert_eq!(counts["slices"]["total"], total);
+    assert_eq!(counts["slices"]["succeeded"], total);
+    let valid = counts["items"]["valid"].as_u64().unwrap();
+    let rejected = counts["items"]["rejected"].as_u64().unwrap();
+    assert_eq!(
+        valid + rejected,
+        total as u64,
+        "one item or rejection per page: {job}"
+    );
+    // Every item once, read back by cursor.
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    assert_eq!(items.len() as u64, valid);
+    let unique: HashSet<String> = item_keys(&items).into_iter().collect();
+    assert_eq!(unique.len(), items.len(), "duplicate items");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_100_000_page_slices_completes_with_every_item_once() {
+    a_job_of_many_page_slices(100_000, Duration::from_secs(1_200)).await;
+}
+
+/// The benchmark's size: `cargo test --release -p trawl-tests --test deployed --
+/// --ignored a_job_of_1_000_000`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: a million slices take minutes even in a release build"]
+async fn a_job_of_1_000_000_page_slices_completes_with_every_item_once() {
+    a_job_of_many_page_slices(1_000_000, Duration::from_secs(3_600)).await;
+}

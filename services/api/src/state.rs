@@ -148,6 +148,8 @@ pub struct ApiState {
     /// Where browse jobs' browsers may go: browse URLs written as addresses or
     /// names it refuses are refused at submission (422).
     pub(crate) browse_egress: Arc<trawl_core::egress::EgressPolicy>,
+    /// Jobs that can have more slices are refused at submission (422).
+    pub(crate) max_slices: u64,
 }
 
 impl fmt::Debug for ApiState {
@@ -194,6 +196,7 @@ impl ApiState {
             slack: None,
             limiters: Arc::default(),
             browse_egress: Arc::default(),
+            max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
         }
     }
 
@@ -201,8 +204,15 @@ impl ApiState {
     pub(crate) fn submit_config(&self) -> trawl_scheduler::SubmitConfig {
         trawl_scheduler::SubmitConfig {
             prices: self.prices,
+            max_slices: self.max_slices,
             egress: Some(self.browse_egress.clone()),
         }
+    }
+
+    /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
+    pub fn with_max_slices(mut self, n: u64) -> ApiState {
+        self.max_slices = n;
+        self
     }
 
     /// The workers' browse egress policy (`TRAWL_BROWSE_ALLOW`), for early

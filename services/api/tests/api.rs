@@ -97,6 +97,15 @@ impl Answer {
 }
 
 async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App {
+    spawn_app_tweaked(auth, cache, |s| s).await
+}
+
+/// [`spawn_app_with`], its state changed by `tweak` first.
+async fn spawn_app_tweaked(
+    auth: Auth,
+    cache: Option<Arc<dyn ContentCache>>,
+    tweak: impl FnOnce(ApiState) -> ApiState,
+) -> App {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::memory().await.unwrap());
     let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
@@ -119,7 +128,7 @@ async fn spawn_app_with(auth: Auth, cache: Option<Arc<dyn ContentCache>>) -> App
         auth,
     );
     App {
-        router: router(state),
+        router: router(tweak(state)),
         store,
         queue,
         events,
@@ -1046,6 +1055,67 @@ async fn a_running_job_is_cancelled_once() {
     assert!(app.events.try_recv().is_err());
 }
 
+/// The number of slices a job may have is the deployment's: 1,000,000 unless
+/// set; a job that can have more is refused, nothing stored.
+#[tokio::test]
+async fn a_job_with_more_slices_than_the_limit_is_refused() {
+    let pages = |urls: usize, geos: &str| {
+        let urls: Vec<String> = (0..urls)
+            .map(|i| format!("\"https://shop.example/p/{i}\""))
+            .collect();
+        format!(
+            "name: big\npages:\n  urls: [{}]\n  geos: [{geos}]\nextract: {{fields: {{t: {{css: h1}}}}}}\n",
+            urls.join(", ")
+        )
+    };
+    let all_geos = trawl_core::geo::Geo::all()
+        .map(|g| g.as_str().to_owned())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let geos = all_geos.split(", ").count();
+    let app = spawn_app().await;
+    // Just under a million, then just over.
+    let under = 1_000_000 / geos;
+    let a = app
+        .submit("application/yaml", pages(under, &all_geos))
+        .await;
+    app.accepted(&a);
+    let p = app
+        .submit("application/yaml", pages(under + 1, &all_geos))
+        .await
+        .problem(422, "invalid-spec");
+    let reason = p["errors"][0]["message"].as_str().unwrap();
+    let total = (under + 1) * geos;
+    assert!(
+        reason.contains(&format!("plans {total} slices"))
+            && reason.contains("the limit is 1000000"),
+        "{p}"
+    );
+    assert_eq!(app.all_jobs().await.len(), 1);
+
+    // A deployment's own limit.
+    let small = spawn_app_tweaked(
+        Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
+        None,
+        |s| s.with_max_slices(10),
+    )
+    .await;
+    let a = small.submit("application/yaml", pages(5, "us, de")).await;
+    small.accepted(&a);
+    let p = small
+        .submit("application/yaml", pages(11, "us"))
+        .await
+        .problem(422, "invalid-spec");
+    assert!(
+        p["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("plans 11 slices (0 searches, 11 pages, up to 0 followed pages, 0 browser sessions); the limit is 10"),
+        "{p}"
+    );
+    assert_eq!(small.all_jobs().await.len(), 1);
+}
+
 /// A research job no reported worker can run is refused with 422 naming why,
 /// and nothing is stored; once a worker with a model reports, it is taken.
 #[tokio::test]
@@ -1706,7 +1776,7 @@ async fn approvals_are_listed_to_their_jobs_owners_and_decided_only_by_approvers
     let approval = trawl_scheduler::approval_for(&id, &spec, &p.estimate).unwrap();
     assert!(
         app.store
-            .plan_job(&id, &p.slices, JobStatus::AwaitingApproval)
+            .plan_job(&id, &mut p.slices.into_iter(), JobStatus::AwaitingApproval)
             .await
             .unwrap()
     );

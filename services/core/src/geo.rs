@@ -28,6 +28,11 @@ impl Geo {
         Err(format!("\"{s}\" is not an ISO 3166-1 alpha-2 country code"))
     }
 
+    /// Every assigned code, in order.
+    pub fn all() -> impl Iterator<Item = Geo> {
+        CODES.split(' ').filter_map(|c| Geo::parse(c).ok())
+    }
+
     pub fn as_str(&self) -> &str {
         // Both bytes come from CODES, which is ASCII.
         std::str::from_utf8(&self.0).unwrap_or("??")

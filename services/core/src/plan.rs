@@ -29,12 +29,23 @@ pub struct Estimate {
 /// The traffic a browser session is estimated at: a few pages of a modern site.
 pub const BROWSE_ESTIMATE_BYTES: u64 = 5_000_000;
 
+/// The job's slices and its estimate, the slices in memory: for specs known to be
+/// small (the CLI's `plan`, tests). Planners of any size take [`slices`].
 pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
-    let mut slices = Vec::new();
-    if let Some(s) = &spec.searches {
-        for query in &s.queries {
-            for geo in &s.geos {
-                slices.push(SliceSpec::new(
+    Plan {
+        slices: slices(spec).collect(),
+        estimate: estimate(spec, prices),
+    }
+}
+
+/// The slices known before anything runs, one at a time, so that a plan of a
+/// million slices never has to be held at once: searches, pages, the research
+/// question, browser sessions, each by its items then its geos.
+pub fn slices(spec: &JobSpec) -> impl Iterator<Item = SliceSpec> + Send + '_ {
+    let searches = spec.searches.iter().flat_map(|s| {
+        s.queries.iter().flat_map(move |query| {
+            s.geos.iter().map(move |geo| {
+                SliceSpec::new(
                     SliceKind::Search {
                         query: query.clone(),
                         geo: *geo,
@@ -42,39 +53,45 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
                         follow_top: s.follow_top,
                     },
                     None,
-                ));
-            }
-        }
-    }
-    if let Some(p) = &spec.pages {
-        for url in &p.urls {
-            for geo in &p.geos {
-                slices.push(SliceSpec::new(
+                )
+            })
+        })
+    });
+    let pages = spec.pages.iter().flat_map(|p| {
+        p.urls.iter().flat_map(move |url| {
+            p.geos.iter().map(move |geo| {
+                SliceSpec::new(
                     SliceKind::Page {
                         url: url.clone(),
                         geo: *geo,
                     },
                     None,
-                ));
-            }
-        }
-    }
-    if let Some(r) = &spec.research {
-        slices.push(SliceSpec::new(research_slice(r), None));
-    }
-    if let Some(b) = &spec.browse {
-        for url in &b.urls {
-            for geo in &b.geos {
-                slices.push(SliceSpec::new(
+                )
+            })
+        })
+    });
+    let research = spec
+        .research
+        .iter()
+        .map(|r| SliceSpec::new(research_slice(r), None));
+    let browse = spec.browse.iter().flat_map(|b| {
+        b.urls.iter().flat_map(move |url| {
+            b.geos.iter().map(move |geo| {
+                SliceSpec::new(
                     SliceKind::Browse {
                         url: url.clone(),
                         geo: *geo,
                     },
                     None,
-                ));
-            }
-        }
-    }
+                )
+            })
+        })
+    });
+    searches.chain(pages).chain(research).chain(browse)
+}
+
+/// What the job may cost at most (see [`Estimate`]), from its counts alone.
+pub fn estimate(spec: &JobSpec, prices: &PriceTable) -> Estimate {
     let (search_slices, page_slices) = spec.planned_slices();
     let followed_pages_max = spec.max_followed();
     // Research: every sub-agent's every tool call at the dearer of the two tools.
@@ -98,14 +115,11 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
             .serp
             .max(prices.unlocker)
             .saturating_mul(research_calls);
-    Plan {
-        slices,
-        estimate: Estimate {
-            search_slices,
-            page_slices,
-            followed_pages_max,
-            cost,
-        },
+    Estimate {
+        search_slices,
+        page_slices,
+        followed_pages_max,
+        cost,
     }
 }
 

@@ -767,10 +767,12 @@ pub trait JobStore: Send + Sync {
     /// transaction. `false` (and nothing written) when the job is not `pending`.
     /// The slices count as published now: the scheduler publishes every open slice
     /// of a `queued` job before the job leaves `queued`, so no slice needs a mark.
+    /// They are taken from `slices` in batches of at most [`PLAN_BATCH`], so a plan
+    /// of a million slices is never held at once.
     async fn plan_job(
         &self,
         id: &JobId,
-        slices: &[SliceSpec],
+        slices: &mut PlannedSlices<'_>,
         status: JobStatus,
     ) -> Result<bool, PortError>;
     /// Jobs in any of these statuses, oldest first, at most `limit`.
@@ -785,11 +787,41 @@ pub trait JobStore: Send + Sync {
     async fn ping(&self) -> Result<(), PortError>;
 }
 
+/// Slices to plan, taken one at a time.
+pub type PlannedSlices<'a> = dyn Iterator<Item = SliceSpec> + Send + 'a;
+
+/// Slices a store takes from a plan at once: one statement's worth.
+pub const PLAN_BATCH: usize = 5_000;
+
+/// The next batch of at most [`PLAN_BATCH`] slices of a plan; empty at its end.
+pub fn next_batch(slices: &mut PlannedSlices<'_>) -> Vec<SliceSpec> {
+    slices.take(PLAN_BATCH).collect()
+}
+
 /// Slices and what they yield: outcomes, progress of slices still running, publication to the queue, counts, and the items, rejections and trace read back.
 #[async_trait]
 pub trait SliceStore: Send + Sync {
-    /// Slices not yet terminal.
-    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError>;
+    /// Slices not yet terminal, in slice id order: at most `limit` after `after`.
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError>;
+    /// Every slice not yet terminal, in slice id order (for jobs known to be small).
+    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
+        let mut all: Vec<SliceSpec> = Vec::new();
+        loop {
+            let page = self
+                .open_slices_page(id, all.last().map(|s| &s.id), PLAN_BATCH as u32)
+                .await?;
+            let last = page.len() < PLAN_BATCH;
+            all.extend(page);
+            if last {
+                return Ok(all);
+            }
+        }
+    }
     /// Writes a slice's items, rejections, trace, costs, children and status in one
     /// transaction; does nothing if the slice is already terminal.
     async fn record_outcome(
@@ -1078,7 +1110,7 @@ impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
     async fn plan_job(
         &self,
         id: &JobId,
-        slices: &[SliceSpec],
+        slices: &mut PlannedSlices<'_>,
         status: JobStatus,
     ) -> Result<bool, PortError> {
         self.to().plan_job(id, slices, status).await
@@ -1100,8 +1132,13 @@ impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
 
 #[async_trait]
 impl<T: Forward<dyn SliceStore> + Send + Sync> SliceStore for T {
-    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
-        self.to().open_slices(id).await
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.to().open_slices_page(id, after, limit).await
     }
     async fn record_outcome(
         &self,

@@ -22,8 +22,9 @@ pub use browse::{
     Action, Browse, DEFAULT_STEP_TIMEOUT, FillValue, RowsExtract, ScrollUntil, Step, WaitFor,
 };
 
-/// No job plans more slices than this (followed pages counted at their maximum).
-pub const MAX_SLICES: u64 = 100_000;
+/// No job plans more slices than this by default (followed pages counted at their
+/// maximum); deployments set their own (`TRAWL_MAX_SLICES`).
+pub const DEFAULT_MAX_SLICES: u64 = 1_000_000;
 
 /// A checked job spec.
 #[derive(Clone, Debug)]
@@ -199,6 +200,30 @@ impl JobSpec {
         self.browse
             .as_ref()
             .map_or(0, |b| (b.urls.len() * b.geos.len()) as u64)
+    }
+
+    /// The most slices the job can have: planned, and followed pages at their
+    /// maximum.
+    pub fn slices_at_most(&self) -> u64 {
+        let (search, page) = self.planned_slices();
+        search + page + self.max_followed() + self.browse_slices()
+    }
+
+    /// Refuses a job that can have more than `max` slices.
+    pub fn check_size(&self, max: u64) -> Result<(), SpecErrors> {
+        let total = self.slices_at_most();
+        if total <= max {
+            return Ok(());
+        }
+        let (search, page) = self.planned_slices();
+        Err(SpecErrors(vec![SpecError {
+            path: String::new(),
+            reason: format!(
+                "the job plans {total} slices ({search} searches, {page} pages, up to {} followed pages, {} browser sessions); the limit is {max}",
+                self.max_followed(),
+                self.browse_slices()
+            ),
+        }]))
     }
 
     /// Whether the job fetches pages and so needs an extract section.
@@ -457,7 +482,6 @@ impl Checker {
     /// Rules that look at more than one field.
     fn whole_job(&mut self, spec: &JobSpec, f: &Fields<'_>) {
         let (search, page) = spec.planned_slices();
-        let followed = spec.max_followed();
         let sections_ok = !self.errors.iter().any(|e| {
             e.path.starts_with("searches")
                 || e.path.starts_with("pages")
@@ -468,16 +492,6 @@ impl Checker {
             self.err(
                 "",
                 "the job has no slices: give searches (queries and geos), pages (urls and geos), research (a question) or browse (urls, geos and steps)",
-            );
-        }
-        let browse = spec.browse_slices();
-        let total = search + page + followed + browse;
-        if total > MAX_SLICES {
-            self.err(
-                "",
-                format!(
-                    "the job plans {total} slices ({search} searches, {page} pages, up to {followed} followed pages, {browse} browser sessions); the limit is {MAX_SLICES}"
-                ),
             );
         }
         if spec.fetches_pages() && spec.extract.is_none() && f.get("extract").is_none() {
@@ -900,14 +914,6 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
                 vec![""],
             ),
             (
-                "too many slices",
-                format!(
-                    "name: x\npages: {{urls: [{}], geos: [us, de]}}\n{base_extract}",
-                    (0..50_001).map(|i| format!("\"https://a.example/{i}\"")).collect::<Vec<_>>().join(",")
-                ),
-                vec![""],
-            ),
-            (
                 "many at once: missing name, bad engine, bad url, bad regex, bad selector, retries over the ceiling, negative budget",
                 "searches: {queries: [laptops], geos: [us], engine: yahoo, follow_top: 2}\npages: {urls: [\"ftp://a/b\"], geos: [us]}\nextract: {fields: {a: {regex: \"([\"}, b: {css: \"h1[\"}}}\nretries: {max_attempts: 11}\nbudget: {max_usd: -1}\n".to_owned(),
                 vec!["name", "searches.engine", "pages.urls[0]", "extract.fields.a.regex", "extract.fields.b.css", "retries.max_attempts", "budget.max_usd"],
@@ -937,6 +943,24 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
             assert_eq!(got, want, "{what}: {errs}");
             assert!(errs.0.iter().all(|e| !e.reason.is_empty()), "{what}");
         }
+    }
+
+    #[test]
+    fn the_slice_limit_counts_followed_pages_at_their_most() {
+        let spec = JobSpec::parse(
+            "name: x\nsearches: {queries: [a, b], geos: [us], follow_top: 3}\npages: {urls: [\"https://a.example/1\", \"https://a.example/2\"], geos: [us, de]}\nextract: {fields: {t: {css: h1}}}\n",
+        )
+        .unwrap();
+        // 2 searches, 4 pages, up to 6 followed pages.
+        assert_eq!(spec.slices_at_most(), 12);
+        assert!(spec.check_size(12).is_ok());
+        let errs = spec.check_size(11).unwrap_err();
+        assert_eq!(errs.paths(), vec![""]);
+        assert_eq!(
+            errs.0[0].reason,
+            "the job plans 12 slices (2 searches, 4 pages, up to 6 followed pages, 0 browser sessions); the limit is 11"
+        );
+        assert_eq!(DEFAULT_MAX_SLICES, 1_000_000);
     }
 
     #[test]

@@ -9,9 +9,9 @@ use tracing::{info, warn};
 use trawl_core::cost::PriceTable;
 use trawl_core::egress::EgressPolicy;
 use trawl_core::model::{JobId, JobStatus, now_ms};
-use trawl_core::plan::{Estimate, plan};
+use trawl_core::plan::{Estimate, estimate};
 use trawl_core::ports::{Event, Events, Idempotency, JobOwner, JobRecord, PortError, Store};
-use trawl_core::spec::{JobSpec, SpecErrors};
+use trawl_core::spec::{DEFAULT_MAX_SLICES, JobSpec, SpecErrors};
 
 /// How long a worker's last report counts toward what the deployment can run
 /// (workers report every 30 s by default); a pool with no report this recent
@@ -49,13 +49,26 @@ pub enum SubmitError {
 }
 
 /// What submissions are checked and priced with.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SubmitConfig {
     pub prices: PriceTable,
+    /// Jobs that can have more slices than this are refused (followed pages
+    /// counted at their maximum).
+    pub max_slices: u64,
     /// Where local browse sessions may connect; start URLs it refuses are
     /// refused here. `None`: sessions run on a remote browser (Bright Data's
     /// Scraping Browser), which the policy does not bind.
     pub egress: Option<Arc<EgressPolicy>>,
+}
+
+impl Default for SubmitConfig {
+    fn default() -> SubmitConfig {
+        SubmitConfig {
+            prices: PriceTable::default(),
+            max_slices: DEFAULT_MAX_SLICES,
+            egress: None,
+        }
+    }
 }
 
 /// A job to submit: a parsed spec and who asks.
@@ -91,6 +104,17 @@ pub struct Submitted {
     pub spec: JobSpec,
 }
 
+/// What this deployment refuses in a spec that parsed: more slices than
+/// `max_slices`, browse URLs its egress policy closes.
+fn spec_fits(spec: &JobSpec, config: &SubmitConfig) -> Result<(), SubmitError> {
+    spec.check_size(config.max_slices)
+        .map_err(SubmitError::Invalid)?;
+    if let Some(egress) = &config.egress {
+        egress.check_browse(spec).map_err(SubmitError::Invalid)?;
+    }
+    Ok(())
+}
+
 /// Checks a job, prices it, stores it `pending` and announces it; the scheduler
 /// plans it. A [`PortError::Conflict`] means its idempotency key is taken.
 pub async fn submit(
@@ -99,18 +123,9 @@ pub async fn submit(
     config: &SubmitConfig,
     sub: Submission,
 ) -> Result<Submitted, SubmitError> {
-    // Planning a large spec is CPU work: off the async threads.
-    let (prices, egress) = (config.prices, config.egress.clone());
+    spec_fits(&sub.spec, config)?;
+    let estimate = estimate(&sub.spec, &config.prices);
     let spec = sub.spec;
-    let (spec, estimate) = tokio::task::spawn_blocking(move || {
-        if let Some(egress) = &egress {
-            egress.check_browse(&spec).map_err(SubmitError::Invalid)?;
-        }
-        let estimate = plan(&spec, &prices).estimate;
-        Ok::<_, SubmitError>((spec, estimate))
-    })
-    .await
-    .map_err(|e| SubmitError::Port(PortError::Unavailable(format!("pricing the job: {e}"))))??;
     if spec.research.is_some() || spec.browse.is_some() {
         let since = now_ms() - WORKER_REPORTS_COUNT_FOR.as_millis() as i64;
         let workers = store.workers(since).await?;

@@ -33,9 +33,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, debug, info, instrument, warn};
 use trawl_core::cost::PriceTable;
 use trawl_core::model::{JobId, JobStatus, SliceError, SliceOutcome, SliceSpec, now_ms};
-use trawl_core::plan::plan;
+use trawl_core::plan::{estimate, slices};
 use trawl_core::ports::{
-    DeadLetter, Event, Events, JobRecord, PortError, SliceFinished, SliceMessage, SliceQueue, Store,
+    DeadLetter, Event, Events, JobRecord, PLAN_BATCH, PortError, SliceFinished, SliceMessage,
+    SliceQueue, Store,
 };
 use trawl_core::spec::JobSpec;
 
@@ -43,6 +44,9 @@ use crate::{approval_for, reason_for, report_due, research_failure};
 
 /// How many slices one publication pass reads from the store at a time.
 const PUBLISH_BATCH: u32 = 1_000;
+/// A plan of at most this many slices is published from memory; a larger one is
+/// read back from the store a page at a time.
+const PUBLISH_FROM_MEMORY: usize = 20_000;
 /// Live jobs looked at per reconciliation pass.
 const JOBS_PER_PASS: u32 = 10_000;
 
@@ -262,24 +266,42 @@ impl Service {
         Ok(status)
     }
 
-    /// Publishes every open slice of a job (the queue drops those it has):
-    /// `planned`, when this pass has just stored them (they are all open, and
-    /// reading them back would only delay the first), else as the store has them.
+    /// Publishes every open slice of a job (the queue drops those it has), in
+    /// slice id order (workers then write their outcomes' rows in key order, not
+    /// scattered over the indexes): `planned`, when this pass has just stored them
+    /// and they are few (reading them back would only delay the first), else as
+    /// the store has them, a page at a time, so a job of a million slices is never
+    /// held at once.
     async fn publish_all(
         &self,
         id: &JobId,
         planned: Option<Vec<SliceSpec>>,
     ) -> Result<(), PortError> {
-        let open = match planned {
-            // In slice id order, as the store lists them: workers then write
-            // their outcomes' rows in key order, not scattered over the indexes.
-            Some(mut slices) => {
-                slices.sort_unstable_by(|a, b| a.id.cmp(&b.id));
-                slices
+        if let Some(mut slices) = planned {
+            slices.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+            self.publish(id, &slices).await?;
+            debug!(job_id = %id, slices = slices.len(), "published");
+            return Ok(());
+        }
+        let (mut after, mut published) = (None, 0);
+        loop {
+            let page = self
+                .store
+                .open_slices_page(id, after.as_ref(), PLAN_BATCH as u32)
+                .await?;
+            self.publish(id, &page).await?;
+            published += page.len();
+            if page.len() < PLAN_BATCH {
+                break;
             }
-            None => self.store.open_slices(id).await?,
-        };
-        for chunk in open.chunks(PUBLISH_BATCH as usize) {
+            after = page.last().map(|s| s.id.clone());
+        }
+        debug!(job_id = %id, slices = published, "published");
+        Ok(())
+    }
+
+    async fn publish(&self, id: &JobId, slices: &[SliceSpec]) -> Result<(), PortError> {
+        for chunk in slices.chunks(PUBLISH_BATCH as usize) {
             let msgs: Vec<SliceMessage> = chunk
                 .iter()
                 .map(|slice| SliceMessage {
@@ -289,12 +311,12 @@ impl Service {
                 .collect();
             self.queue.publish_many(&msgs).await?;
         }
-        debug!(job_id = %id, slices = open.len(), "published");
         Ok(())
     }
 
     /// Plans a job the API stored; returns its new status, and the slices when
-    /// this call stored them.
+    /// this call stored them and they are at most [`PUBLISH_FROM_MEMORY`]. The
+    /// slices go to the store as they are planned, a batch at a time.
     async fn plan_pending(
         &self,
         job: &JobRecord,
@@ -311,8 +333,8 @@ impl Service {
                 return Ok((JobStatus::Failed, None));
             }
         };
-        let p = plan(&spec, &self.prices);
-        let status = match approval_for(&job.id, &spec, &p.estimate) {
+        let estimate = estimate(&spec, &self.prices);
+        let status = match approval_for(&job.id, &spec, &estimate) {
             Some(approval) => {
                 // Asked before the slices are stored: a crash in between leaves the
                 // job pending, and planning it again replaces the pending approval.
@@ -321,14 +343,20 @@ impl Service {
             }
             None => JobStatus::Queued,
         };
-        if !self.store.plan_job(&job.id, &p.slices, status).await? {
+        let mut rest = slices(&spec).peekable();
+        let first: Vec<SliceSpec> = rest.by_ref().take(PUBLISH_FROM_MEMORY).collect();
+        let kept = rest.peek().is_none().then(|| first.clone());
+        let mut count = 0_usize;
+        let mut all = first.into_iter().chain(rest).inspect(|_| count += 1);
+        if !self.store.plan_job(&job.id, &mut all, status).await? {
             // Another scheduler (or an earlier pass) planned it first.
             let now = self.store.job(&job.id).await?;
             return Ok((now.map_or(JobStatus::Failed, |j| j.status), None));
         }
-        tracing::Span::current().record("slices", p.slices.len());
-        info!(job_id = %job.id, slices = p.slices.len(), status = status.as_str(), "job planned");
-        Ok((status, Some(p.slices)))
+        drop(all);
+        tracing::Span::current().record("slices", count);
+        info!(job_id = %job.id, slices = count, status = status.as_str(), "job planned");
+        Ok((status, kept))
     }
 
     /// Slices published before this are republished: one read of the queue for a

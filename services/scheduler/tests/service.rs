@@ -115,8 +115,13 @@ struct Hooked {
 
 #[async_trait]
 impl SliceStore for Hooked {
-    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
-        self.inner.open_slices(id).await
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.inner.open_slices_page(id, after, limit).await
     }
     async fn record_outcome(
         &self,

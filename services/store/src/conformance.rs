@@ -20,8 +20,8 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, GuardVerdict, Idempotency,
-    JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PinChange, PinStatus, PortError, RowCursor, Store,
-    ToolListing, ToolPin,
+    JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PLAN_BATCH, PinChange, PinStatus, PortError,
+    RowCursor, Store, ToolListing, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -56,6 +56,7 @@ macro_rules! suite {
             an_approval_is_replaced_while_pending_and_decided_once,
             approvals_are_listed_newest_first_and_read_by_id,
             a_job_of_100_000_slices_is_created,
+            a_plan_of_many_batches_is_stored_in_one_go_and_paged_in_id_order,
             a_pending_job_is_planned_once,
             two_planners_of_one_job_plan_it_once,
             slices_to_publish_are_those_the_queue_has_not_got,
@@ -101,6 +102,61 @@ macro_rules! suite {
     };
 }
 pub(crate) use suite;
+
+pub(crate) async fn a_plan_of_many_batches_is_stored_in_one_go_and_paged_in_id_order(
+    f: &dyn Fixture,
+) {
+    let store = f.store();
+    let job = JobRecord {
+        status: JobStatus::Pending,
+        ..job_record(1)
+    };
+    store.create_job(&job, &[]).await.unwrap();
+    let n = 2 * PLAN_BATCH + 345;
+    // Taken one at a time: the store never sees them all at once.
+    let mut taken = 0;
+    let mut plan = (0..n)
+        .map(|i| search(&format!("query {i}")))
+        .inspect(|_| taken += 1);
+    assert!(
+        store
+            .plan_job(&job.id, &mut plan, JobStatus::Queued)
+            .await
+            .unwrap()
+    );
+    drop(plan);
+    assert_eq!(taken, n);
+    let counts = store.counts(&job.id).await.unwrap();
+    assert_eq!(counts.slices_total, n as u64);
+    assert_eq!(counts, f.recount(&job.id).await);
+    // Pages of open slices: strictly after the cursor, in id order, all of them once.
+    let mut seen: Vec<SliceId> = Vec::new();
+    loop {
+        let page = store
+            .open_slices_page(&job.id, seen.last(), 1_000)
+            .await
+            .unwrap();
+        assert!(page.len() <= 1_000);
+        let done = page.len() < 1_000;
+        seen.extend(page.into_iter().map(|s| s.id));
+        if done {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), n);
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "in id order, no repeats"
+    );
+    // A slice that ended is no longer open.
+    let first = &seen[0];
+    store
+        .record_outcome(&job.id, first, &SliceOutcome::default())
+        .await
+        .unwrap();
+    let page = store.open_slices_page(&job.id, None, 1).await.unwrap();
+    assert_eq!(page[0].id, seen[1]);
+}
 
 // ---------------------------------------------------------------------------
 // Records
@@ -711,7 +767,7 @@ pub(crate) async fn unknown_jobs_and_slices_are_not_found(f: &dyn Fixture) {
     ));
     assert!(matches!(
         store
-            .plan_job(&nobody, &[search("b")], JobStatus::Queued)
+            .plan_job(&nobody, &mut [search("b")].into_iter(), JobStatus::Queued)
             .await,
         Err(PortError::NotFound(_))
     ));
@@ -994,7 +1050,11 @@ pub(crate) async fn a_pending_job_is_planned_once(f: &dyn Fixture) {
     let slices = vec![search("a"), search("b")];
     assert!(
         store
-            .plan_job(&job.id, &slices, JobStatus::AwaitingApproval)
+            .plan_job(
+                &job.id,
+                &mut slices.clone().into_iter(),
+                JobStatus::AwaitingApproval
+            )
             .await
             .unwrap()
     );
@@ -1027,7 +1087,7 @@ pub(crate) async fn a_pending_job_is_planned_once(f: &dyn Fixture) {
     // No longer pending: planning again writes nothing.
     assert!(
         !store
-            .plan_job(&job.id, &[search("c")], JobStatus::Queued)
+            .plan_job(&job.id, &mut [search("c")].into_iter(), JobStatus::Queued)
             .await
             .unwrap()
     );
@@ -1039,7 +1099,7 @@ pub(crate) async fn a_pending_job_is_planned_once(f: &dyn Fixture) {
     let queued = new_job(&*store, 2, &[search("x")]).await;
     assert!(
         !store
-            .plan_job(&queued, &[search("y")], JobStatus::Running)
+            .plan_job(&queued, &mut [search("y")].into_iter(), JobStatus::Running)
             .await
             .unwrap()
     );
@@ -1066,7 +1126,11 @@ pub(crate) async fn two_planners_of_one_job_plan_it_once(f: &dyn Fixture) {
             .iter()
             .map(|slices| {
                 let (store, id, slices) = (store.clone(), job.id.clone(), slices.clone());
-                tokio::spawn(async move { store.plan_job(&id, &slices, JobStatus::Queued).await })
+                tokio::spawn(async move {
+                    store
+                        .plan_job(&id, &mut slices.into_iter(), JobStatus::Queued)
+                        .await
+                })
             })
             .collect();
         let mut planned = Vec::new();

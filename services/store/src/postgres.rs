@@ -67,8 +67,8 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PortError, Recorded, RowCursor,
-    SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore,
+    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError, Recorded,
+    RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -497,11 +497,11 @@ impl JobStore for PgStore {
     /// An unknown job is [`PortError::NotFound`], not `false`. A second planner of
     /// the same job waits for the first's transaction on the job's row, then finds
     /// it no longer pending.
-    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
+    #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
     async fn plan_job(
         &self,
         id: &JobId,
-        slices: &[SliceSpec],
+        slices: &mut PlannedSlices<'_>,
         status: JobStatus,
     ) -> Result<bool, PortError> {
         let now = now_ms();
@@ -527,7 +527,13 @@ impl JobStore for PgStore {
                 None => Err(no_job(id)),
             };
         }
-        insert_slices(&mut tx, id, slices, now, Some(now)).await?;
+        loop {
+            let batch = next_batch(slices);
+            if batch.is_empty() {
+                break;
+            }
+            insert_slices(&mut tx, id, &batch, now, Some(now)).await?;
+        }
         tx.commit().await.port()?;
         Ok(true)
     }
@@ -569,12 +575,20 @@ impl JobStore for PgStore {
 
 #[async_trait]
 impl SliceStore for PgStore {
-    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
         let rows = sqlx::query(
             "SELECT spec::text AS spec FROM slices \
-             WHERE job_id = $1 AND status = 'pending' ORDER BY slice_id",
+             WHERE job_id = $1 AND status = 'pending' AND slice_id > $2 \
+             ORDER BY slice_id LIMIT $3",
         )
         .bind(id.as_str())
+        .bind(after.map_or("", SliceId::as_str))
+        .bind(self::limit(limit))
         .fetch_all(&self.pool)
         .await
         .port()?;

@@ -29,8 +29,8 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PortError, Recorded, RowCursor,
-    SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore,
+    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError, Recorded,
+    RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -361,11 +361,11 @@ impl JobStore for SqliteStore {
     }
 
     /// An unknown job is [`PortError::NotFound`], not `false`.
-    #[instrument(skip_all, fields(job_id = %id, slices = slices.len(), status = status.as_str()))]
+    #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
     async fn plan_job(
         &self,
         id: &JobId,
-        slices: &[SliceSpec],
+        slices: &mut PlannedSlices<'_>,
         status: JobStatus,
     ) -> Result<bool, PortError> {
         let now = now_ms();
@@ -393,8 +393,14 @@ impl JobStore for SqliteStore {
                 None => Err(no_job(id)),
             };
         }
-        let rows: Vec<(&JobId, &SliceSpec, i64)> = slices.iter().map(|s| (id, s, now)).collect();
-        insert_slices(&mut tx, &rows).await?;
+        loop {
+            let batch = next_batch(slices);
+            if batch.is_empty() {
+                break;
+            }
+            let rows: Vec<(&JobId, &SliceSpec, i64)> = batch.iter().map(|s| (id, s, now)).collect();
+            insert_slices(&mut tx, &rows).await?;
+        }
         // Published as of now (see the trait): the job had no slices before.
         sqlx::query("UPDATE slices SET published_ms = ? WHERE job_id = ?")
             .bind(now)
@@ -446,11 +452,19 @@ impl JobStore for SqliteStore {
 
 #[async_trait]
 impl SliceStore for SqliteStore {
-    async fn open_slices(&self, id: &JobId) -> Result<Vec<SliceSpec>, PortError> {
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
         let rows = sqlx::query(
-            "SELECT spec FROM slices WHERE job_id = ? AND status = 'pending' ORDER BY slice_id",
+            "SELECT spec FROM slices WHERE job_id = ? AND status = 'pending' AND slice_id > ? \
+             ORDER BY slice_id LIMIT ?",
         )
         .bind(id.as_str())
+        .bind(after.map_or("", SliceId::as_str))
+        .bind(i64::from(limit))
         .fetch_all(&mut *self.conn().await?)
         .await
         .port()?;

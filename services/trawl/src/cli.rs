@@ -185,6 +185,15 @@ impl SimArgs {
     }
 }
 
+/// What jobs may ask, for `run` and the roles alike.
+#[derive(Args, Clone)]
+struct JobLimits {
+    /// Jobs that can have more slices than this are refused (followed pages
+    /// counted at their maximum).
+    #[arg(long, env = "TRAWL_MAX_SLICES", default_value_t = trawl_core::spec::DEFAULT_MAX_SLICES)]
+    max_slices: u64,
+}
+
 /// Settings of the deployed roles; `docs/configuration.md` is the reference.
 #[derive(Args, Clone)]
 struct DeployArgs {
@@ -368,6 +377,8 @@ struct DeployArgs {
     public_url: Option<String>,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    limits: JobLimits,
 }
 
 impl DeployArgs {
@@ -473,7 +484,8 @@ impl DeployArgs {
                         .clone()
                         .filter(|p| !p.as_os_str().is_empty()),
                 )
-                .with_judge(judge),
+                .with_judge(judge)
+                .with_max_slices(self.limits.max_slices),
             browse_egress,
             tools_refresh: self.tools_refresh,
             oauth,
@@ -666,6 +678,8 @@ struct RunArgs {
     embed_model: Option<PathBuf>,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    limits: JobLimits,
 }
 
 impl RunArgs {
@@ -701,7 +715,8 @@ impl RunArgs {
             )
             .with_models(Some(models))
             .with_judge(judge)
-            .with_browsers(Arc::new(browsers)))
+            .with_browsers(Arc::new(browsers))
+            .with_max_slices(self.limits.max_slices))
     }
 }
 

@@ -214,7 +214,8 @@ async fn api_state(
     let mut state = state
         .with_tools(tools)
         .with_shutdown(cancel.clone())
-        .with_browse_egress(s.browse_egress.clone());
+        .with_browse_egress(s.browse_egress.clone())
+        .with_max_slices(s.roles.max_slices);
     if let Some(config) = &s.oauth {
         if let Some(host) = url::Url::parse(config.resource.as_str())
             .ok()

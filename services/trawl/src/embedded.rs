@@ -87,6 +87,8 @@ pub struct Options {
     pub embed_model: Option<PathBuf>,
     /// The tool guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off.
     pub judge: Option<Arc<Judge>>,
+    /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
+    pub max_slices: u64,
 }
 
 impl Options {
@@ -104,6 +106,7 @@ impl Options {
             browsers: Arc::new(Browsers::local()),
             embed_model: None,
             judge: None,
+            max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
         }
     }
 
@@ -139,6 +142,11 @@ impl Options {
 
     pub fn with_worker(mut self, w: WorkerConfig) -> Self {
         self.worker = w;
+        self
+    }
+
+    pub fn with_max_slices(mut self, n: u64) -> Self {
+        self.max_slices = n;
         self
     }
 
@@ -418,6 +426,7 @@ impl Embedded {
     pub fn submit_config(&self) -> SubmitConfig {
         SubmitConfig {
             prices: self.options.prices,
+            max_slices: self.options.max_slices,
             // `trawl run` checks browse URLs where the session connects (its
             // egress proxy), as it always has; the API also checks them early.
             egress: None,
