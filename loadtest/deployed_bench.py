@@ -55,11 +55,43 @@ WORKERS = 2
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def geos() -> list:
+    """Every country code trawl knows (services/core/src/geo.rs)."""
+    src = open(os.path.join(ROOT, "services/core/src/geo.rs")).read()
+    return re.search(r'const CODES: &str = "([a-z ]+)";', src).group(1).split()
+
+
 def job(n: int, budget: bool = True) -> str:
     """The embedded benchmark's job (same pages, extraction, schema, no cache),
-    with or without its `max_usd`."""
+    with or without its `max_usd`. Past 20,000 slices, the pages are
+    n / countries URLs (rounded down) in every country (a few fewer than n slices), so that
+    the spec stays small, and the budget is raised to match."""
+    if n > 20_000:
+        g = geos()
+        text = embedded_job(n // len(g)).replace("geos: [us]", f"geos: [{', '.join(g)}]")
+        text = text.replace("budget: {max_usd: 1000}", f"budget: {{max_usd: {n}}}")
+        return text if budget else re.sub(r"budget: \{max_usd: \d+\}\n", "", text)
     text = embedded_job(n)
     return text if budget else text.replace("budget: {max_usd: 1000}\n", "")
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def log_time(path: str, pattern: str):
+    """The timestamp (seconds since the epoch) of the first log line matching."""
+    from datetime import datetime
+    with open(path) as f:
+        for line in f:
+            stamp = re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", line)
+            if stamp and re.search(pattern, line):
+                return datetime.fromisoformat(stamp.group(0).replace("Z", "+00:00")).timestamp()
+    return None
 
 
 def psql(sql: str) -> None:
@@ -195,7 +227,10 @@ def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None, workers: in
             roles = ["api", "scheduler"] + [f"worker-{i}" for i in range(workers)]
             for role in roles:
                 logs[role] = os.path.join(d, f"{role}.log")
-                role_env = {**env, "OTEL_SERVICE_NAME": f"trawl-{role}"} if otlp else env
+                role_env = {**env, "OTEL_SERVICE_NAME": f"trawl-{role}"} if otlp else dict(env)
+                if role == "scheduler":
+                    # When the job was planned and published, from its own log.
+                    role_env["RUST_LOG"] = os.environ.get("BENCH_LOG", "warn") + ",trawl_scheduler=debug"
                 procs[role] = subprocess.Popen([binary, role.split("-")[0]], env=role_env,
                                                stdout=subprocess.DEVNULL, stderr=open(logs[role], "w"))
             api = wait_line(logs["api"], r"listening on (http://\S+)")
@@ -208,14 +243,20 @@ def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None, workers: in
             t0 = time.monotonic()
             cpu0 = machine_cpu()
             svc0 = service_cpu()
+            submitted_at = time.time()
             sub = http("POST", f"{api}/v1/jobs", key, job(n, budget).encode(), "application/yaml")
             job_id = sub["job_id"]
+            rss = {r: [] for r in procs}
             while True:
                 v = http("GET", f"{api}/v1/jobs/{job_id}", key)
+                for r, p in procs.items():
+                    rss[r].append(rss_mb(p.pid))
                 if v["status"] in ("succeeded", "partial", "failed", "cancelled"):
                     break
                 time.sleep(0.2)
             wall = time.monotonic() - t0
+            planned = log_time(logs["scheduler"], r"job planned")
+            published = log_time(logs["scheduler"], r"published")
             cpu1 = machine_cpu()
             svc1 = service_cpu()
             busy = (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
@@ -235,7 +276,12 @@ def trawl_run(binary: str, n: int, budget: bool, sink: tuple = None, workers: in
                     sys.stderr.write(open(logs[role]).read()[-3000:])
             return {"wall_s": wall, "slices": v["counts"]["slices"]["total"], "status": v["status"],
                     "items": v["counts"]["items"], "machine_busy": busy, "other_cores": other, "roles": stats,
-                    "services_cpu_s": {k: svc1[k] - svc0[k] for k in svc0}}
+                    "services_cpu_s": {k: svc1[k] - svc0[k] for k in svc0},
+                    # RSS (MB) at a quarter, half and three quarters of the run, and the most.
+                    "rss_mb": {r: [round(x[len(x) // 4], 1), round(x[len(x) // 2], 1), round(x[3 * len(x) // 4], 1),
+                                   round(max(x), 1)] for r, x in rss.items() if x},
+                    "planned_after_s": planned and planned - submitted_at,
+                    "published_after_s": published and published - submitted_at}
         finally:
             for p in procs.values():
                 p.terminate()
@@ -263,6 +309,11 @@ def print_roles(t: dict) -> None:
         print(f"  {role:10} CPU {s['cpu_s']:.2f} s ({1000 * s['cpu_s'] / t['slices']:.3f} s per 1,000 slices; "
               f"{s['job_cpu_s']:.2f} s during the job), peak RSS {s['peak_rss_mb']:.1f} MB")
     print("  services CPU during the trawl run: " + ", ".join(f"{k} {v:.2f} s" for k, v in t["services_cpu_s"].items()))
+    print("  RSS MB at 1/4, 1/2, 3/4 of the run and the most: " + ", ".join(
+        f"{r} {v}" for r, v in t.get("rss_mb", {}).items()))
+    if t.get("published_after_s"):
+        print(f"  planned {t['planned_after_s']:.2f} s and published {t['published_after_s']:.2f} s after the submit: "
+              f"{t['slices'] / t['published_after_s']:,.0f} slices/s planned and published")
     print(f"  machine busy {100 * t['machine_busy']:.0f}% of both cores during the trawl run; "
           f"other work {t['other_cores']:.2f} cores")
 
@@ -348,6 +399,7 @@ def main() -> None:
     ap.add_argument("--sim-latency", default="0s", help="the simulator's latency per call (e.g. 500ms)")
     ap.add_argument("--workers", type=int, nargs="+", default=[WORKERS],
                     help="worker processes (several: one run of each, upstream-bound mode)")
+    ap.add_argument("--no-bare", action="store_true", help="skip the bare loop (a large job alone)")
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"),
                     help="where trawl and examples/ are (default target/release)")
@@ -367,6 +419,12 @@ def main() -> None:
         return
     for i in range(args.runs):
         t = trawl_run(trawl_bin, args.slices, not args.no_budget)
+        if args.no_bare:
+            print(json.dumps({"run": i + 1, "trawl": t}, indent=2))
+            print(f"run {i + 1}: trawl {t['slices'] / t['wall_s']:,.0f} slices/s ({t['status']}), "
+                  f"{t['slices']:,} slices in {t['wall_s']:.1f} s")
+            print_roles(t)
+            continue
         b = bare_run(bare_bin, args.slices)
         t_rate = t["slices"] / t["wall_s"]
         b_rate = b["messages"] / b["wall_s"]

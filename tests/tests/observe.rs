@@ -330,6 +330,89 @@ async fn one_job_is_one_trace_from_the_api_through_nats_to_the_worker() {
     );
 }
 
+/// With jobs sampled at one in two, each job is traced whole or not at all: a
+/// sampled job's submission, planning and every slice arrive under its trace id;
+/// no scheduler or worker span arrives for a job left out; every job keeps its
+/// trace steps in the store either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_keeps_or_leaves_out_whole_jobs() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let d = Deployment::new(BIN, SimConfig::default())
+        .await
+        .with_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .with_env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .with_env("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+        .with_env("OTEL_TRACES_SAMPLER_ARG", "0.5");
+    let mut api = d.spawn("api", "api");
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let worker = d.spawn("worker", "worker");
+    let client = d.client(&api.api_url().await);
+    // 16 jobs: all of them in or all out would happen twice in 65,536 runs.
+    let mut ids = Vec::new();
+    for i in 0..16 {
+        ids.push(
+            client
+                .submit_yaml(&small_job(&format!("sampled-{i}")))
+                .await,
+        );
+    }
+    let mut sampled: Vec<String> = Vec::new();
+    for id in &ids {
+        let job = client
+            .wait_job(id, Duration::from_secs(60), is_terminal, || {
+                logs(&[&api, &scheduler, &worker])
+            })
+            .await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+        if let Some(t) = job["trace_id"].as_str() {
+            sampled.push(t.to_owned());
+        }
+        // Sampled or not, the store keeps the job's trace steps.
+        let steps = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
+        assert_eq!(steps.len(), 3, "{job}");
+    }
+    assert!(
+        !sampled.is_empty() && sampled.len() < ids.len(),
+        "{} of {} jobs sampled",
+        sampled.len(),
+        ids.len()
+    );
+    let whole = |spans: &[Span], t: &str| {
+        let n = |svc: &str, name: &str| {
+            spans
+                .iter()
+                .filter(|s| s.trace_id == t && s.service == svc && s.name == name)
+                .count()
+        };
+        n("trawl-api", "POST /v1/jobs") == 1
+            && n("trawl-scheduler", "plan job") == 1
+            && n("trawl-worker", "slice search") == 1
+            && n("trawl-worker", "slice page") == 2
+    };
+    let spans = receiver
+        .wait(Duration::from_secs(30), |spans| {
+            sampled.iter().all(|t| whole(spans, t))
+        })
+        .await;
+    // Nothing of the jobs left out: every submission, planning and worker span
+    // (but the worker's start-up, `connect`) is in a sampled job's trace. The
+    // roles' own passes (approval expiry, notices) are traces of their own.
+    let stray: Vec<&Span> = spans
+        .iter()
+        .filter(|s| {
+            (s.service == "trawl-worker" && s.name != "connect")
+                || s.name == "plan job"
+                || s.name == "POST /v1/jobs"
+        })
+        .filter(|s| !sampled.contains(&s.trace_id))
+        .collect();
+    assert!(stray.is_empty(), "spans of jobs left out: {stray:#?}");
+    assert_eq!(
+        named(&spans, "trawl-api", "POST /v1/jobs").len(),
+        sampled.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_otlp_endpoint_no_trace_is_kept() {
     let d = Deployment::new(BIN, SimConfig::default()).await;

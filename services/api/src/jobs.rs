@@ -215,7 +215,8 @@ pub struct JobView {
     pub counts: CountsView,
     /// The OpenTelemetry trace of the job (32 hex digits): its submission,
     /// planning, every slice and tool call. Open it in Jaeger at
-    /// `<jaeger>/trace/<trace_id>`. Null when traces are not exported.
+    /// `<jaeger>/trace/<trace_id>`. Null when traces are not exported, or the
+    /// sampler left the job out (`OTEL_TRACES_SAMPLER_ARG`).
     #[schema(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
     pub trace_id: Option<String>,
     pub links: JobLinks,
@@ -236,9 +237,11 @@ impl JobView {
             reason: job.reason,
             estimate,
             counts: counts.into(),
+            // Only a sampled job has a trace to open.
             trace_id: job
                 .traceparent
                 .as_deref()
+                .filter(|tp| trawl_telemetry::propagation::is_sampled(Some(tp)))
                 .and_then(trawl_telemetry::propagation::trace_id_in)
                 .map(str::to_owned),
         })

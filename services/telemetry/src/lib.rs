@@ -12,6 +12,15 @@
 //!   trace across the API, the scheduler and the workers.
 //! - [`metrics`](crate::names): the metric names every role records under.
 //!
+//! Jobs are sampled whole: the API's span of a submission is sampled with the
+//! probability `OTEL_TRACES_SAMPLER_ARG` (by trace id, so by job) unless its
+//! caller's trace decides, and every later span of the job follows its parent
+//! (`parentbased_traceidratio`, [`DEFAULT_SAMPLE_RATIO`] unless
+//! `OTEL_TRACES_SAMPLER` says otherwise). A worker runs the slices of a job left
+//! out under [`untraced`]: their spans are never created in the exporting
+//! subscriber, so they cost what spans cost without tracing. Trace steps in the
+//! store do not depend on sampling.
+//!
 //! Only trawl's own spans are exported: a per-layer filter keeps the spans of
 //! targets starting with `trawl` and drops those of h2, tonic, hyper, sqlx and
 //! the other libraries, which would swamp a trace with transport internals.
@@ -26,7 +35,9 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing::Dispatch;
+use tracing::instrument::{WithDispatch, WithSubscriber as _};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
@@ -34,6 +45,44 @@ use tracing_subscriber::{Layer as _, fmt};
 
 /// The Prometheus recorder, installed once per process.
 static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The share of jobs traced when `OTEL_TRACES_SAMPLER` is not set: one in ten,
+/// which keeps tracing's cost to a tenth of what full sampling costs
+/// (docs/benchmarks.md). `OTEL_TRACES_SAMPLER=parentbased_always_on` traces
+/// every job.
+pub const DEFAULT_SAMPLE_RATIO: f64 = 0.1;
+
+/// The subscriber of work that is not traced: the log lines, no OpenTelemetry
+/// layer. Set by [`init`] when it installs one.
+static UNTRACED: OnceLock<Dispatch> = OnceLock::new();
+
+/// Whether this process exports spans ([`init`] installed an OpenTelemetry
+/// layer).
+pub fn exports_spans() -> bool {
+    UNTRACED.get().is_some()
+}
+
+/// Runs `work` without exporting its spans (a slice of a job the sampler left
+/// out); its log lines are written as usual. Without trace export this is the
+/// work under the current subscriber (callers skip it: see [`exports_spans`]).
+pub fn untraced<F: Future>(work: F) -> WithDispatch<F> {
+    match UNTRACED.get() {
+        Some(d) => work.with_subscriber(d.clone()),
+        None => work.with_current_subscriber(),
+    }
+}
+
+/// The log layer every subscriber of a process writes through.
+fn log_layer<S>() -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_filter(log_filter)
+}
 
 /// What [`init`] set up; [`Telemetry::shutdown`] flushes the spans not yet sent.
 #[must_use = "call shutdown() before the process exits, or the last spans are lost"]
@@ -75,11 +124,7 @@ fn otlp_endpoint() -> Option<String> {
 /// process (tests) keeps the first subscriber and recorder.
 pub fn init(service: &str) -> Telemetry {
     install_metrics();
-    let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let log = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_filter(log_filter);
+    let log = log_layer();
     let provider = otlp_endpoint().and_then(|endpoint| match tracer_provider(service) {
         Ok(p) => Some(p),
         Err(e) => {
@@ -115,6 +160,11 @@ pub fn init(service: &str) -> Telemetry {
         }
         return Telemetry { provider: None };
     }
+    if provider.is_some() {
+        let _ = UNTRACED.set(Dispatch::new(
+            tracing_subscriber::registry().with(log_layer()),
+        ));
+    }
     Telemetry { provider }
 }
 
@@ -127,7 +177,17 @@ fn tracer_provider(service: &str) -> Result<SdkTracerProvider, String> {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| service.to_owned());
-    Ok(SdkTracerProvider::builder()
+    let builder = SdkTracerProvider::builder();
+    // The SDK reads OTEL_TRACES_SAMPLER (and its argument) itself; unset, jobs
+    // are sampled at the default ratio, whole.
+    let builder = if std::env::var_os("OTEL_TRACES_SAMPLER").is_none() {
+        builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            DEFAULT_SAMPLE_RATIO,
+        ))))
+    } else {
+        builder
+    };
+    Ok(builder
         .with_batch_exporter(exporter)
         .with_resource(Resource::builder().with_service_name(name).build())
         .build())

@@ -78,6 +78,16 @@ pub fn current_ids() -> Option<(String, String)> {
         .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
 }
 
+/// Whether a `traceparent` value names a sampled trace (its `sampled` flag is
+/// set). A slice is traced only when its message says so: a job the sampler
+/// left out, or one whose planner exported nothing, costs its workers no span.
+pub fn is_sampled(traceparent: Option<&str>) -> bool {
+    traceparent
+        .and_then(|tp| tp.rsplit('-').next())
+        .and_then(|flags| u8::from_str_radix(flags, 16).ok())
+        .is_some_and(|flags| flags & 1 == 1)
+}
+
 /// The trace id in a `traceparent` value (`00-<trace id>-<span id>-<flags>`).
 pub fn trace_id_in(traceparent: &str) -> Option<&str> {
     let id = traceparent.split('-').nth(1)?;
@@ -127,6 +137,16 @@ pub fn inject_headers(headers: &mut http::HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sampled_flag_is_read_from_a_traceparent() {
+        let id = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7";
+        assert!(is_sampled(Some(&format!("{id}-01"))));
+        assert!(is_sampled(Some(&format!("{id}-03"))));
+        assert!(!is_sampled(Some(&format!("{id}-00"))));
+        assert!(!is_sampled(Some(&format!("{id}-zz"))));
+        assert!(!is_sampled(None));
+    }
 
     #[test]
     fn trace_id_is_read_from_a_traceparent() {
