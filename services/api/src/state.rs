@@ -617,6 +617,7 @@ mod tests {
                 client: None,
                 tenant: tenant.map(str::to_owned),
             }),
+            retention_ms: None,
         }
     }
 

@@ -689,6 +689,7 @@ async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize)
                 idempotency: None,
                 traceparent: None,
                 owner: None,
+                retention_ms: None,
             },
             &specs,
         )

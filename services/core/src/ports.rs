@@ -385,6 +385,9 @@ pub struct JobRecord {
     /// Who submitted the job, when it came over the API; `None` for a job of
     /// `trawl run` (the operator's own) or one stored before owners were kept.
     pub owner: Option<JobOwner>,
+    /// How long the job is kept after it ends (its spec's `retention`); `None`:
+    /// the deployment's retention.
+    pub retention_ms: Option<i64>,
 }
 
 /// Who a job belongs to: only its owner, the owner's tenant and admins may read
@@ -783,8 +786,51 @@ pub trait JobStore: Send + Sync {
     ) -> Result<Vec<JobRecord>, PortError>;
     /// The job first stored with this idempotency key.
     async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError>;
+    /// Ended jobs whose retention has passed at `now_ms`: they ended more than
+    /// their own retention (`retention_ms`), or `default_ms`, ago. Longest ended
+    /// first, at most `limit`.
+    async fn expired_jobs(
+        &self,
+        now_ms: i64,
+        default_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<JobId>, PortError>;
+    /// Deletes at most `batch` rows of a job, table by table ([`PURGED`]); its
+    /// cost rows are added to the monthly ledger ([`JobStore::cost_months`]) as
+    /// they go. Once none is left, the job itself. Returns the rows deleted: 0 once
+    /// nothing of the job is left (or it never was).
+    async fn purge_job(&self, id: &JobId, batch: u32) -> Result<u64, PortError>;
+    /// The job's rows in each table of [`PURGED`], as `purge_job` would delete them.
+    async fn job_rows(&self, id: &JobId) -> Result<Vec<(&'static str, u64)>, PortError>;
+    /// The cost ledger by the month its jobs were created in (UTC) and product: the
+    /// jobs stored and those deleted by retention alike.
+    async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError>;
     /// Whether the backend answers, for readiness probes.
     async fn ping(&self) -> Result<(), PortError>;
+}
+
+/// The tables a job's rows are deleted from when its retention has passed, in
+/// the order they are deleted (rows before what they refer to), each with the
+/// columns that key a job's rows in it.
+pub const PURGED: &[(&str, &str)] = &[
+    ("items", "slice_id, seq"),
+    ("rejections", "slice_id, seq"),
+    ("trace_steps", "slice_id, seq"),
+    ("costs", "slice_id, seq"),
+    ("tool_audit", "id"),
+    ("artifacts", "name"),
+    ("slice_progress", "slice_id"),
+    ("approvals", "id"),
+    ("slices", "slice_id"),
+];
+
+/// A month of the cost ledger for one product.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CostMonth {
+    /// `YYYY-MM`, UTC, of when the jobs were created.
+    pub month: String,
+    pub product: String,
+    pub amount: Micros,
 }
 
 /// Slices to plan, taken one at a time.
@@ -1124,6 +1170,23 @@ impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
     }
     async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
         self.to().job_by_idempotency_key(key).await
+    }
+    async fn expired_jobs(
+        &self,
+        now_ms: i64,
+        default_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<JobId>, PortError> {
+        self.to().expired_jobs(now_ms, default_ms, limit).await
+    }
+    async fn purge_job(&self, id: &JobId, batch: u32) -> Result<u64, PortError> {
+        self.to().purge_job(id, batch).await
+    }
+    async fn job_rows(&self, id: &JobId) -> Result<Vec<(&'static str, u64)>, PortError> {
+        self.to().job_rows(id).await
+    }
+    async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
+        self.to().cost_months().await
     }
     async fn ping(&self) -> Result<(), PortError> {
         self.to().ping().await

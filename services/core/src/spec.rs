@@ -26,6 +26,9 @@ pub use browse::{
 /// maximum); deployments set their own (`TRAWL_MAX_SLICES`).
 pub const DEFAULT_MAX_SLICES: u64 = 1_000_000;
 
+/// The shortest retention a job may ask for.
+pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
+
 /// A checked job spec.
 #[derive(Clone, Debug)]
 pub struct JobSpec {
@@ -44,6 +47,9 @@ pub struct JobSpec {
     /// Attempts per tool call, the first included.
     pub max_attempts: u32,
     pub budget: Budget,
+    /// How long the job and what it yielded are kept after it ends; `None`: the
+    /// deployment's `TRAWL_RETENTION`.
+    pub retention: Option<Duration>,
     /// The document as parsed, stored with the job and parsed again by workers.
     pub document: Value,
 }
@@ -410,8 +416,17 @@ impl Checker {
 
     fn job(&mut self, v: &Value) -> Option<JobSpec> {
         const KNOWN: &[&str] = &[
-            "name", "searches", "pages", "research", "browse", "extract", "schema", "cache",
-            "retries", "budget",
+            "name",
+            "searches",
+            "pages",
+            "research",
+            "browse",
+            "extract",
+            "schema",
+            "cache",
+            "retries",
+            "budget",
+            "retention",
         ];
         let f = self.object(v, "", KNOWN)?;
         let name = match f.get("name") {
@@ -461,6 +476,16 @@ impl Checker {
                 .and_then(|m| self.usd(m, "budget.approve_above_usd"));
             Some(Budget { max, approve_above })
         });
+        let retention = match f.get("retention") {
+            None => None,
+            Some(v) => match self.duration(v, "retention") {
+                Some(d) if d < MIN_RETENTION => {
+                    self.err("retention", "must be at least 1h");
+                    None
+                }
+                d => d,
+            },
+        };
 
         let spec = JobSpec {
             name,
@@ -473,6 +498,7 @@ impl Checker {
             max_age: max_age.unwrap_or_default(),
             max_attempts: max_attempts.unwrap_or(3),
             budget: budget.unwrap_or_default(),
+            retention,
             document: Value::Null,
         };
         self.whole_job(&spec, &f);
@@ -943,6 +969,27 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
             assert_eq!(got, want, "{what}: {errs}");
             assert!(errs.0.iter().all(|e| !e.reason.is_empty()), "{what}");
         }
+    }
+
+    #[test]
+    fn a_job_may_keep_itself_longer_or_shorter_but_at_least_an_hour() {
+        let with = |r: &str| {
+            JobSpec::parse(&format!(
+                "name: x\npages: {{urls: [\"https://a.example/\"], geos: [us]}}\nextract: {{fields: {{t: {{css: h1}}}}}}\nretention: {r}\n"
+            ))
+        };
+        assert_eq!(
+            with("7d").unwrap().retention,
+            Some(Duration::from_secs(7 * 24 * 3600))
+        );
+        assert_eq!(with("1h").unwrap().retention, Some(MIN_RETENTION));
+        assert_eq!(with("10m").unwrap_err().paths(), vec!["retention"]);
+        assert_eq!(with("soon").unwrap_err().paths(), vec!["retention"]);
+        let none = JobSpec::parse(
+            "name: x\npages: {urls: [\"https://a.example/\"], geos: [us]}\nextract: {fields: {t: {css: h1}}}\n",
+        )
+        .unwrap();
+        assert_eq!(none.retention, None);
     }
 
     #[test]

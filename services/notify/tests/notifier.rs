@@ -110,6 +110,7 @@ async fn waiting_job(store: &SqliteStore, n: u64) -> JobId {
         idempotency: None,
         traceparent: None,
         owner: None,
+        retention_ms: None,
     };
     store.create_job(&job, &[]).await.unwrap();
     store

@@ -143,6 +143,9 @@ pub async fn submit(
         idempotency: sub.idempotency,
         traceparent: sub.traceparent,
         owner: sub.owner,
+        retention_ms: spec
+            .retention
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
     };
     store.create_job(&record, &[]).await?;
     info!(job_id = %record.id, name = %record.name, estimate = %record.estimate, "job submitted");

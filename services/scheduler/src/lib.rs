@@ -19,7 +19,7 @@ mod service;
 pub use jobs::{
     ScheduleError, Submission, SubmitConfig, SubmitError, Submitted, cancel, decide, submit,
 };
-pub use service::{Service, ServiceConfig};
+pub use service::{DEFAULT_RETENTION, Service, ServiceConfig, collect_garbage};
 
 use trawl_core::model::{JobCounts, JobId, JobStatus};
 use trawl_core::plan::Estimate;

@@ -62,6 +62,9 @@ pub struct ServiceConfig {
     /// How long after a `slice.finished` the job's counts are read, so a burst of
     /// events costs one read.
     pub settle: Duration,
+    /// How long an ended job and what it yielded are kept, unless its spec says
+    /// (`retention`); zero keeps every job.
+    pub retention: Duration,
 }
 
 impl Default for ServiceConfig {
@@ -70,6 +73,7 @@ impl Default for ServiceConfig {
             reconcile_every: Duration::from_secs(2),
             republish_after: Duration::from_secs(60),
             settle: Duration::from_millis(100),
+            retention: DEFAULT_RETENTION,
         }
     }
 }
@@ -91,6 +95,48 @@ impl ServiceConfig {
         self.republish_after = d;
         self
     }
+
+    /// See [`ServiceConfig::retention`].
+    pub fn with_retention(mut self, d: Duration) -> Self {
+        self.retention = d;
+        self
+    }
+}
+
+/// How long ended jobs are kept by default: 30 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Rows deleted per statement; a pass deletes at most GC_BATCHES_PER_PASS of them.
+const GC_BATCH: u32 = 2_000;
+const GC_BATCHES_PER_PASS: u32 = 25;
+
+/// Deletes what retention says is past (see [`JobStore::expired_jobs`]): up to
+/// `max_batches` statements of `batch` rows, oldest ended jobs first. `retention`
+/// is the default; jobs with their own keep to theirs. Returns the jobs deleted
+/// whole and the rows deleted. Shared by the scheduler's passes and `trawl gc`.
+pub async fn collect_garbage(
+    store: &dyn Store,
+    retention: Duration,
+    now_ms: i64,
+    batch: u32,
+    max_batches: u32,
+) -> Result<(u64, u64), PortError> {
+    let default_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    let (mut jobs, mut rows, mut batches) = (0, 0, 0);
+    for id in store.expired_jobs(now_ms, default_ms, max_batches).await? {
+        loop {
+            if batches >= max_batches {
+                return Ok((jobs, rows));
+            }
+            batches += 1;
+            match store.purge_job(&id, batch).await? {
+                0 => break,
+                n => rows += n,
+            }
+        }
+        jobs += 1;
+        info!(job_id = %id, "job past its retention deleted");
+    }
+    Ok((jobs, rows))
 }
 
 /// The scheduler role.
@@ -160,6 +206,18 @@ impl Service {
         // One read of the queue's lag a pass: for the gauge and for republishing.
         let lag = self.queue.lag().await;
         self.gauges(lag.as_ref().ok().copied()).await;
+        if !self.config.retention.is_zero()
+            && let Err(e) = collect_garbage(
+                self.store.as_ref(),
+                self.config.retention,
+                now_ms(),
+                GC_BATCH,
+                GC_BATCHES_PER_PASS,
+            )
+            .await
+        {
+            warn!(error = %e, "deleting jobs past their retention failed; next pass goes on");
+        }
         let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
         let jobs = self.store.jobs_with_status(&live, JOBS_PER_PASS).await?;
         if jobs.is_empty() {

@@ -76,6 +76,7 @@ fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
         idempotency: None,
         traceparent: None,
         owner: None,
+        retention_ms: None,
     }
 }
 
@@ -781,4 +782,56 @@ async fn a_pending_job_whose_spec_no_longer_parses_fails_and_others_go_on() {
     sys.stop().await;
     assert_published_once(&sys, &fine, 2).await;
     assert_eq!(sys.job(&broken.id).await.status, JobStatus::Failed);
+}
+
+/// A pass deletes the ended jobs past their retention, a batch at a time, and
+/// nothing of the jobs still running or still kept.
+#[tokio::test]
+async fn a_pass_deletes_ended_jobs_past_their_retention_and_nothing_else() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let (events, _inbox) = InProcessEvents::channel();
+    let service = |retention: Duration| Service {
+        store: sys.store.clone(),
+        queue: sys.queue.clone(),
+        events: Arc::new(events.clone()),
+        prices: PriceTable::default(),
+        config: ServiceConfig::default().with_retention(retention),
+    };
+    // Keeps everything for an hour: plans both jobs, and ends the first.
+    let keep = service(Duration::from_secs(3600));
+    let done = sys.store_pending(&pages("done", 3, "")).await;
+    let running = sys.store_pending(&pages("running", 2, "")).await;
+    keep.reconcile().await.unwrap();
+    for s in sys.store.open_slices(&done).await.unwrap() {
+        sys.store
+            .record_outcome(&done, &s.id, &SliceOutcome::default())
+            .await
+            .unwrap();
+    }
+    keep.reconcile().await.unwrap();
+    assert_eq!(sys.job(&done).await.status, JobStatus::Succeeded);
+    keep.reconcile().await.unwrap();
+    assert!(
+        sys.store.job(&done).await.unwrap().is_some(),
+        "kept for an hour"
+    );
+
+    // Kept for a millisecond: the next passes delete it, once it is a
+    // millisecond old, and leave the running job alone.
+    let short = service(Duration::from_millis(1));
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while sys.store.job(&done).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "not deleted");
+        short.reconcile().await.unwrap();
+    }
+    assert!(
+        sys.store
+            .job_rows(&done)
+            .await
+            .unwrap()
+            .iter()
+            .all(|(_, n)| *n == 0)
+    );
+    assert_eq!(sys.job(&running).await.status, JobStatus::Running);
+    assert_eq!(sys.store.open_slices(&running).await.unwrap().len(), 2);
 }

@@ -19,9 +19,9 @@ use trawl_core::model::{
     Violation,
 };
 use trawl_core::ports::{
-    Approval, ApprovalNotice, ApprovalRecord, Artifact, EXPIRED_BY, GuardVerdict, Idempotency,
-    JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PLAN_BATCH, PinChange, PinStatus, PortError,
-    RowCursor, Store, ToolListing, ToolPin,
+    Approval, ApprovalNotice, ApprovalRecord, Artifact, CostMonth, EXPIRED_BY, GuardVerdict,
+    Idempotency, JobOwner, JobRecord, MAX_ARTIFACT_BYTES, PLAN_BATCH, PinChange, PinStatus,
+    PortError, RowCursor, Store, ToolListing, ToolPin,
 };
 
 /// A store under test, and ways to look at what it stored without its own methods.
@@ -57,6 +57,7 @@ macro_rules! suite {
             approvals_are_listed_newest_first_and_read_by_id,
             a_job_of_100_000_slices_is_created,
             a_plan_of_many_batches_is_stored_in_one_go_and_paged_in_id_order,
+            retention_deletes_what_is_past_in_batches_and_nothing_else,
             a_pending_job_is_planned_once,
             two_planners_of_one_job_plan_it_once,
             slices_to_publish_are_those_the_queue_has_not_got,
@@ -199,6 +200,7 @@ pub(crate) fn job_record(n: u64) -> JobRecord {
         idempotency: None,
         traceparent: None,
         owner: None,
+        retention_ms: None,
     }
 }
 
@@ -2362,6 +2364,159 @@ pub(crate) async fn a_claimed_request_carries_its_expiry(f: &dyn Fixture) {
 
 // ---------------------------------------------------------------------------
 // Browser slices: artifacts and the replay cache
+
+/// A job with `n` slices, each with an item, a trace step, a cost and an audit
+/// row written by its outcome, an artifact and a pending approval; `ended`: the
+/// job has ended.
+async fn job_with_rows(store: &dyn Store, k: u64, n: usize, retention_ms: Option<i64>) -> JobId {
+    let slices: Vec<SliceSpec> = (0..n).map(|i| search(&format!("job {k} q{i}"))).collect();
+    let job = JobRecord {
+        retention_ms,
+        ..job_record(k)
+    };
+    store.create_job(&job, &slices).await.unwrap();
+    for s in &slices {
+        let outcome = SliceOutcome {
+            items: vec![item(s, 0)],
+            trace: vec![step(s, 0, false)],
+            costs: vec![cost(s, 0, 1_500)],
+            audit: vec![audit(Some(&job.id), Some(&s.id), 0, "allowed")],
+            ..SliceOutcome::default()
+        };
+        store
+            .record_outcome(&job.id, &s.id, &outcome)
+            .await
+            .unwrap();
+    }
+    store
+        .put_artifact(&artifact(&job.id, None, "shot.png", vec![1, 2, 3], 1))
+        .await
+        .unwrap();
+    store
+        .request_approval(&Approval {
+            job_id: job.id.clone(),
+            amount: Micros(10),
+            reason: "over".into(),
+            approved: None,
+            decided_by: None,
+        })
+        .await
+        .unwrap();
+    job.id
+}
+
+pub(crate) async fn retention_deletes_what_is_past_in_batches_and_nothing_else(f: &dyn Fixture) {
+    let store = f.store();
+    const HOUR: i64 = 3_600_000;
+    // a ends now and is kept for the default; b ends now and keeps itself 3 h;
+    // c runs on.
+    let a = job_with_rows(&*store, 1, 5, None).await;
+    let b = job_with_rows(&*store, 2, 3, Some(3 * HOUR)).await;
+    let c = job_with_rows(&*store, 3, 3, None).await;
+    for id in [&a, &b] {
+        assert!(store.end_job(id, JobStatus::Succeeded, None).await.unwrap());
+    }
+    let ledger = store.cost_months().await.unwrap();
+    let total = |l: &[CostMonth]| l.iter().map(|m| m.amount.0).sum::<i64>();
+    assert_eq!(total(&ledger), 11 * 1_500);
+    let now = trawl_core::model::now_ms();
+    // Within the default (1 h) nothing is past; 2 h on, a is (b keeps 3 h; c runs).
+    assert!(store.expired_jobs(now, HOUR, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.expired_jobs(now + 2 * HOUR, HOUR, 10).await.unwrap(),
+        vec![a.clone()]
+    );
+    assert_eq!(
+        store.expired_jobs(now + 4 * HOUR, HOUR, 10).await.unwrap(),
+        vec![a.clone(), b.clone()]
+    );
+    let rows = store.job_rows(&a).await.unwrap();
+    let row = |t: &str| rows.iter().find(|(n, _)| *n == t).unwrap().1;
+    assert_eq!(
+        (
+            row("items"),
+            row("trace_steps"),
+            row("costs"),
+            row("tool_audit")
+        ),
+        (5, 5, 5, 5)
+    );
+    assert_eq!(
+        (
+            row("artifacts"),
+            row("approvals"),
+            row("slices"),
+            row("jobs")
+        ),
+        (1, 1, 5, 1)
+    );
+    let (b_counts, c_counts) = (
+        store.counts(&b).await.unwrap(),
+        store.counts(&c).await.unwrap(),
+    );
+
+    // Batches of two rows; c's slices keep ending meanwhile.
+    let c_more = search("job 3 late");
+    store
+        .add_slices(&c, std::slice::from_ref(&c_more))
+        .await
+        .unwrap();
+    let (mut calls, mut deleted) = (0, 0);
+    loop {
+        let n = store.purge_job(&a, 2).await.unwrap();
+        assert!(n <= 2, "a batch of {n}");
+        if calls == 3 {
+            let outcome = SliceOutcome {
+                items: vec![item(&c_more, 0)],
+                ..SliceOutcome::default()
+            };
+            store
+                .record_outcome(&c, &c_more.id, &outcome)
+                .await
+                .unwrap();
+        }
+        calls += 1;
+        if n == 0 {
+            break;
+        }
+        deleted += n;
+    }
+    // 5 items, 5 steps, 5 costs, 5 audit rows, 1 artifact, 1 approval, 5
+    // slices, then the job: in batches of at most two.
+    assert_eq!(deleted, 28);
+    assert!(calls >= 14, "{calls} calls");
+    assert!(store.job(&a).await.unwrap().is_none());
+    assert!(
+        store
+            .job_rows(&a)
+            .await
+            .unwrap()
+            .iter()
+            .all(|(_, n)| *n == 0)
+    );
+    assert!(
+        store
+            .expired_jobs(now + 2 * HOUR, HOUR, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Nothing else went: b and c as they were (c with its late slice).
+    assert_eq!(store.counts(&b).await.unwrap(), b_counts);
+    assert_eq!(store.counts(&b).await.unwrap(), f.recount(&b).await);
+    let c_now = store.counts(&c).await.unwrap();
+    assert_eq!(c_now, f.recount(&c).await);
+    assert_eq!(
+        (c_now.slices_total, c_now.items_valid),
+        (c_counts.slices_total + 1, c_counts.items_valid + 1)
+    );
+    assert_eq!(store.items(&b).await.unwrap().len(), 3);
+    assert_eq!(store.artifacts(&b).await.unwrap().len(), 1);
+    // The ledger by month is what it was: a's costs are kept as a total.
+    assert_eq!(store.cost_months().await.unwrap(), ledger);
+    // Purging what is gone deletes nothing.
+    assert_eq!(store.purge_job(&a, 2).await.unwrap(), 0);
+}
 
 fn artifact(
     job: &JobId,

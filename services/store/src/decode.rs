@@ -78,7 +78,7 @@ fn geo_of(row: &impl Columns) -> Result<Geo, PortError> {
     Geo::parse(&row.text("geo")?).map_err(|e| corrupt("geo", e))
 }
 
-fn job_id_of(s: &str) -> Result<JobId, PortError> {
+pub(crate) fn job_id_of(s: &str) -> Result<JobId, PortError> {
     JobId::parse(s).map_err(|e| corrupt("job id", e))
 }
 
@@ -116,6 +116,7 @@ pub(crate) fn job_record(row: &impl Columns) -> Result<JobRecord, PortError> {
             None => None,
         },
         traceparent: row.opt_text("traceparent")?,
+        retention_ms: row.opt_int("retention_ms")?,
         owner: match row.opt_text("owner")? {
             Some(caller) => Some(JobOwner {
                 caller,

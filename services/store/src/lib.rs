@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 11),
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 13),
 //!   applied at open and versioned with `PRAGMA user_version`. Everything goes
 //!   through a single connection: SQLite has one writer, and queueing in the
 //!   process is cheaper than contending through busy handlers. Concurrent `record_outcome` calls are
@@ -33,8 +33,13 @@
 //!   is the one kept.
 //! - Money is integer micro-dollars; times are milliseconds since the epoch.
 //! - `counts` always equals what is stored: SQLite keeps per-job counters with
-//!   triggers, Postgres adds up per-slice tallies written with each outcome (a
-//!   per-job row would make concurrent writers of one job wait for each other).
+//!   triggers, Postgres keeps them in 16 stripes per job written by the outcome
+//!   statement (one row per job would make concurrent writers of one job wait for
+//!   each other).
+//! - A job past its retention is deleted a batch of rows at a time, children
+//!   before what they refer to, the job row last; its cost rows are added to the
+//!   monthly ledger (`cost_months`) in the same statement or transaction that
+//!   deletes them.
 //! - An idempotency key names at most one job; a second is `PortError::Conflict`.
 //! - An artifact is keyed by (job, name): storing a name again replaces it. Its
 //!   data is at most `MAX_ARTIFACT_BYTES`; more is refused before anything is

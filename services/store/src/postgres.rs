@@ -67,8 +67,8 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError, Recorded,
-    RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
+    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError,
+    Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -83,6 +83,7 @@ mod browse;
 mod guard;
 mod notices;
 mod outcomes;
+mod retention;
 mod rows;
 mod tools;
 
@@ -145,6 +146,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "job_counters",
         include_str!("../../../migrations/0012_job_counters.sql"),
     ),
+    (
+        13,
+        "retention",
+        include_str!("../../../migrations/0013_retention.sql"),
+    ),
 ];
 
 /// A job's counts: the sum of its counter rows (at most one per stripe), whatever
@@ -170,7 +176,8 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec::text AS spec, status, reason, estimate, created_ms, \
-             idempotency_key, request_digest, traceparent, owner, owner_client, tenant FROM jobs ",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
+             retention_ms FROM jobs ",
             $tail
         )
     };
@@ -360,8 +367,9 @@ impl JobStore for PgStore {
         let mut tx = self.pool.begin().await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest, traceparent, owner, owner_client, tenant) \
-             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
+             retention_ms) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(job.id.as_str())
         .bind(text(&job.name))
@@ -387,6 +395,7 @@ impl JobStore for PgStore {
                 .and_then(|o| o.tenant.as_deref())
                 .map(text),
         )
+        .bind(job.retention_ms)
         .execute(&mut *tx)
         .await
         .port()?;
@@ -565,6 +574,27 @@ impl JobStore for PgStore {
             .await
             .port()?;
         row.as_ref().map(job_record).transpose()
+    }
+
+    async fn expired_jobs(
+        &self,
+        now_ms: i64,
+        default_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<JobId>, PortError> {
+        retention::expired_jobs(&self.pool, now_ms, default_ms, limit).await
+    }
+
+    async fn purge_job(&self, id: &JobId, batch: u32) -> Result<u64, PortError> {
+        retention::purge_job(&self.pool, id, batch).await
+    }
+
+    async fn job_rows(&self, id: &JobId) -> Result<Vec<(&'static str, u64)>, PortError> {
+        retention::job_rows(&self.pool, id).await
+    }
+
+    async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
+        retention::cost_months(&self.pool).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

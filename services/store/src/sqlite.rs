@@ -29,8 +29,8 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError, Recorded,
-    RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
+    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError,
+    Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -45,6 +45,7 @@ mod browse;
 mod guard;
 mod notices;
 mod outcomes;
+mod retention;
 mod rows;
 pub(crate) mod tools;
 
@@ -62,6 +63,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v10.sql"),
     include_str!("sqlite_v11.sql"),
     include_str!("sqlite_v12.sql"),
+    include_str!("sqlite_v13.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -69,7 +71,7 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec, status, reason, estimate, created_ms, idempotency_key, \
-             request_digest, traceparent, owner, owner_client, tenant FROM jobs ",
+             request_digest, traceparent, owner, owner_client, tenant, retention_ms FROM jobs ",
             $tail
         )
     };
@@ -230,8 +232,9 @@ impl JobStore for SqliteStore {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
-             idempotency_key, request_digest, traceparent, owner, owner_client, tenant) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
+             retention_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.as_str())
         .bind(job.name.as_str())
@@ -247,6 +250,7 @@ impl JobStore for SqliteStore {
         .bind(job.owner.as_ref().map(|o| o.caller.as_str()))
         .bind(job.owner.as_ref().and_then(|o| o.client.as_deref()))
         .bind(job.owner.as_ref().and_then(|o| o.tenant.as_deref()))
+        .bind(job.retention_ms)
         .execute(&mut *tx)
         .await
         .port()?;
@@ -439,6 +443,27 @@ impl JobStore for SqliteStore {
             .await
             .port()?;
         row.as_ref().map(job_record).transpose()
+    }
+
+    async fn expired_jobs(
+        &self,
+        now_ms: i64,
+        default_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<JobId>, PortError> {
+        retention::expired_jobs(&mut *self.conn().await?, now_ms, default_ms, limit).await
+    }
+
+    async fn purge_job(&self, id: &JobId, batch: u32) -> Result<u64, PortError> {
+        retention::purge_job(&mut *self.conn().await?, id, batch).await
+    }
+
+    async fn job_rows(&self, id: &JobId) -> Result<Vec<(&'static str, u64)>, PortError> {
+        retention::job_rows(&mut *self.conn().await?, id).await
+    }
+
+    async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
+        retention::cost_months(&mut *self.conn().await?).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

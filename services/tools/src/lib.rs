@@ -711,6 +711,7 @@ mod tests {
             idempotency: None,
             traceparent: None,
             owner: None,
+            retention_ms: None,
         };
         store.create_job(&job, &[]).await.unwrap();
         (Arc::new(store), id)

@@ -141,6 +141,9 @@ enum Command {
     Tools(crate::tools_cli::ToolsArgs),
     /// The workers that reported to the store: pool, models, browser, last report.
     Workers(crate::workers_cli::WorkersArgs),
+    /// Delete the jobs past their retention (`--dry-run`: list them), and show the
+    /// cost ledger by month.
+    Gc(crate::gc_cli::GcArgs),
     /// Log trawl in to a protected upstream MCP server (`auth: login` in the
     /// tools file): OAuth authorization code with PKCE S256; the grant is sealed
     /// in the credential vault and refreshed before it expires.
@@ -192,6 +195,10 @@ struct JobLimits {
     /// counted at their maximum).
     #[arg(long, env = "TRAWL_MAX_SLICES", default_value_t = trawl_core::spec::DEFAULT_MAX_SLICES)]
     max_slices: u64,
+    /// How long ended jobs and what they yielded are kept, unless their spec says
+    /// (`retention`); the scheduler deletes them after. 0: kept forever.
+    #[arg(long, env = "TRAWL_RETENTION", default_value = "30d", value_parser = humantime::parse_duration)]
+    retention: Duration,
 }
 
 /// Settings of the deployed roles; `docs/configuration.md` is the reference.
@@ -474,7 +481,8 @@ impl DeployArgs {
                 .with_worker(worker)
                 .with_scheduler(
                     trawl_scheduler::ServiceConfig::default()
-                        .with_reconcile_every(self.reconcile_every),
+                        .with_reconcile_every(self.reconcile_every)
+                        .with_retention(self.limits.retention),
                 )
                 .with_tools(tools)
                 .with_models(Some(models))
@@ -704,7 +712,9 @@ impl RunArgs {
             // slices finish (not the roles' 100 ms), so it ends as soon as its
             // last slice does. A look is one read of the job's counters.
             .with_scheduler(
-                trawl_scheduler::ServiceConfig::default().with_settle(Duration::from_millis(10)),
+                trawl_scheduler::ServiceConfig::default()
+                    .with_settle(Duration::from_millis(10))
+                    .with_retention(self.limits.retention),
             )
             .with_queue(QueueConfig::default())
             .with_tools(tools)
@@ -1184,6 +1194,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         }
         Command::Tools(args) => crate::tools_cli::run(args).await,
         Command::Workers(args) => crate::workers_cli::run(args).await,
+        Command::Gc(args) => crate::gc_cli::run(args).await,
         Command::Login {
             server,
             config,

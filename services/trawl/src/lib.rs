@@ -21,6 +21,7 @@ pub mod client;
 pub mod deployed;
 pub mod embedded;
 pub mod follow;
+pub mod gc_cli;
 pub mod output;
 pub mod progress;
 pub mod tools_cli;

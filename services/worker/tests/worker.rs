@@ -223,6 +223,7 @@ impl Rig {
             idempotency: None,
             traceparent: None,
             owner: None,
+            retention_ms: None,
         };
         self.store.create_job(&job, &p.slices).await.unwrap();
         (job.id, p.slices)
