@@ -51,7 +51,7 @@ const BATCH: usize = 64;
 /// Statements in flight at once, each on its own connection.
 const WRITERS: usize = 2;
 /// How long a writer gathers outcomes after the first of a batch: each statement
-/// and commit costs Postgres about 0.3 ms of CPU whatever its size, against
+/// and commit costs Postgres about 0.4 ms of CPU whatever its size, against
 /// 0.04 ms per outcome in it (`loadtest/outcome_bench.py`).
 const LINGER: Duration = Duration::from_millis(5);
 /// Counter rows per job (`job_counters`); each batch adds to one, in turn.
