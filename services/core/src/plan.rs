@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::cost::{Micros, PriceTable};
+use crate::geo::Geo;
 use crate::model::{SliceKind, SliceSpec, normalize_url};
 use crate::spec::{JobSpec, Research};
 
@@ -43,31 +44,17 @@ pub fn plan(spec: &JobSpec, prices: &PriceTable) -> Plan {
 /// question, browser sessions, each by its items then its geos.
 pub fn slices(spec: &JobSpec) -> impl Iterator<Item = SliceSpec> + Send + '_ {
     let searches = spec.searches.iter().flat_map(|s| {
-        s.queries.iter().flat_map(move |query| {
-            s.geos.iter().map(move |geo| {
-                SliceSpec::new(
-                    SliceKind::Search {
-                        query: query.clone(),
-                        geo: *geo,
-                        engine: s.engine,
-                        follow_top: s.follow_top,
-                    },
-                    None,
-                )
-            })
+        each_in(&s.queries, &s.geos, move |query, geo| SliceKind::Search {
+            query: query.clone(),
+            geo,
+            engine: s.engine,
+            follow_top: s.follow_top,
         })
     });
     let pages = spec.pages.iter().flat_map(|p| {
-        p.urls.iter().flat_map(move |url| {
-            p.geos.iter().map(move |geo| {
-                SliceSpec::new(
-                    SliceKind::Page {
-                        url: url.clone(),
-                        geo: *geo,
-                    },
-                    None,
-                )
-            })
+        each_in(&p.urls, &p.geos, |url, geo| SliceKind::Page {
+            url: url.clone(),
+            geo,
         })
     });
     let research = spec
@@ -75,19 +62,24 @@ pub fn slices(spec: &JobSpec) -> impl Iterator<Item = SliceSpec> + Send + '_ {
         .iter()
         .map(|r| SliceSpec::new(research_slice(r), None));
     let browse = spec.browse.iter().flat_map(|b| {
-        b.urls.iter().flat_map(move |url| {
-            b.geos.iter().map(move |geo| {
-                SliceSpec::new(
-                    SliceKind::Browse {
-                        url: url.clone(),
-                        geo: *geo,
-                    },
-                    None,
-                )
-            })
+        each_in(&b.urls, &b.geos, |url, geo| SliceKind::Browse {
+            url: url.clone(),
+            geo,
         })
     });
     searches.chain(pages).chain(research).chain(browse)
+}
+
+/// One top-level slice per item and geo, by item then geo.
+fn each_in<'a>(
+    items: &'a [String],
+    geos: &'a [Geo],
+    kind: impl Fn(&'a String, Geo) -> SliceKind + Copy + Send + 'a,
+) -> impl Iterator<Item = SliceSpec> + Send + 'a {
+    items.iter().flat_map(move |item| {
+        geos.iter()
+            .map(move |geo| SliceSpec::new(kind(item, *geo), None))
+    })
 }
 
 /// What the job may cost at most (see [`Estimate`]), from its counts alone.

@@ -56,19 +56,13 @@ pub const DEFAULT_SAMPLE_RATIO: f64 = 0.1;
 /// layer. Set by [`init`] when it installs one.
 static UNTRACED: OnceLock<Dispatch> = OnceLock::new();
 
-/// Whether this process exports spans ([`init`] installed an OpenTelemetry
-/// layer).
-pub fn exports_spans() -> bool {
-    UNTRACED.get().is_some()
-}
-
-/// Runs `work` without exporting its spans (a slice of a job the sampler left
-/// out); its log lines are written as usual. Without trace export this is the
-/// work under the current subscriber (callers skip it: see [`exports_spans`]).
-pub fn untraced<F: Future>(work: F) -> WithDispatch<F> {
+/// `work` set to run without exporting its spans (a slice of a job the sampler
+/// left out); its log lines are written as usual. `Err(work)`, as it is, when
+/// this process exports no spans: there is nothing to leave out.
+pub fn untraced<F: Future>(work: F) -> Result<WithDispatch<F>, F> {
     match UNTRACED.get() {
-        Some(d) => work.with_subscriber(d.clone()),
-        None => work.with_current_subscriber(),
+        Some(d) => Ok(work.with_subscriber(d.clone())),
+        None => Err(work),
     }
 }
 

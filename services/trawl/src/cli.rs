@@ -195,10 +195,8 @@ struct JobLimits {
     /// counted at their maximum).
     #[arg(long, env = "TRAWL_MAX_SLICES", default_value_t = trawl_core::spec::DEFAULT_MAX_SLICES)]
     max_slices: u64,
-    /// How long ended jobs and what they yielded are kept, unless their spec says
-    /// (`retention`); the scheduler deletes them after. 0: kept forever.
-    #[arg(long, env = "TRAWL_RETENTION", default_value = "30d", value_parser = humantime::parse_duration)]
-    retention: Duration,
+    #[command(flatten)]
+    keep: crate::gc_cli::Retention,
 }
 
 /// Settings of the deployed roles; `docs/configuration.md` is the reference.
@@ -482,7 +480,7 @@ impl DeployArgs {
                 .with_scheduler(
                     trawl_scheduler::ServiceConfig::default()
                         .with_reconcile_every(self.reconcile_every)
-                        .with_retention(self.limits.retention),
+                        .with_retention(self.limits.keep.retention),
                 )
                 .with_tools(tools)
                 .with_models(Some(models))
@@ -714,7 +712,7 @@ impl RunArgs {
             .with_scheduler(
                 trawl_scheduler::ServiceConfig::default()
                     .with_settle(Duration::from_millis(10))
-                    .with_retention(self.limits.retention),
+                    .with_retention(self.limits.keep.retention),
             )
             .with_queue(QueueConfig::default())
             .with_tools(tools)

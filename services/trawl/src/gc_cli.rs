@@ -17,12 +17,21 @@ pub struct GcArgs {
     /// Postgres instead of the embedded store, as the deployed roles use.
     #[arg(long, env = "TRAWL_DATABASE_URL")]
     database_url: Option<String>,
-    /// How long ended jobs are kept, unless their spec says (`retention`).
-    #[arg(long, env = "TRAWL_RETENTION", default_value = "30d", value_parser = humantime::parse_duration)]
-    retention: Duration,
+    #[command(flatten)]
+    keep: Retention,
     /// List what would be deleted; delete nothing.
     #[arg(long)]
     dry_run: bool,
+}
+
+/// How long ended jobs are kept: the setting of `trawl gc`, `trawl run` and the
+/// roles alike.
+#[derive(Args, Clone)]
+pub struct Retention {
+    /// How long ended jobs and what they yielded are kept, unless their spec says
+    /// (`retention`); the scheduler deletes them after. 0: kept forever.
+    #[arg(long, env = "TRAWL_RETENTION", default_value = "30d", value_parser = humantime::parse_duration)]
+    pub retention: Duration,
 }
 
 /// Jobs listed or deleted per call, at most.
@@ -31,12 +40,12 @@ const JOBS: u32 = 1_000;
 const BATCH: u32 = 2_000;
 
 pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
-    if args.retention.is_zero() {
+    if args.keep.retention.is_zero() {
         anyhow::bail!("--retention 0 keeps every job: nothing to do");
     }
     let store = crate::tools_cli::open_store(&args.state, args.database_url.as_deref()).await?;
     let now = now_ms();
-    let default_ms = i64::try_from(args.retention.as_millis()).unwrap_or(i64::MAX);
+    let default_ms = i64::try_from(args.keep.retention.as_millis()).unwrap_or(i64::MAX);
     if args.dry_run {
         let expired = store.expired_jobs(now, default_ms, JOBS).await?;
         for id in &expired {
@@ -51,14 +60,19 @@ pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
         eprintln!(
             "{} job(s) past their retention (default {}); nothing deleted (--dry-run)",
             expired.len(),
-            humantime::format_duration(args.retention)
+            humantime::format_duration(args.keep.retention)
         );
     } else {
         let (mut jobs, mut rows) = (0, 0);
         loop {
-            let (j, r) =
-                trawl_scheduler::collect_garbage(store.as_ref(), args.retention, now, BATCH, JOBS)
-                    .await?;
+            let (j, r) = trawl_scheduler::collect_garbage(
+                store.as_ref(),
+                args.keep.retention,
+                now,
+                BATCH,
+                JOBS,
+            )
+            .await?;
             jobs += j;
             rows += r;
             if r == 0 {

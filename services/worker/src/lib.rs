@@ -408,12 +408,14 @@ impl Worker {
     /// Runs one delivered slice: traced when its message carries a sampled trace,
     /// else without exporting a span (the job was left out by the sampler).
     async fn handle(&self, d: Delivery, abort: &CancellationToken) {
-        if !trawl_telemetry::exports_spans()
-            || trawl_telemetry::propagation::is_sampled(d.traceparent.as_deref())
-        {
-            self.handle_in_span(d, abort).await;
-        } else {
-            trawl_telemetry::untraced(self.handle_in_span(d, abort)).await;
+        let sampled = trawl_telemetry::propagation::is_sampled(d.traceparent.as_deref());
+        let work = self.handle_in_span(d, abort);
+        if sampled {
+            return work.await;
+        }
+        match trawl_telemetry::untraced(work) {
+            Ok(untraced) => untraced.await,
+            Err(work) => work.await,
         }
     }
 
