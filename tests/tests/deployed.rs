@@ -584,3 +584,142 @@ async fn a_job_of_100_000_page_slices_completes_with_every_item_once() {
 async fn a_job_of_1_000_000_page_slices_completes_with_every_item_once() {
     a_job_of_many_page_slices(1_000_000, Duration::from_secs(3_600)).await;
 }
+
+/// A database with the store's schema: what a replica of the primary has.
+async fn migrated_database() -> trawl_tests::Database {
+    let db = trawl_tests::Database::create().await;
+    PgStore::connect(&db.url, 1).await.unwrap().close().await;
+    db
+}
+
+/// Copies a job's rows from the primary to the replica database, table by table
+/// (what streaming replication does once it has caught up).
+async fn replicate(from: &str, to: &str, job: &str) {
+    let (src, dst) = (
+        sqlx::PgPool::connect(from).await.unwrap(),
+        sqlx::PgPool::connect(to).await.unwrap(),
+    );
+    for (table, key) in [
+        ("jobs", "id"),
+        ("slices", "job_id"),
+        ("items", "job_id"),
+        ("rejections", "job_id"),
+        ("trace_steps", "job_id"),
+    ] {
+        // Table and column names from this list, not input.
+        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT to_jsonb(t)::TEXT FROM {table} t WHERE {key} = $1"
+        )))
+        .bind(job)
+        .fetch_all(&src)
+        .await
+        .unwrap();
+        for r in rows {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {table} SELECT * FROM jsonb_populate_record(NULL::{table}, $1::JSONB)"
+            )))
+            .bind(r)
+            .execute(&dst)
+            .await
+            .unwrap();
+        }
+    }
+    src.close().await;
+    dst.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_reads_a_jobs_rows_from_the_read_replica_and_the_job_from_the_primary() {
+    let d = Deployment::new(BIN, SimConfig::default()).await;
+    let replica = migrated_database().await;
+    let mut api = d.spawn_with(
+        "api",
+        "api",
+        &[("TRAWL_DATABASE_READ_URL", replica.url.as_str())],
+    );
+    let scheduler = d.spawn("scheduler", "scheduler");
+    let worker = d.spawn("worker", "worker");
+    let client = d.client(&api.api_url().await);
+    let yaml = format!(
+        "name: replica\npages:\n  urls: [\"https://shop.example/p/r-1\", \"https://shop.example/p/r-2\"]\n  geos: [us]\n{EXTRACT}"
+    );
+    let id = client.submit_yaml(&yaml).await;
+    let job = finished(&client, &id, &[&api, &scheduler, &worker]).await;
+    // The job, its status and counts: from the primary, at once.
+    assert_eq!(job["status"], "succeeded", "{job}");
+    assert_eq!(job["counts"]["items"]["valid"], 2);
+    // The scheduler made the partitions of the days ahead on its passes.
+    let pool = sqlx::PgPool::connect(&d.db.url).await.unwrap();
+    let ahead: bool = sqlx::query_scalar(
+        "SELECT to_regclass('items_p' || to_char(now() AT TIME ZONE 'UTC' + interval '3 days', 'YYYYMMDD')) IS NOT NULL",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(ahead, "no partition three days ahead");
+    pool.close().await;
+    // Its rows: from the replica, which has not caught up yet.
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    assert!(items.is_empty(), "items read from the primary: {items:?}");
+    let trace = client.all(&format!("/v1/jobs/{id}/trace"), "steps").await;
+    assert!(trace.is_empty(), "trace read from the primary: {trace:?}");
+    // Caught up, the replica answers with the primary's rows.
+    replicate(&d.db.url, &replica.url, &id).await;
+    let items = client.all(&format!("/v1/jobs/{id}/items"), "items").await;
+    assert_eq!(items.len(), 2);
+    assert!(
+        !client
+            .all(&format!("/v1/jobs/{id}/trace"), "steps")
+            .await
+            .is_empty()
+    );
+    // Cancelling and submitting still write to the primary.
+    let id2 = client
+        .submit_yaml(&yaml.replace("replica", "replica-2"))
+        .await;
+    let cancelled = client
+        .req(Method::POST, &format!("/v1/jobs/{id2}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        cancelled.status().is_success(),
+        "{}",
+        cancelled.text().await.unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_replica_behind_the_primarys_schema_is_refused_and_writes_through_it_fail() {
+    let bare = trawl_tests::Database::create().await;
+    let err = PgStore::connect_replica(&bare.url, 1).await.unwrap_err();
+    assert!(err.to_string().contains("read replica"), "{err}");
+    let replica = migrated_database().await;
+    let reads = PgStore::connect_replica(&replica.url, 1).await.unwrap();
+    assert!(
+        reads
+            .jobs_with_status(&[JobStatus::Pending], 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let job = trawl_core::ports::JobRecord {
+        id: trawl_core::model::JobId::generate(trawl_core::model::now_ms(), 7),
+        name: "w".into(),
+        spec: serde_json::json!({}),
+        status: JobStatus::Queued,
+        reason: None,
+        estimate: trawl_core::cost::Micros(0),
+        created_ms: trawl_core::model::now_ms(),
+        idempotency: None,
+        traceparent: None,
+        owner: None,
+        retention_ms: None,
+    };
+    let wrote = reads.create_job(&job, &[]).await;
+    assert!(
+        wrote.is_err(),
+        "a write through the replica's pool was taken"
+    );
+    reads.close().await;
+}

@@ -109,7 +109,7 @@ pub(crate) async fn list(
     Path(id): Path<String>,
 ) -> Result<Json<ArtifactsList>, ApiError> {
     let job = load_job(&state, &caller, &id).await?;
-    let artifacts = state.store.artifacts(&job.id).await?;
+    let artifacts = state.reads.artifacts(&job.id).await?;
     Ok(Json(ArtifactsList {
         artifacts: artifacts.into_iter().map(ArtifactView::from).collect(),
     }))
@@ -139,7 +139,7 @@ pub(crate) async fn get(
 ) -> Result<Response, ApiError> {
     let job = load_job(&state, &caller, &id).await?;
     let artifact = state
-        .store
+        .reads
         .artifact(&job.id, &name)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("artifact {name:?} of job {}", job.id)))?;

@@ -236,7 +236,7 @@ pub(crate) async fn items(
     let req = PageRequest::new(query, &headers)?;
     let job = load_job(&state, &caller, &id).await?;
     let rows = state
-        .store
+        .reads
         .items_page(&job.id, req.after.as_ref(), req.fetch_limit())
         .await?;
     req.respond(
@@ -273,7 +273,7 @@ pub(crate) async fn report(
         )));
     }
     // A research job has a few findings and one report: read them whole.
-    let items = state.store.items(&job.id).await?;
+    let items = state.reads.items(&job.id).await?;
     let md = items
         .iter()
         .find(|i| i.kind == trawl_core::model::ItemKind::Report)
@@ -325,7 +325,7 @@ pub(crate) async fn rejections(
     let req = PageRequest::new(query, &headers)?;
     let job = load_job(&state, &caller, &id).await?;
     let rows = state
-        .store
+        .reads
         .rejections_page(&job.id, req.after.as_ref(), req.fetch_limit())
         .await?;
     req.respond(
@@ -368,7 +368,7 @@ pub(crate) async fn trace(
     let req = PageRequest::new(query, &headers)?;
     let job = load_job(&state, &caller, &id).await?;
     let rows = state
-        .store
+        .reads
         .trace_page(&job.id, req.after.as_ref(), req.fetch_limit())
         .await?;
     req.respond(

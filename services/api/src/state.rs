@@ -125,6 +125,11 @@ impl fmt::Debug for Auth {
 #[derive(Clone)]
 pub struct ApiState {
     pub(crate) store: Arc<dyn Store>,
+    /// Where a job's rows (items, rejections, trace, artifacts) are read: a
+    /// read replica when one is configured, else `store`. Jobs themselves (their
+    /// owner, status and counts) are always read from `store`, so a job just
+    /// submitted or cancelled is seen at once; its rows may lag a replica's delay.
+    pub(crate) reads: Arc<dyn Store>,
     pub(crate) events: Arc<dyn Events>,
     pub(crate) queue: Arc<dyn SliceQueue>,
     pub(crate) cache: Arc<dyn ContentCache>,
@@ -181,6 +186,7 @@ impl ApiState {
         auth: Auth,
     ) -> ApiState {
         ApiState {
+            reads: store.clone(),
             store,
             events,
             queue,
@@ -210,6 +216,13 @@ impl ApiState {
     }
 
     /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
+    /// Reads a job's rows from `reads` (`TRAWL_DATABASE_READ_URL`: a streaming
+    /// replica of the store) instead of the store; see [`ApiState`]'s field.
+    pub fn with_reads(mut self, reads: Arc<dyn Store>) -> ApiState {
+        self.reads = reads;
+        self
+    }
+
     pub fn with_max_slices(mut self, n: u64) -> ApiState {
         self.max_slices = n;
         self

@@ -20,6 +20,12 @@ impl JobId {
         JobId(format!("job_{now_ms:012x}{random:016x}"))
     }
 
+    /// The ids of jobs created at `ms` or later sort at or after this string, and
+    /// those created before it sort before: a bound of a range of jobs by age.
+    pub fn bound(ms: i64) -> String {
+        format!("job_{ms:012x}")
+    }
+
     pub fn parse(s: &str) -> Result<JobId, String> {
         let ok = s.len() == 32
             && s.starts_with("job_")

@@ -805,6 +805,11 @@ pub trait JobStore: Send + Sync {
     /// The cost ledger by the month its jobs were created in (UTC) and product: the
     /// jobs stored and those deleted by retention alike.
     async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError>;
+    /// Upkeep of a store whose big tables are partitioned by day (Postgres):
+    /// makes the partitions of the next days before rows arrive, and drops those
+    /// of past days once no job of the day is left (retention deleted them). A
+    /// store without partitions does nothing.
+    async fn keep_partitions(&self, now_ms: i64) -> Result<Partitions, PortError>;
     /// Whether the backend answers, for readiness probes.
     async fn ping(&self) -> Result<(), PortError>;
 }
@@ -823,6 +828,13 @@ pub const PURGED: &[(&str, &str)] = &[
     ("approvals", "id"),
     ("slices", "slice_id"),
 ];
+
+/// What [`JobStore::keep_partitions`] did: the days made and dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Partitions {
+    pub created: u32,
+    pub dropped: u32,
+}
 
 /// A month of the cost ledger for one product.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -1187,6 +1199,9 @@ impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
     }
     async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
         self.to().cost_months().await
+    }
+    async fn keep_partitions(&self, now_ms: i64) -> Result<Partitions, PortError> {
+        self.to().keep_partitions(now_ms).await
     }
     async fn ping(&self) -> Result<(), PortError> {
         self.to().ping().await

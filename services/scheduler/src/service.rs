@@ -206,17 +206,30 @@ impl Service {
         // One read of the queue's lag a pass: for the gauge and for republishing.
         let lag = self.queue.lag().await;
         self.gauges(lag.as_ref().ok().copied()).await;
+        let now = now_ms();
         if !self.config.retention.is_zero()
             && let Err(e) = collect_garbage(
                 self.store.as_ref(),
                 self.config.retention,
-                now_ms(),
+                now,
                 GC_BATCH,
                 GC_BATCHES_PER_PASS,
             )
             .await
         {
             warn!(error = %e, "deleting jobs past their retention failed; next pass goes on");
+        }
+        // After retention, so a day it emptied is dropped in the same pass.
+        match self.store.keep_partitions(now).await {
+            Ok(p) if p.created + p.dropped > 0 => {
+                info!(
+                    made = p.created,
+                    dropped = p.dropped,
+                    "days of partitions made or dropped"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "partition upkeep failed; next pass goes on"),
         }
         let live = [JobStatus::Pending, JobStatus::Queued, JobStatus::Running];
         let jobs = self.store.jobs_with_status(&live, JOBS_PER_PASS).await?;

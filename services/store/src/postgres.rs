@@ -67,8 +67,9 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError,
-    Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
+    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, Partitions, PinChange,
+    PlannedSlices, PortError, Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore,
+    WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -83,6 +84,7 @@ mod browse;
 mod guard;
 mod notices;
 mod outcomes;
+mod partitions;
 mod retention;
 mod rows;
 mod tools;
@@ -150,6 +152,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         13,
         "retention",
         include_str!("../../../migrations/0013_retention.sql"),
+    ),
+    (
+        14,
+        "partitions",
+        include_str!("../../../migrations/0014_partitions.sql"),
     ),
 ];
 
@@ -235,6 +242,45 @@ impl PgStore {
     pub async fn connect(url: &str, max_connections: u32) -> Result<PgStore, PortError> {
         let options = options(url)?;
         migrate_with(&options, url).await?;
+        Self::pool(url, options, max_connections).await
+    }
+
+    /// Connects to a read replica of the store at `url` (a hot standby, or any
+    /// database that streams the primary's WAL), for reads only: nothing is
+    /// migrated there, every transaction is read-only, and its schema must be
+    /// the one this build knows (a replica still behind the primary's migration
+    /// is refused as [`PortError::Unavailable`], so the caller tries again).
+    #[instrument(skip_all, fields(url = %redact(url), max_connections = max_connections))]
+    pub async fn connect_replica(url: &str, max_connections: u32) -> Result<PgStore, PortError> {
+        let options = options(url)?.options([("default_transaction_read_only", "on")]);
+        let store = Self::pool(url, options, max_connections).await?;
+        let version: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations")
+            .fetch_one(&store.pool)
+            .await
+            .map_err(|e| {
+                PortError::Unavailable(format!(
+                    "the read replica at {} has no trawl schema: {e}",
+                    redact(url),
+                ))
+            })?;
+        let known = MIGRATIONS.last().map(|m| m.0);
+        if version != known {
+            store.close().await;
+            return Err(PortError::Unavailable(format!(
+                "the read replica at {} has the store's schema at version {}, this build's is {}",
+                redact(url),
+                version.unwrap_or(0),
+                known.unwrap_or(0)
+            )));
+        }
+        Ok(store)
+    }
+
+    async fn pool(
+        url: &str,
+        options: PgConnectOptions,
+        max_connections: u32,
+    ) -> Result<PgStore, PortError> {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -595,6 +641,10 @@ impl JobStore for PgStore {
 
     async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
         retention::cost_months(&self.pool).await
+    }
+
+    async fn keep_partitions(&self, now_ms: i64) -> Result<Partitions, PortError> {
+        partitions::keep(&self.pool, now_ms).await
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -29,8 +29,9 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, PinChange, PlannedSlices, PortError,
-    Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore, WorkerStore, next_batch,
+    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, Partitions, PinChange,
+    PlannedSlices, PortError, Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore,
+    WorkerStore, next_batch,
 };
 use trawl_core::workers::WorkerInfo;
 
@@ -464,6 +465,11 @@ impl JobStore for SqliteStore {
 
     async fn cost_months(&self) -> Result<Vec<CostMonth>, PortError> {
         retention::cost_months(&mut *self.conn().await?).await
+    }
+
+    /// One file, no partitions: nothing to keep.
+    async fn keep_partitions(&self, _now_ms: i64) -> Result<Partitions, PortError> {
+        Ok(Partitions::default())
     }
 
     async fn ping(&self) -> Result<(), PortError> {

@@ -212,6 +212,10 @@ struct DeployArgs {
     /// Postgres connections per process.
     #[arg(long, env = "TRAWL_DATABASE_POOL", default_value_t = 16)]
     database_pool: u32,
+    /// A read replica of the database (a hot standby): the API reads jobs'
+    /// items, rejections, trace and artifacts there. Unset: the primary.
+    #[arg(long, env = "TRAWL_DATABASE_READ_URL")]
+    database_read_url: Option<String>,
     /// NATS with JetStream: slices and events.
     #[arg(long, env = "TRAWL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
@@ -468,6 +472,7 @@ impl DeployArgs {
         Ok(crate::deployed::Settings {
             database_url: self.database_url.clone(),
             database_pool: self.database_pool,
+            database_read_url: self.database_read_url.clone(),
             nats,
             redis,
             listen: self.listen,

@@ -37,6 +37,9 @@ pub struct Settings {
     pub database_url: String,
     /// Connections per process.
     pub database_pool: u32,
+    /// A read replica of the database the API reads jobs' rows from (items,
+    /// rejections, trace, artifacts); `None`: the primary.
+    pub database_read_url: Option<String>,
     pub nats: NatsConfig,
     pub redis: RedisConfig,
     /// Where the API listens.
@@ -321,7 +324,7 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let queue: Arc<dyn SliceQueue> = Arc::new(queue);
     let (state_store, state_queue, state_cache): (Arc<dyn Store>, _, Arc<dyn ContentCache>) =
         (store.clone(), queue.clone(), cache.clone());
-    let state = ApiState::new(
+    let mut state = ApiState::new(
         store,
         Arc::new(events),
         queue,
@@ -329,6 +332,12 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         s.roles.prices,
         auth(s),
     );
+    if let Some(url) = &s.database_read_url {
+        let reads = PgStore::connect_replica(url, s.database_pool)
+            .await
+            .context("connecting to the read replica (TRAWL_DATABASE_READ_URL)")?;
+        state = state.with_reads(Arc::new(reads));
+    }
     let state = api_state(s, state, tools, &cancel).await?;
     if s.api_keys.is_empty() && s.oauth.is_none() {
         eprintln!("trawl api: no TRAWL_API_KEYS and no OAuth, the API is open (loopback only)");

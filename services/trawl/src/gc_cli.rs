@@ -80,6 +80,10 @@ pub async fn run(args: GcArgs) -> anyhow::Result<u8> {
             }
         }
         eprintln!("{jobs} job(s) past their retention deleted, {rows} row(s)");
+        let p = store.keep_partitions(now).await?;
+        if p.dropped > 0 {
+            eprintln!("{} emptied day(s) of partitions dropped", p.dropped);
+        }
     }
     println!("cost ledger by month:");
     for m in store.cost_months().await? {

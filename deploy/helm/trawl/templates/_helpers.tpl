@@ -82,6 +82,7 @@ pods reference the keys that role reads (trawl.secretEnv).
 */}}
 {{- define "trawl.secretKeys" -}}
 databaseUrl: TRAWL_DATABASE_URL
+databaseReadUrl: TRAWL_DATABASE_READ_URL
 apiKeys: TRAWL_API_KEYS
 adminKeys: TRAWL_ADMIN_KEYS
 slackBotToken: TRAWL_SLACK_BOT_TOKEN

@@ -434,6 +434,20 @@ async fn a_jobs_artifacts_are_deleted_with_it() {
 // ---------------------------------------------------------------------------
 // Job counters
 
+/// The tables an `EXPLAIN` reads (`... on <table or its key> <alias>` in its
+/// lines), each once, sorted.
+fn relations_read(plan: &[String]) -> Vec<&str> {
+    let mut read: Vec<&str> = plan
+        .iter()
+        .filter_map(|line| line.split(" on ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|r| r.trim_end_matches("_pkey"))
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    read
+}
+
 #[tokio::test]
 async fn a_jobs_counts_are_read_from_its_counters_not_its_slices() {
     let f = fixture().await;
@@ -455,15 +469,7 @@ async fn a_jobs_counts_are_read_from_its_counters_not_its_slices() {
         .fetch_all(&store.pool)
         .await
         .unwrap();
-    // The tables the plan reads: `... on <table> <alias>` in its lines.
-    let mut read: Vec<&str> = plan
-        .iter()
-        .filter_map(|line| line.split(" on ").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .collect();
-    read.sort_unstable();
-    read.dedup();
-    assert_eq!(read, ["job_counters", "jobs"], "{plan:#?}");
+    assert_eq!(relations_read(&plan), ["job_counters", "jobs"], "{plan:#?}");
     let c = store.counts(&job).await.unwrap();
     assert_eq!(c, f.recount(&job).await);
     assert_eq!(
@@ -541,5 +547,215 @@ async fn the_counters_migration_counts_the_jobs_stored_before_it() {
         (j2.slices_total, j2.items_valid, j2.cost),
         (1, 1, Micros(9))
     );
+    conn.close().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// Day partitions
+
+/// The partition a job's rows of `table` are stored in.
+async fn partition_of(pool: &PgPool, table: &str, job: &JobId) -> Vec<String> {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT DISTINCT tableoid::regclass::TEXT FROM {table} WHERE job_id = $1"
+    )))
+    .bind(job.as_str())
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// `YYYYMMDD` of a time, UTC, as partitions are named.
+async fn day_of(pool: &PgPool, ms: i64) -> String {
+    sqlx::query_scalar("SELECT to_char(to_timestamp($1 / 1000.0) AT TIME ZONE 'UTC', 'YYYYMMDD')")
+        .bind(ms)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn tables_named(pool: &PgPool, suffix: &str) -> Vec<String> {
+    let mut names: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::TEXT FROM pg_class WHERE relkind = 'r' AND relname LIKE '%' || $1",
+    )
+    .bind(suffix)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    names.sort();
+    names
+}
+
+/// A job created at `created_ms`, with one slice and its outcome: an item, a
+/// trace step and a cost row.
+async fn job_at(store: &PgStore, created_ms: i64, n: u64) -> JobId {
+    let s = search(&format!("q{n}"));
+    let mut job = job_record(n);
+    job.id = JobId::generate(created_ms, n);
+    job.created_ms = created_ms;
+    store
+        .create_job(&job, std::slice::from_ref(&s))
+        .await
+        .unwrap();
+    let outcome = SliceOutcome {
+        items: vec![item(&s, 0)],
+        trace: vec![step(&s, 0, false)],
+        costs: vec![cost(&s, 0, 7)],
+        ..SliceOutcome::default()
+    };
+    store
+        .record_outcome(&job.id, &s.id, &outcome)
+        .await
+        .unwrap();
+    job.id
+}
+
+#[tokio::test]
+async fn rows_go_to_their_days_partition_and_an_emptied_past_day_is_dropped() {
+    const DAY: i64 = 86_400_000;
+    let f = fixture().await;
+    let store = &f.store;
+    // Ten days from now, at 01:00 UTC: days no other row is in.
+    let now = trawl_core::model::now_ms();
+    let t0 = now - now % DAY + 10 * DAY + 3_600_000;
+    let made = store.keep_partitions(t0).await.unwrap();
+    assert_eq!(made.created, 4, "today and three days ahead");
+    let (d0, d1) = (
+        day_of(&store.pool, t0).await,
+        day_of(&store.pool, t0 + DAY).await,
+    );
+    let a = job_at(store, t0, 1).await;
+    let b = job_at(store, t0 + DAY, 2).await;
+    for t in ["items", "rejections", "trace_steps", "costs"] {
+        assert_eq!(tables_named(&store.pool, &d0).await.len(), 4);
+        if t != "rejections" {
+            assert_eq!(
+                partition_of(&store.pool, t, &a).await,
+                [format!("{t}_p{d0}")]
+            );
+            assert_eq!(
+                partition_of(&store.pool, t, &b).await,
+                [format!("{t}_p{d1}")]
+            );
+        }
+    }
+    // A read of one job's rows reads its day's partition and no other.
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT * FROM items WHERE job_id = $1 ORDER BY slice_id, seq LIMIT 100",
+    )
+    .bind(a.as_str())
+    .fetch_all(&store.pool)
+    .await
+    .unwrap();
+    assert_eq!(relations_read(&plan), [format!("items_p{d0}")], "{plan:#?}");
+    // A day with no partition yet: its rows go to the default one and stay
+    // readable; that day is then not made.
+    let late = t0 + 30 * DAY;
+    let c = job_at(store, late, 3).await;
+    assert_eq!(
+        partition_of(&store.pool, "items", &c).await,
+        ["items_default"]
+    );
+    let made = store.keep_partitions(late).await.unwrap();
+    assert_eq!(
+        made.created, 3,
+        "every day but the one with rows in the default"
+    );
+    let dl = day_of(&store.pool, late).await;
+    let made_late = tables_named(&store.pool, &dl).await;
+    for t in ["items", "trace_steps", "costs"] {
+        assert!(!made_late.contains(&format!("{t}_p{dl}")), "{made_late:?}");
+    }
+    assert_eq!(store.items(&c).await.unwrap().len(), 1);
+    // Retention deletes job a; its day is dropped once past, b's day stays.
+    let ledger = store.cost_months().await.unwrap();
+    while store.purge_job(&a, 1_000).await.unwrap() > 0 {}
+    assert_eq!(store.cost_months().await.unwrap(), ledger);
+    let kept = store.keep_partitions(t0 + 3 * DAY).await.unwrap();
+    assert!(kept.dropped >= 1, "{kept:?}");
+    assert!(tables_named(&store.pool, &d0).await.is_empty());
+    assert_eq!(tables_named(&store.pool, &d1).await.len(), 4);
+    assert_eq!(store.items(&b).await.unwrap().len(), 1);
+    assert_eq!(store.counts(&b).await.unwrap().cost, Micros(7));
+    // The ledger still counts a's cost, from the monthly totals.
+    assert_eq!(store.cost_months().await.unwrap(), ledger);
+}
+
+#[tokio::test]
+async fn the_partition_migration_keeps_the_rows_stored_before_it() {
+    let db = TestDb::create().await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let at = MIGRATIONS.iter().position(|m| m.1 == "partitions").unwrap();
+    for (_, _, sql) in &MIGRATIONS[..at] {
+        sqlx::raw_sql(AssertSqlSafe(*sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let old = JobId::generate(1_700_000_000_000, 1);
+    let rows = "INSERT INTO jobs (id, name, spec, status, estimate, created_ms, updated_ms) \
+                VALUES ($1, 'a', '{}', 'running', 0, 0, 0); \
+                INSERT INTO slices (job_id, slice_id, kind, spec, created_ms) \
+                VALUES ($1, 's1', 'page', '{}', 0); \
+                INSERT INTO items (job_id, slice_id, seq, kind, url, geo, data) \
+                VALUES ($1, 's1', 0, 'page', 'u', 'de', '{}'), ($1, 's1', 1, 'page', 'u', 'de', '{}'); \
+                INSERT INTO costs (job_id, slice_id, seq, product, amount) \
+                VALUES ($1, 's1', 0, 'unlocker', 11);";
+    for stmt in rows.split(';').filter(|s| !s.trim().is_empty()) {
+        sqlx::query(AssertSqlSafe(stmt.to_owned()))
+            .bind(old.as_str())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    sqlx::raw_sql(AssertSqlSafe(MIGRATIONS[at].2))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let pool = PgPool::connect(&db.url).await.unwrap();
+    assert_eq!(partition_of(&pool, "items", &old).await, ["items_p0"]);
+    assert_eq!(partition_of(&pool, "costs", &old).await, ["costs_p0"]);
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE job_id = $1")
+        .bind(old.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    // The key holds across the old rows: the same row again is not stored.
+    let again = sqlx::query(
+        "INSERT INTO items (job_id, slice_id, seq, kind, url, geo, data) \
+         VALUES ($1, 's1', 1, 'page', 'u', 'de', '{}') ON CONFLICT DO NOTHING",
+    )
+    .bind(old.as_str())
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(again.rows_affected(), 0);
+    // So does the reference to the slice.
+    let orphan = sqlx::query(
+        "INSERT INTO items (job_id, slice_id, seq, kind, url, geo, data) \
+         VALUES ($1, 'nope', 0, 'page', 'u', 'de', '{}')",
+    )
+    .bind(old.as_str())
+    .execute(&pool)
+    .await;
+    assert!(orphan.is_err(), "an item of no slice was stored");
+    // A job created now goes to today's partition.
+    let new = JobId::generate(trawl_core::model::now_ms(), 2);
+    for stmt in rows.split(';').filter(|s| !s.trim().is_empty()) {
+        sqlx::query(AssertSqlSafe(stmt.to_owned()))
+            .bind(new.as_str())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let today = partition_of(&pool, "items", &new).await;
+    assert_eq!(
+        today,
+        [format!(
+            "items_p{}",
+            day_of(&pool, trawl_core::model::now_ms()).await
+        )]
+    );
+    pool.close().await;
     conn.close().await.unwrap();
 }
