@@ -182,7 +182,9 @@ async fn one_job_is_one_trace_from_the_api_through_nats_to_the_worker() {
         .await
         .with_env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
         // Export every 100 ms instead of every 5 s.
-        .with_env("OTEL_BSP_SCHEDULE_DELAY", "100");
+        .with_env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        // Every upstream HTTP request as a span of its own too.
+        .with_env("TRAWL_TRACE_LEVEL", "debug");
     let mut api = d.spawn("api", "api");
     let scheduler = d.spawn("scheduler", "scheduler");
     let worker = d.spawn("worker", "worker");
@@ -407,6 +409,16 @@ async fn sampling_keeps_or_leaves_out_whole_jobs() {
         .filter(|s| !sampled.contains(&s.trace_id))
         .collect();
     assert!(stray.is_empty(), "spans of jobs left out: {stray:#?}");
+    // At the default detail a slice is two spans: itself and its tool call,
+    // whose span the HTTP request to Bright Data carries.
+    assert_eq!(
+        spans.iter().filter(|s| s.name.starts_with("tool ")).count(),
+        3 * sampled.len()
+    );
+    assert!(
+        named(&spans, "trawl-worker", "POST /request").is_empty(),
+        "HTTP request spans at the default detail"
+    );
     assert_eq!(
         named(&spans, "trawl-api", "POST /v1/jobs").len(),
         sampled.len()

@@ -86,10 +86,12 @@ impl BrightData {
 
     /// One request to `/request`; the body on success, a classified error
     /// otherwise. An OpenTelemetry client span whose `traceparent` the request
-    /// carries.
+    /// carries, exported at `TRAWL_TRACE_LEVEL=debug`: at the default level the
+    /// tool call's span is the request's parent and stands for it, which keeps a
+    /// slice to two spans.
     async fn request(&self, body: &RequestBody<'_>) -> Result<Vec<u8>, ToolError> {
         let url = format!("{}/request", self.config.api_url.trim_end_matches('/'));
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "http",
             otel.name = "POST /request",
             otel.kind = "client",

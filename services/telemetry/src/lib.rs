@@ -112,11 +112,19 @@ fn otlp_endpoint() -> Option<String> {
     .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
 }
 
+/// The detail of exported traces by default: trawl's spans at info, which per
+/// slice are the slice and each tool call. [`tracing::Level::DEBUG`]
+/// (`TRAWL_TRACE_LEVEL=debug`) adds a span per upstream HTTP request and per
+/// store call: a third more spans per slice, and as much more of tracing's cost
+/// (docs/benchmarks.md).
+pub const DEFAULT_TRACE_LEVEL: tracing::Level = tracing::Level::INFO;
+
 /// Sets up logging, tracing and metrics for a process whose role is `service`
-/// (`OTEL_SERVICE_NAME` overrides it). Must run inside the Tokio runtime: the
-/// gRPC exporter and the metrics upkeep live on it. A second call in the same
-/// process (tests) keeps the first subscriber and recorder.
-pub fn init(service: &str) -> Telemetry {
+/// (`OTEL_SERVICE_NAME` overrides it), exporting trawl's spans at `detail` and
+/// above. Must run inside the Tokio runtime: the gRPC exporter and the metrics
+/// upkeep live on it. A second call in the same process (tests) keeps the first
+/// subscriber and recorder.
+pub fn init(service: &str, detail: tracing::Level) -> Telemetry {
     install_metrics();
     let log = log_layer();
     let provider = otlp_endpoint().and_then(|endpoint| match tracer_provider(service) {
@@ -139,7 +147,7 @@ pub fn init(service: &str) -> Telemetry {
             .with_location(false)
             .with_target(false)
             .with_context_activation(false)
-            .with_filter(Targets::new().with_target("trawl", LevelFilter::INFO))
+            .with_filter(Targets::new().with_target("trawl", LevelFilter::from_level(detail)))
     });
     let installed = tracing_subscriber::registry()
         .with(log)

@@ -47,6 +47,11 @@ mod exit {
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The detail of exported traces (with an OTLP endpoint): `info`, a span per
+    /// slice and per tool call; `debug` adds each upstream HTTP request and store
+    /// call.
+    #[arg(long, env = "TRAWL_TRACE_LEVEL", global = true, default_value_t = trawl_telemetry::DEFAULT_TRACE_LEVEL)]
+    trace_level: tracing::Level,
 }
 
 #[derive(Subcommand)]
@@ -939,7 +944,7 @@ pub fn main() -> ExitCode {
     };
     let telemetry = {
         let _in_runtime = rt.enter();
-        trawl_telemetry::init(cli.command.service_name())
+        trawl_telemetry::init(cli.command.service_name(), cli.trace_level)
     };
     let code = match rt.block_on(dispatch(cli.command)) {
         Ok(code) => ExitCode::from(code),
