@@ -215,7 +215,6 @@ impl ApiState {
         }
     }
 
-    /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
     /// Reads a job's rows from `reads` (`TRAWL_DATABASE_READ_URL`: a streaming
     /// replica of the store) instead of the store; see [`ApiState`]'s field.
     pub fn with_reads(mut self, reads: Arc<dyn Store>) -> ApiState {
@@ -223,6 +222,7 @@ impl ApiState {
         self
     }
 
+    /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
     pub fn with_max_slices(mut self, n: u64) -> ApiState {
         self.max_slices = n;
         self
