@@ -1,10 +1,12 @@
 //! A small web site on loopback for browse tests and benchmarks: a login form, a
 //! dashboard whose table is rendered by script over three pages, a product whose
-//! price shows once a size is chosen, and a page whose text tries to steer a model.
+//! price shows once a size is chosen, a page whose text tries to steer a model,
+//! a page that leaves state behind (cookie, storage, service worker) and a page
+//! that waits on a gate the test opens.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use axum::Router;
 use axum::extract::{Form, Query, State};
@@ -20,6 +22,10 @@ use trawl_model::testing::{Reply, Wire};
 pub struct Site {
     /// The shop page's second version: other ids, so remembered selectors break.
     pub v2: AtomicBool,
+    /// Requests `/gate` has had.
+    pub gate_calls: AtomicU32,
+    /// Told when `/gate` holds its first request (which never gets an answer).
+    pub gate_held: tokio::sync::Notify,
 }
 
 /// The portal user's password, which a browse job names as a secret.
@@ -186,6 +192,67 @@ async fn planted(Query(q): Query<To>) -> Html<String> {
     ))
 }
 
+/// A page that shows what an earlier visit left in this browser (a cookie, a
+/// localStorage value, a service worker registration), then leaves all three
+/// and says `done` once the worker is registered.
+async fn stateful() -> Html<&'static str> {
+    Html(
+        r#"<!doctype html><title>State</title>
+<p>cookie <span id="cookie"></span></p>
+<p>storage <span id="storage"></span></p>
+<p>workers <span id="workers"></span></p>
+<p id="status"></p>
+<script>
+(async () => {
+  document.getElementById('cookie').textContent = document.cookie.includes('visited=1') ? 'yes' : 'no';
+  document.getElementById('storage').textContent = localStorage.getItem('visited') === '1' ? 'yes' : 'no';
+  const regs = await navigator.serviceWorker.getRegistrations();
+  document.getElementById('workers').textContent = String(regs.length);
+  document.cookie = 'visited=1; max-age=86400; path=/';
+  localStorage.setItem('visited', '1');
+  // The registration is what persists; the worker's start is not awaited
+  // (a browser under DevTools may hold it).
+  navigator.serviceWorker.register('/sw.js').catch(() => {});
+  while ((await navigator.serviceWorker.getRegistrations()).length === 0) {
+    await new Promise(r => setTimeout(r, 20));
+  }
+  document.getElementById('status').textContent = 'done';
+})().catch(e => { document.getElementById('status').textContent = 'failed: ' + e; });
+</script>"#,
+    )
+}
+
+/// The service worker [`stateful`] registers.
+async fn service_worker() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript")],
+        "self.addEventListener('fetch', () => {});",
+    )
+}
+
+/// A page that shows `#ready` once `/gate` answers.
+async fn gated() -> Html<&'static str> {
+    Html(
+        r#"<!doctype html><title>Gated</title><h1>Gated</h1>
+<script>
+fetch('/gate').then(r => r.text()).then(t => {
+  const p = document.createElement('p'); p.id = 'ready'; p.textContent = t;
+  document.body.appendChild(p);
+});
+</script>"#,
+    )
+}
+
+/// Holds its first request for good (and says so through
+/// [`Site::gate_held`]); answers every later one at once.
+async fn gate(State(site): State<Arc<Site>>) -> &'static str {
+    if site.gate_calls.fetch_add(1, Ordering::SeqCst) == 0 {
+        site.gate_held.notify_one();
+        std::future::pending::<()>().await;
+    }
+    "open"
+}
+
 /// Serves the site on a loopback port.
 pub async fn serve_site() -> (SocketAddr, Arc<Site>) {
     let site = Arc::new(Site::default());
@@ -198,6 +265,11 @@ pub async fn serve_site() -> (SocketAddr, Arc<Site>) {
         .route("/redirect", get(redirect))
         .route("/gallery", get(subresources))
         .route("/planted", get(planted))
+        .route("/state", get(stateful))
+        .route("/sw.js", get(service_worker))
+        .route("/gated", get(gated))
+        .route("/gate", get(gate))
+        .route("/shop/{id}", get(shop))
         .with_state(site.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use trawl::embedded::{Embedded, Options, Upstream};
+use trawl_browser::pool::PoolConfig;
 use trawl_core::egress::EgressPolicy;
 use trawl_core::model::JobStatus;
 use trawl_core::ports::{ArtifactStore, SliceStore, ToolStore};
@@ -589,4 +590,426 @@ async fn sessions_reach_the_scraping_browser_with_the_zone_and_country() {
     let failed = &summary.failed_slices[0];
     assert_eq!(failed.code, "browser_launch", "{failed:?}");
     assert_eq!(sb.users.lock().unwrap().len(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// The browser pool
+
+/// An embedded system whose worker runs `concurrency` slices at once in a pool
+/// configured as `pool`; the pool is shared with the returned `Browsers`, which
+/// reads its figures.
+async fn pooled(state: &Path, pool: PoolConfig, concurrency: usize) -> (Embedded, Browsers) {
+    let browsers = Browsers::pooled(pool).with_egress(EgressPolicy::parse("loopback").unwrap());
+    let opts = Options::new(state, Upstream::Simulator(SimConfig::default()))
+        .with_worker(
+            WorkerConfig::default()
+                .with_concurrency(concurrency)
+                .with_retry_delays(Duration::from_millis(1), Duration::from_millis(20)),
+        )
+        .with_browsers(Arc::new(browsers.clone()));
+    (Embedded::start(opts).await.unwrap(), browsers)
+}
+
+/// A pool of one browser.
+fn one_browser() -> PoolConfig {
+    PoolConfig {
+        max_browsers: 1,
+        ..PoolConfig::default()
+    }
+}
+
+/// Slices that run one after another in the same pooled browser find nothing
+/// the one before left: each page load reports the cookie, localStorage value
+/// and service worker it finds, then leaves all three. Loading the page again
+/// within a slice finds them (the check can see them), the next slice does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_slice_runs_in_a_fresh_context_that_sees_nothing_of_the_one_before() {
+    let (addr, _) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, browsers) = pooled(&dir.path().join("state"), one_browser(), 1).await;
+    let yaml = format!(
+        r##"name: isolation
+browse:
+  urls: ["http://{addr}/state?n=1", "http://{addr}/state?n=2", "http://{addr}/state?n=3"]
+  geos: [us]
+  steps:
+    - wait_for: "#status:not(:empty)"
+    - extract: {{fields: {{cookie: {{css: "#cookie"}}, storage: {{css: "#storage"}}, workers: {{css: "#workers"}}, visit: {{css: "#status"}}}}}}
+    - goto: "http://{addr}/state?again=1"
+    - wait_for: "#status:not(:empty)"
+    - extract: {{fields: {{cookie: {{css: "#cookie"}}, storage: {{css: "#storage"}}, workers: {{css: "#workers"}}, visit: {{css: "#status"}}}}}}
+"##
+    );
+    let summary = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let items = sys.store().items(&job).await.unwrap();
+    assert_eq!(items.len(), 6, "{items:?}");
+    let fresh = json!({"cookie": "no", "storage": "no", "workers": "0", "visit": "done"});
+    let seen = json!({"cookie": "yes", "storage": "yes", "workers": "1", "visit": "done"});
+    for slice in ["n=1", "n=2", "n=3"] {
+        let mut of: Vec<_> = items
+            .iter()
+            .filter(|i| {
+                i.slice_id
+                    == items
+                        .iter()
+                        .find(|j| j.url.contains(slice))
+                        .unwrap()
+                        .slice_id
+            })
+            .collect();
+        of.sort_by_key(|i| i.seq);
+        assert_eq!(of.len(), 2, "{slice}: {of:?}");
+        assert_eq!(of[0].data, fresh, "{slice}: the first load found state");
+        assert_eq!(of[1].data, seen, "{slice}: the second load found none");
+    }
+    // One browser ran all three, one after another.
+    let stats = browsers.pool_stats().unwrap();
+    assert_eq!(stats.launched, 1, "{stats:?}");
+    assert_eq!(stats.active, 0, "{stats:?}");
+    sys.shutdown().await;
+}
+
+/// The pooled browser killed (SIGKILL) while a slice waits on its page: that
+/// slice's attempt fails at once as the browser's end (not at its step
+/// timeout), the slice runs again in a new browser and succeeds, and the
+/// slices after it run in the new one undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_browser_fails_only_its_slice_which_runs_again_in_a_new_one() {
+    let (addr, site) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, browsers) = pooled(&dir.path().join("state"), one_browser(), 1).await;
+    let yaml = format!(
+        r##"name: killed
+browse:
+  urls: ["http://{addr}/gated?n=1", "http://{addr}/gated?n=2", "http://{addr}/gated?n=3"]
+  geos: [us]
+  step_timeout: 60s
+  steps:
+    - wait_for: "#ready"
+    - extract: {{fields: {{gate: {{css: "#ready"}}}}}}
+retries: {{max_attempts: 2}}
+"##
+    );
+    let kill = async {
+        site.gate_held.notified().await;
+        let pids = browsers.pool_stats().unwrap().pids;
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pids[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        pids[0]
+    };
+    let started = std::time::Instant::now();
+    let out = dir.path().join("out");
+    let (summary, killed) = tokio::join!(trawl_tests::run_embedded(&sys, &yaml, &out), kill);
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let items = sys.store().items(&job).await.unwrap();
+    assert_eq!(items.len(), 3, "{items:?}");
+    assert!(
+        items.iter().all(|i| i.data == json!({"gate": "open"})),
+        "{items:?}"
+    );
+    // The first attempt ended as the browser's end, well before its 60 s step
+    // timeout could have.
+    let trace = sys.store().trace_page(&job, None, 1000).await.unwrap();
+    let failed: Vec<_> = trace.iter().filter(|s| s.error.is_some()).collect();
+    assert_eq!(failed.len(), 1, "one failed step: {failed:?}");
+    let error = failed[0].error.as_ref().unwrap();
+    assert!(error.contains("the browser went away"), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let stats = browsers.pool_stats().unwrap();
+    assert_eq!(stats.launched, 2, "{stats:?}");
+    assert!(!stats.pids.contains(&killed), "{stats:?}");
+    assert_eq!(site.gate_calls.load(Ordering::SeqCst), 4);
+    sys.shutdown().await;
+}
+
+/// Under more slices at once than browsers, the pool starts no more Chromium
+/// processes than its bound (counted from the system's process table, not
+/// the pool's word), and every slice succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_keeps_to_its_bound_under_load() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (addr, _) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    // Chromium started through a script that marks its command line, so this
+    // test's browsers are told from other tests' in the same process.
+    let marker = format!("--trawl-test-pool={}", std::process::id());
+    let exe = dir.path().join("chromium-marked");
+    let chromium = trawl_browser::find_chromium().unwrap();
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\nexec {} {marker} \"$@\"\n", chromium.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let two = PoolConfig {
+        executable: Some(exe),
+        max_browsers: 2,
+        ..PoolConfig::default()
+    };
+    let (sys, browsers) = pooled(&dir.path().join("state"), two, 6).await;
+    let urls: Vec<String> = (0..12)
+        .map(|n| format!("\"http://{addr}/shop?n={n}\""))
+        .collect();
+    let yaml = format!(
+        "name: load\nbrowse:\n  urls: [{}]\n  geos: [us]\n  steps:\n    - extract: {{fields: {{title: {{css: h1}}}}}}\n",
+        urls.join(", ")
+    );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let sample = async {
+        let mut most = 0;
+        while !done.load(Ordering::SeqCst) {
+            most = most.max(chromium_children(&marker));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        most
+    };
+    let run = async {
+        let s = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
+        done.store(true, Ordering::SeqCst);
+        s
+    };
+    let (summary, most) = tokio::join!(run, sample);
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    assert_eq!(summary.items.valid, 12, "{summary:?}");
+    let stats = browsers.pool_stats().unwrap();
+    assert_eq!(stats.launched, 2, "{stats:?}");
+    assert_eq!(stats.peak, 2, "{stats:?}");
+    assert!(
+        (1..=2).contains(&most),
+        "{most} Chromium processes of this test at once"
+    );
+    sys.shutdown().await;
+}
+
+/// Browser processes now that are this process's children with `marker` on
+/// their command line (their renderers are the browsers' children, not
+/// counted).
+fn chromium_children(marker: &str) -> usize {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let (Ok(stat), Ok(cmdline)) = (
+                std::fs::read_to_string(e.path().join("stat")),
+                std::fs::read(e.path().join("cmdline")),
+            ) else {
+                return false;
+            };
+            // pid (comm) state ppid ...
+            let parent = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_owned));
+            parent.as_deref() == Some(me.as_str())
+                && cmdline
+                    .split(|b| *b == 0)
+                    .any(|arg| arg == marker.as_bytes())
+        })
+        .count()
+}
+
+/// With Bright Data's proxy configured, each local session reaches the web
+/// through it with the slice's country in the user name: a loopback proxy
+/// that answers every tunnel with a page naming the country of its
+/// credentials shows each slice its own country, while two slices of two
+/// countries run at once in one browser. Without the proxy, the slice's trace
+/// says its geo was not honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_sessions_go_through_the_geo_proxy_of_their_country() {
+    let proxy = GeoProxyFixture::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = proxy.addr.to_string();
+    let env = [
+        ("BRIGHTDATA_CUSTOMER_ID", "c_test"),
+        ("BRIGHTDATA_PROXY_ZONE", "residential1"),
+        ("BRIGHTDATA_PROXY_PASSWORD", "zone-pass"),
+        ("BRIGHTDATA_PROXY_ENDPOINT", endpoint.as_str()),
+        ("TRAWL_BROWSE_ALLOW", "loopback"),
+        ("TRAWL_BROWSER_POOL", "1"),
+    ];
+    let browsers = Browsers::from_lookup(
+        |k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        },
+        std::iter::empty(),
+        trawl_core::cost::PriceTable::default(),
+    )
+    .unwrap();
+    let opts = Options::new(
+        dir.path().join("state"),
+        Upstream::Simulator(SimConfig::default()),
+    )
+    .with_worker(WorkerConfig::default().with_concurrency(2))
+    .with_browsers(Arc::new(browsers.clone()));
+    let sys = Embedded::start(opts).await.unwrap();
+    // Nothing answers at the start URL's address (a listener that never
+    // accepts): only the proxy does.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = silent.local_addr().unwrap().to_string();
+    let yaml = format!(
+        "name: geo\nbrowse:\n  urls: [\"http://{target}/where\"]\n  geos: [us, de]\n  steps:\n    - extract: {{fields: {{country: {{css: \"#country\"}}}}}}\n"
+    );
+    let summary = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let items = sys.store().items(&job).await.unwrap();
+    assert_eq!(items.len(), 2, "{items:?}");
+    for item in &items {
+        assert_eq!(item.data["country"], item.geo.to_string(), "{item:?}");
+    }
+    let tunnels = proxy.tunnels.lock().unwrap().clone();
+    let mut users: Vec<&str> = tunnels.iter().map(|t| t.0.as_str()).collect();
+    users.sort_unstable();
+    users.dedup();
+    assert_eq!(
+        users,
+        vec![
+            "brd-customer-c_test-zone-residential1-country-de:zone-pass",
+            "brd-customer-c_test-zone-residential1-country-us:zone-pass",
+        ]
+    );
+    assert!(tunnels.iter().all(|t| t.1 == target), "{tunnels:?}");
+    drop(silent);
+    assert_eq!(browsers.pool_stats().unwrap().launched, 1);
+    let trace = sys.store().trace_page(&job, None, 1000).await.unwrap();
+    assert!(!trace.iter().any(|s| s.tool == "browser:geo_not_honoured"));
+    sys.shutdown().await;
+
+    // No proxy: the same job runs from this machine and says so.
+    let (addr, _) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, _) = pooled(&dir.path().join("state"), PoolConfig::default(), 2).await;
+    let yaml = format!(
+        "name: geo\nbrowse:\n  urls: [\"http://{addr}/shop\"]\n  geos: [us, de]\n  steps:\n    - extract: {{fields: {{title: {{css: h1}}}}}}\n"
+    );
+    let summary = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let trace = sys.store().trace_page(&job, None, 1000).await.unwrap();
+    let not_honoured = trace
+        .iter()
+        .filter(|s| s.tool == "browser:geo_not_honoured")
+        .count();
+    assert_eq!(not_honoured, 2, "one per slice");
+    sys.shutdown().await;
+}
+
+/// A loopback HTTP proxy standing for Bright Data's (RFC 9110 `CONNECT`, basic
+/// `Proxy-Authorization` as Bright Data's proxy takes it): it records each
+/// tunnel's credentials and target, and answers the plain HTTP request sent
+/// through the tunnel itself, with a page naming the country in the user name.
+struct GeoProxyFixture {
+    addr: std::net::SocketAddr,
+    /// (user:password, target) of every tunnel.
+    tunnels: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl GeoProxyFixture {
+    async fn start() -> GeoProxyFixture {
+        use base64::Engine as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        async fn head(s: &mut tokio::net::TcpStream) -> Option<String> {
+            let mut buf = Vec::new();
+            let mut b = [0u8; 1];
+            while !buf.ends_with(b"\r\n\r\n") {
+                if s.read(&mut b).await.ok()? == 0 {
+                    return None;
+                }
+                buf.push(b[0]);
+            }
+            String::from_utf8(buf).ok()
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tunnels = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = tunnels.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let Some(connect) = head(&mut s).await else {
+                        return;
+                    };
+                    let target = connect
+                        .strip_prefix("CONNECT ")
+                        .and_then(|r| r.split(' ').next())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let user = connect
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Proxy-Authorization: Basic "))
+                        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                        .and_then(|b| String::from_utf8(b).ok())
+                        .unwrap_or_default();
+                    seen.lock().unwrap().push((user.clone(), target));
+                    let country = user
+                        .split_once("-country-")
+                        .map(|(_, c)| c.split(':').next().unwrap_or_default().to_owned())
+                        .unwrap_or_default();
+                    s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                        .await
+                        .unwrap();
+                    // The browser's request through the tunnel, answered here.
+                    if head(&mut s).await.is_none() {
+                        return;
+                    }
+                    let body = format!(
+                        "<!doctype html><title>Where</title><h1 id=\"country\">{country}</h1>"
+                    );
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = s.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        GeoProxyFixture { addr, tunnels }
+    }
+}
+
+/// Model answers are kept per start URL pattern: two products of one pattern
+/// (`/shop/*`) share one answer, the site's other page (`/shop`) gets its own;
+/// a second run asks the model nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_answers_are_kept_per_url_pattern() {
+    let (addr, _) = serve_site().await;
+    let server = ScriptedModel::start(shop_model).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let browsers = Browsers::local().with_egress(EgressPolicy::parse("loopback").unwrap());
+    let opts = Options::new(
+        dir.path().join("state"),
+        Upstream::Simulator(SimConfig::default()),
+    )
+    .with_worker(WorkerConfig::default().with_concurrency(1))
+    .with_models(Some(Arc::new(scripted_anthropic(&server))))
+    .with_browsers(Arc::new(browsers));
+    let sys = Embedded::start(opts).await.unwrap();
+    let yaml = shop_job(addr).replace(
+        &format!("[\"http://{addr}/shop\"]"),
+        &format!(
+            "[\"http://{addr}/shop/100\", \"http://{addr}/shop/200\", \"http://{addr}/shop\"]"
+        ),
+    );
+    for run in 1..=2 {
+        let summary =
+            trawl_tests::run_embedded(&sys, &yaml, &dir.path().join(format!("out{run}"))).await;
+        assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+        assert_eq!(summary.items.valid, 3, "{summary:?}");
+        assert_eq!(
+            server.requests().len(),
+            4,
+            "run {run}: act and extract asked once for /shop/* and once for /shop"
+        );
+    }
+    sys.shutdown().await;
 }

@@ -16,8 +16,9 @@
 //! each step. Failures that are not refusals (no such name, nothing listening)
 //! are answered `502` and not logged.
 //!
-//! A per-geo upstream proxy would chain behind this one as a [`Dial`] that opens a
-//! tunnel through it to the checked address; the policy stays here, in front.
+//! A per-geo upstream proxy chains behind this one as a [`Dial`]
+//! ([`UpstreamProxy`]) that opens a tunnel through it to the checked address;
+//! the policy stays here, in front.
 
 use std::fmt;
 use std::future::Future;
@@ -56,7 +57,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an upstream may take to answer a plain request's head.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(120);
 
-type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, sendable future (the traits' methods).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 type Body = BoxBody<Bytes, hyper::Error>;
 
 /// Turns a host name into addresses. The system's resolver in production; tests
@@ -97,6 +99,74 @@ pub struct TcpDialer;
 impl Dial for TcpDialer {
     fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
         Box::pin(TcpStream::connect(addr))
+    }
+}
+
+/// An upstream HTTP proxy reached with `CONNECT` (RFC 9110, section 9.3.6) and
+/// basic credentials (RFC 7617): a geo proxy such as Bright Data's residential
+/// or datacenter proxy, whose user name names the country. The egress proxy
+/// dials through it to the address its policy checked, so the policy holds
+/// whatever the upstream resolves.
+#[derive(Clone)]
+pub struct UpstreamProxy {
+    /// `host:port` of the proxy.
+    pub addr: String,
+    pub username: String,
+    pub password: String,
+}
+
+impl fmt::Debug for UpstreamProxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamProxy")
+            .field("addr", &self.addr)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes of a proxy's answer to `CONNECT` read at most.
+const MAX_CONNECT_HEAD: usize = 8 * 1024;
+
+impl Dial for UpstreamProxy {
+    fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>> {
+        Box::pin(async move {
+            use base64::Engine as _;
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = TcpStream::connect(&self.addr).await?;
+            let credentials = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.username, self.password));
+            let head = format!(
+                "CONNECT {addr} HTTP/1.1\r\nHost: {addr}\r\nProxy-Authorization: Basic {credentials}\r\n\r\n"
+            );
+            stream.write_all(head.as_bytes()).await?;
+            // The tunnel's first bytes are the browser's (TLS or a request), so
+            // the proxy sends nothing after its head: read up to its end only.
+            let mut answer = Vec::with_capacity(256);
+            let mut byte = [0u8; 1];
+            while !answer.ends_with(b"\r\n\r\n") {
+                if answer.len() >= MAX_CONNECT_HEAD {
+                    return Err(io::Error::other("the upstream proxy's answer has no end"));
+                }
+                if stream.read(&mut byte).await? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the upstream proxy closed the connection",
+                    ));
+                }
+                answer.push(byte[0]);
+            }
+            let status_line = String::from_utf8_lossy(&answer);
+            let status_line = status_line.lines().next().unwrap_or_default();
+            let code = status_line.split_whitespace().nth(1).unwrap_or_default();
+            if code.len() == 3 && code.starts_with('2') {
+                Ok(stream)
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("the upstream proxy {} answered {status_line}", self.addr),
+                ))
+            }
+        })
     }
 }
 
@@ -537,6 +607,87 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
+
+    /// A loopback proxy that answers every `CONNECT` with `status` and then
+    /// echoes the tunnel; it keeps the heads it was sent.
+    async fn upstream(status: &'static str) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut r = BufReader::new(s);
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).await.unwrap() == 0 || line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line);
+                    }
+                    seen.lock().unwrap().push(head);
+                    let mut s = r.into_inner();
+                    s.write_all(format!("HTTP/1.1 {status}\r\n\r\n").as_bytes())
+                        .await
+                        .unwrap();
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, heads)
+    }
+
+    #[tokio::test]
+    async fn an_upstream_proxy_tunnels_to_the_checked_address_with_its_credentials() {
+        let (addr, heads) = upstream("200 Connection established").await;
+        let proxy = UpstreamProxy {
+            addr: addr.to_string(),
+            username: "brd-customer-c1-zone-res-country-de".into(),
+            password: "pw".into(),
+        };
+        let target: SocketAddr = "203.0.113.7:443".parse().unwrap();
+        let mut tunnel = proxy.dial(target).await.unwrap();
+        tunnel.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        tunnel.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+        let head = heads.lock().unwrap()[0].clone();
+        assert!(
+            head.starts_with("CONNECT 203.0.113.7:443 HTTP/1.1\r\n"),
+            "{head}"
+        );
+        // base64("brd-customer-c1-zone-res-country-de:pw")
+        assert!(
+            head.contains("Proxy-Authorization: Basic YnJkLWN1c3RvbWVyLWMxLXpvbmUtcmVzLWNvdW50cnktZGU6cHc=\r\n"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_upstream_proxys_refusal_is_an_error_naming_its_answer() {
+        let (addr, _) = upstream("407 Proxy Authentication Required").await;
+        let proxy = UpstreamProxy {
+            addr: addr.to_string(),
+            username: "u".into(),
+            password: "wrong".into(),
+        };
+        let e = proxy
+            .dial("203.0.113.7:443".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("407 Proxy Authentication Required"),
+            "{e}"
+        );
+    }
 
     /// Names to addresses; a name with two answers gives the first on the first
     /// lookup and the second on every later one (a rebinding name).

@@ -1,9 +1,11 @@
 //! Browser sessions over the Chrome DevTools Protocol (chromiumoxide).
 //!
-//! One [`Session`] per browse slice: a fresh local headless Chromium with its own
-//! throw-away profile, or a connection to a remote CDP endpoint (Bright Data's
-//! Scraping Browser, reached through [`relay`] because its endpoint wants HTTP basic
-//! credentials the WebSocket client does not send by itself).
+//! One [`Session`] per browse slice: a fresh browser context (no cookies,
+//! storage, cache, service workers or permissions from any other session) in
+//! one of the worker's long-lived local headless Chromium processes ([`pool`]),
+//! or a connection of its own to a remote CDP endpoint (Bright Data's Scraping
+//! Browser, billed per session, reached through [`relay`] because its endpoint
+//! wants HTTP basic credentials the WebSocket client does not send by itself).
 //!
 //! Every action waits for its element the way Playwright's actions do: it polls the
 //! live page until the selector matches (or the text shows), up to the step's
@@ -15,26 +17,33 @@
 //! turned back into a concrete, stable CSS selector ([`Session::selector_for`]) so
 //! what a model chose can be replayed without it.
 //!
-//! A local Chromium reaches the network only through its session's [`egress`]
-//! proxy, which refuses loopback, private, link-local and metadata destinations
+//! A local session's context reaches the network only through its session's
+//! [`egress`] proxy, which refuses loopback, private, link-local and metadata destinations
 //! unless the session's policy opens them, and connects to the very address it
 //! checked. Its refusals are in [`Session::egress_log`].
 
 pub mod egress;
+pub mod pool;
 pub mod relay;
 mod script;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::input::InsertTextParams;
+use chromiumoxide::cdp::browser_protocol::inspector::EventTargetCrashed;
 use chromiumoxide::cdp::browser_protocol::network::EventLoadingFinished;
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::cdp::browser_protocol::target::{
+    CreateBrowserContextParams, CreateTargetParams,
+};
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
+use chromiumoxide::error::CdpError;
 use chromiumoxide::page::ScreenshotParams;
-use chromiumoxide::{Browser, BrowserConfig, Page};
+use chromiumoxide::{Browser, Page};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -46,16 +55,17 @@ const POLL: Duration = Duration::from_millis(50);
 /// Where sessions run.
 #[derive(Clone, Debug)]
 pub enum Endpoint {
-    /// A headless Chromium started for each session.
+    /// A fresh browser context in one of the worker's pooled local Chromium
+    /// processes ([`pool`]).
     Local {
-        /// The executable; `None`: found on `PATH` (`chromium`, `google-chrome`, …).
-        executable: Option<PathBuf>,
-        /// Where it may connect: every request goes through an egress proxy
-        /// started for the session with this policy.
+        pool: Arc<pool::Pool>,
+        /// Where it may connect: every request of the context goes through an
+        /// egress proxy started for the session with this policy.
         egress: egress::Egress,
     },
-    /// A running browser's DevTools WebSocket URL (`ws://…` or `wss://…`). User
-    /// credentials in the URL are sent as HTTP basic authorization.
+    /// A running browser's DevTools WebSocket URL (`ws://…` or `wss://…`),
+    /// connected once per session. User credentials in the URL are sent as
+    /// HTTP basic authorization.
     Remote { url: String },
 }
 
@@ -124,87 +134,42 @@ pub struct Snapshot {
     pub truncated: bool,
 }
 
-/// One browser session: one browser, one page.
+/// One browser session: one page in a browser context of its own.
 pub struct Session {
-    browser: Browser,
     page: Page,
-    handler: JoinHandle<()>,
+    conn: Conn,
     network: JoinHandle<()>,
+    crash_watch: JoinHandle<()>,
+    crashed: Arc<AtomicBool>,
     bytes: Arc<AtomicU64>,
-    _profile: Option<tempfile::TempDir>,
-    _relay: Option<relay::Relay>,
     proxy: Option<egress::EgressProxy>,
+    closed: bool,
+}
+
+/// How a session holds its browser.
+enum Conn {
+    /// A context of a pooled local browser, disposed at the end.
+    Pooled {
+        lease: pool::Lease,
+        context: BrowserContextId,
+    },
+    /// A connection of its own to a remote browser.
+    Own {
+        browser: Box<Browser>,
+        handler: JoinHandle<()>,
+        _relay: Option<relay::Relay>,
+    },
 }
 
 impl Session {
-    /// Starts or connects to a browser and opens a blank page.
+    /// Opens a page: in a new context of a pooled browser, or over a new
+    /// connection to a remote one.
     pub async fn open(
         endpoint: &Endpoint,
         launch_timeout: Duration,
     ) -> Result<Session, BrowserError> {
-        let launch = async {
-            match endpoint {
-                Endpoint::Local { executable, egress } => {
-                    let proxy = egress::EgressProxy::start(egress.clone())
-                        .await
-                        .map_err(|e| {
-                            BrowserError::new(ErrorKind::Launch, format!("egress proxy: {e}"))
-                        })?;
-                    let profile = tempfile::Builder::new()
-                        .prefix("trawl-browser-")
-                        .tempdir()
-                        .map_err(|e| {
-                            BrowserError::new(ErrorKind::Launch, format!("profile folder: {e}"))
-                        })?;
-                    // chromiumoxide adds the leading `--` to every argument.
-                    let mut config = BrowserConfig::builder()
-                        .no_sandbox()
-                        .arg("disable-gpu")
-                        .arg("disable-background-networking")
-                        // Every request through the egress proxy, loopback too
-                        // (Chromium bypasses proxies for loopback unless told).
-                        .arg(("proxy-server", proxy.proxy_server().as_str()))
-                        .arg(("proxy-bypass-list", "<-loopback>"))
-                        // No traffic around it: no QUIC, no UDP WebRTC outside
-                        // the proxy, no DNS prefetching or background requests.
-                        .arg("disable-quic")
-                        .arg(("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"))
-                        .arg(("webrtc-ip-handling-policy", "disable_non_proxied_udp"))
-                        .arg("dns-prefetch-disable")
-                        .arg(("disable-features", "NetworkPrediction,DnsOverHttps"))
-                        .arg("disable-component-update")
-                        .arg("disable-domain-reliability")
-                        .arg("disable-sync")
-                        .arg("no-pings")
-                        .user_data_dir(profile.path())
-                        .launch_timeout(launch_timeout);
-                    if let Some(exe) = executable.clone().or_else(find_chromium) {
-                        config = config.chrome_executable(exe);
-                    }
-                    let config = config
-                        .build()
-                        .map_err(|e| BrowserError::new(ErrorKind::Launch, e))?;
-                    let (browser, handler) = Browser::launch(config).await.map_err(|e| {
-                        BrowserError::new(ErrorKind::Launch, format!("starting Chromium: {e}"))
-                    })?;
-                    Ok((browser, handler, Some(profile), None, Some(proxy)))
-                }
-                Endpoint::Remote { url } => {
-                    let (url, relay) = relay::Relay::for_url(url)
-                        .await
-                        .map_err(|e| BrowserError::new(ErrorKind::Launch, e))?;
-                    let (browser, handler) = Browser::connect(url).await.map_err(|e| {
-                        BrowserError::new(
-                            ErrorKind::Launch,
-                            format!("connecting to the browser: {e}"),
-                        )
-                    })?;
-                    Ok((browser, handler, None, relay, None))
-                }
-            }
-        };
-        let (browser, mut handler, profile, relay, proxy) =
-            tokio::time::timeout(launch_timeout, launch)
+        let opened =
+            tokio::time::timeout(launch_timeout, Session::connect(endpoint, launch_timeout))
                 .await
                 .map_err(|_| {
                     BrowserError::new(
@@ -212,23 +177,7 @@ impl Session {
                         format!("no browser within {launch_timeout:?}"),
                     )
                 })??;
-        let handler = tokio::spawn(async move {
-            while let Some(event) = handler.next().await {
-                if let Err(e) = event {
-                    tracing::debug!(error = %e, "browser handler");
-                }
-            }
-        });
-        let page = match browser.new_page("about:blank").await {
-            Ok(p) => p,
-            Err(e) => {
-                handler.abort();
-                return Err(BrowserError::new(
-                    ErrorKind::Launch,
-                    format!("opening a page: {e}"),
-                ));
-            }
-        };
+        let (page, conn, proxy) = opened;
         let bytes = Arc::new(AtomicU64::new(0));
         let mut finished = page
             .event_listener::<EventLoadingFinished>()
@@ -241,16 +190,130 @@ impl Session {
                 counter.fetch_add(n, Ordering::Relaxed);
             }
         });
+        // A renderer that crashed (out of memory, killed) answers nothing more.
+        let crashed = Arc::new(AtomicBool::new(false));
+        let mut crashes = page
+            .event_listener::<EventTargetCrashed>()
+            .await
+            .map_err(protocol)?;
+        let flag = crashed.clone();
+        let crash_watch = tokio::spawn(async move {
+            if crashes.next().await.is_some() {
+                flag.store(true, Ordering::Release);
+            }
+        });
         Ok(Session {
-            browser,
             page,
-            handler,
+            conn,
             network,
+            crash_watch,
+            crashed,
             bytes,
-            _profile: profile,
-            _relay: relay,
             proxy,
+            closed: false,
         })
+    }
+
+    async fn connect(
+        endpoint: &Endpoint,
+        launch_timeout: Duration,
+    ) -> Result<(Page, Conn, Option<egress::EgressProxy>), BrowserError> {
+        let launch = |m: String| BrowserError::new(ErrorKind::Launch, m);
+        match endpoint {
+            Endpoint::Local { pool, egress } => {
+                let proxy = egress::EgressProxy::start(egress.clone())
+                    .await
+                    .map_err(|e| launch(format!("egress proxy: {e}")))?;
+                let lease = pool.acquire(launch_timeout).await?;
+                let browser = &lease.browser.browser;
+                // Every request of the context through the egress proxy,
+                // loopback too (Chromium bypasses proxies for loopback unless
+                // told).
+                let params = CreateBrowserContextParams::builder()
+                    .dispose_on_detach(true)
+                    .proxy_server(proxy.proxy_server())
+                    .proxy_bypass_list("<-loopback>")
+                    .build();
+                let context = match browser.create_browser_context(params).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        lease.check().await;
+                        return Err(launch(format!("creating a browser context: {e}")));
+                    }
+                };
+                let target = CreateTargetParams::builder()
+                    .url("about:blank")
+                    .browser_context_id(context.clone())
+                    .build()
+                    .map_err(launch)?;
+                match browser.new_page(target).await {
+                    Ok(page) => Ok((page, Conn::Pooled { lease, context }, Some(proxy))),
+                    Err(e) => {
+                        let _ = browser.dispose_browser_context(context).await;
+                        lease.check().await;
+                        Err(launch(format!("opening a page: {e}")))
+                    }
+                }
+            }
+            Endpoint::Remote { url } => {
+                let (url, relay) = relay::Relay::for_url(url).await.map_err(launch)?;
+                let (browser, mut handler) = Browser::connect(url)
+                    .await
+                    .map_err(|e| launch(format!("connecting to the browser: {e}")))?;
+                let handler = tokio::spawn(async move {
+                    while let Some(event) = handler.next().await {
+                        match event {
+                            Err(e @ (CdpError::Ws(_) | CdpError::Io(_))) => {
+                                tracing::info!(error = %e, "the browser connection ended");
+                                break;
+                            }
+                            Err(e) => tracing::debug!(error = %e, "browser handler"),
+                            Ok(()) => {}
+                        }
+                    }
+                });
+                match browser.new_page("about:blank").await {
+                    Ok(page) => Ok((
+                        page,
+                        Conn::Own {
+                            browser: Box::new(browser),
+                            handler,
+                            _relay: relay,
+                        },
+                        None,
+                    )),
+                    Err(e) => {
+                        handler.abort();
+                        Err(launch(format!("opening a page: {e}")))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why the session can do nothing more, if so: its browser went away or
+    /// its page crashed.
+    fn gone(&self) -> Option<&'static str> {
+        let browser_gone = match &self.conn {
+            Conn::Pooled { lease, .. } => !lease.is_alive(),
+            Conn::Own { handler, .. } => handler.is_finished(),
+        };
+        if browser_gone {
+            Some("the browser went away")
+        } else if self.crashed.load(Ordering::Acquire) {
+            Some("the page crashed")
+        } else {
+            None
+        }
+    }
+
+    /// A failed command's error; when the browser is gone, that (transient:
+    /// the slice runs again in another browser).
+    fn failed(&self, e: impl std::fmt::Display) -> BrowserError {
+        match self.gone() {
+            Some(why) => BrowserError::new(ErrorKind::Protocol, format!("{why}: {e}")),
+            None => protocol(e),
+        }
     }
 
     /// The refusals of a local session's egress proxy (`None`: a remote browser,
@@ -268,10 +331,10 @@ impl Session {
     pub async fn goto(&self, url: &str, timeout: Duration) -> Result<(), BrowserError> {
         match tokio::time::timeout(timeout, self.page.goto(url)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(BrowserError::new(
-                ErrorKind::Page,
-                format!("loading {url}: {e}"),
-            )),
+            Ok(Err(e)) => Err(match self.gone() {
+                Some(why) => BrowserError::new(ErrorKind::Protocol, format!("{why}: {e}")),
+                None => BrowserError::new(ErrorKind::Page, format!("loading {url}: {e}")),
+            }),
             Err(_) => Err(BrowserError::new(
                 ErrorKind::Timeout,
                 format!("{url} did not load within {timeout:?}"),
@@ -302,14 +365,15 @@ impl Session {
             .page
             .evaluate_expression(params)
             .await
-            .map_err(protocol)?;
+            .map_err(|e| self.failed(e))?;
         // `null` and `undefined` come back without a value.
         let v = res.value().cloned().unwrap_or(Value::Null);
         serde_json::from_value::<T>(v).map_err(protocol)
     }
 
     /// Polls `function(args)` until it returns a non-null value or `timeout` runs
-    /// out; errors while the page navigates count as "not yet".
+    /// out; errors while the page navigates count as "not yet", unless the
+    /// browser is gone or the page crashed (then the error is at once).
     async fn wait_value<T: DeserializeOwned>(
         &self,
         function: &str,
@@ -323,6 +387,7 @@ impl Session {
             match self.call::<Option<T>>(function, args).await {
                 Ok(Some(v)) => return Ok(v),
                 Ok(None) => last_error = None,
+                Err(e) if self.gone().is_some() => return Err(e),
                 Err(e) => last_error = Some(e.message),
             }
             if Instant::now() >= deadline {
@@ -361,9 +426,13 @@ impl Session {
     /// Clicks the element `selector` matches (a real mouse click at its centre).
     pub async fn click(&self, selector: &str, timeout: Duration) -> Result<(), BrowserError> {
         self.wait_for_selector(selector, timeout).await?;
-        let el = self.page.find_element(selector).await.map_err(protocol)?;
-        el.scroll_into_view().await.map_err(protocol)?;
-        el.click().await.map_err(protocol)?;
+        let el = self
+            .page
+            .find_element(selector)
+            .await
+            .map_err(|e| self.failed(e))?;
+        el.scroll_into_view().await.map_err(|e| self.failed(e))?;
+        el.click().await.map_err(|e| self.failed(e))?;
         Ok(())
     }
 
@@ -387,7 +456,7 @@ impl Session {
         self.page
             .execute(InsertTextParams::new(value))
             .await
-            .map_err(protocol)?;
+            .map_err(|e| self.failed(e))?;
         let _: bool = self.call(script::CHANGED, &[json!(selector)]).await?;
         Ok(())
     }
@@ -523,7 +592,7 @@ impl Session {
                     .build(),
             )
             .await
-            .map_err(protocol)
+            .map_err(|e| self.failed(e))
     }
 
     /// The page's visible elements as numbered lines, at most `max_bytes` of them.
@@ -550,29 +619,60 @@ impl Session {
         self.call(script::DESCRIBE, &[json!(selector)]).await
     }
 
-    /// Closes the page and the browser (a local one's process exits, its profile
-    /// folder is removed).
+    /// Ends the session: a pooled context is disposed with everything in it
+    /// (a browser that does not answer is killed and replaced); a remote
+    /// browser is closed.
     pub async fn close(mut self) {
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.browser.close()).await;
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.browser.wait()).await;
+        const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+        match &mut self.conn {
+            Conn::Pooled { lease, context } => {
+                let browser = &lease.browser.browser;
+                let disposed = tokio::time::timeout(
+                    CLOSE_TIMEOUT,
+                    browser.dispose_browser_context(context.clone()),
+                )
+                .await;
+                if !matches!(disposed, Ok(Ok(()))) {
+                    lease.check().await;
+                }
+            }
+            Conn::Own { browser, .. } => {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, browser.close()).await;
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, browser.wait()).await;
+            }
+        }
+        self.closed = true;
+        self.stop_tasks();
+    }
+
+    fn stop_tasks(&self) {
         self.network.abort();
-        self.handler.abort();
+        self.crash_watch.abort();
+        if let Conn::Own { handler, .. } = &self.conn {
+            handler.abort();
+        }
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // A session dropped without close (a cancelled slice): do not leave the
-        // browser process behind.
-        if let Some(child) = self.browser.get_mut_child() {
-            let _ = child.as_mut_inner().start_kill();
+        // A session dropped without close (a cancelled slice): its context is
+        // disposed in the background; a remote connection just ends.
+        self.stop_tasks();
+        if let Conn::Pooled { lease, context } = &self.conn
+            && !self.closed
+            && lease.is_alive()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let browser = lease.browser.clone();
+            let context = context.clone();
+            rt.spawn(async move {
+                let _ = browser.browser.dispose_browser_context(context).await;
+            });
         }
-        self.network.abort();
-        self.handler.abort();
     }
 }
 
-/// The first Chromium-like executable on `PATH`.
 /// A Chromium (or Chrome) executable on `PATH`, the first of the usual names.
 pub fn find_chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

@@ -24,10 +24,12 @@
 //!   trace step `browser:egress_refused` and does not fail the slice by itself.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use trawl_browser::egress::{Dial, Egress, EgressRefusal, Resolve};
+use trawl_browser::egress::{Dial, Egress, EgressRefusal, Resolve, UpstreamProxy};
+use trawl_browser::pool::{Pool, PoolConfig, PoolStats};
 use trawl_browser::{BrowserError, Endpoint, ErrorKind, Session};
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::egress::{EgressPolicy, UrlRefusal};
@@ -49,6 +51,10 @@ pub const BROWSE_ALLOW: &str = "TRAWL_BROWSE_ALLOW";
 
 /// The code of a slice error for a refused navigation.
 pub const EGRESS_REFUSED: &str = "egress_refused";
+
+/// The trace step of a local session that browses from the worker's own
+/// address, not from the slice's country (no geo proxy is set).
+pub const GEO_NOT_HONOURED: &str = "geo_not_honoured";
 
 /// Bytes of a page snapshot a model step is shown.
 pub const SNAPSHOT_BYTES: usize = 16_000;
@@ -72,9 +78,12 @@ pub struct Browsers {
 
 #[derive(Clone, Debug)]
 enum Target {
-    /// A local headless Chromium per session.
+    /// A browser context per session in the worker's pool of local headless
+    /// Chromium processes; a geo proxy, when set, carries each session's
+    /// traffic from its country.
     Local {
-        executable: Option<std::path::PathBuf>,
+        pool: Arc<Pool>,
+        geo_proxy: Option<GeoProxy>,
     },
     /// Bright Data's Scraping Browser; the country comes from the slice's geo.
     BrightData {
@@ -87,11 +96,51 @@ enum Target {
     Remote { url: String },
 }
 
+/// Bright Data's proxy (residential, datacenter, ISP or mobile zone) that local
+/// sessions reach the web through, from the slice's country: user
+/// `brd-customer-<id>-zone-<zone>-country-<cc>`, as Bright Data's proxy
+/// documentation gives it (<https://docs.brightdata.com/general/account/proxy-manager>).
+#[derive(Clone, Debug)]
+struct GeoProxy {
+    /// `host:port`.
+    endpoint: String,
+    customer: String,
+    zone: String,
+    password: String,
+}
+
+/// Bright Data's proxy port for every proxy product.
+pub const BRIGHTDATA_PROXY: &str = "brd.superproxy.io:33335";
+
+impl GeoProxy {
+    fn dialer(&self, geo: &str) -> UpstreamProxy {
+        UpstreamProxy {
+            addr: self.endpoint.clone(),
+            username: format!(
+                "brd-customer-{}-zone-{}-country-{}",
+                self.customer,
+                self.zone,
+                geo.to_ascii_lowercase()
+            ),
+            password: self.password.clone(),
+        }
+    }
+}
+
 impl Browsers {
-    /// Local Chromium from `PATH`, default prices, no secrets.
+    /// Local Chromium from `PATH` (a pool of the default size), default
+    /// prices, no secrets.
     pub fn local() -> Browsers {
+        Browsers::pooled(PoolConfig::default())
+    }
+
+    /// Local Chromium, pooled as `config` says.
+    pub fn pooled(config: PoolConfig) -> Browsers {
         Browsers {
-            target: Target::Local { executable: None },
+            target: Target::Local {
+                pool: Pool::new(config),
+                geo_proxy: None,
+            },
             launch_timeout: Duration::from_secs(30),
             prices: PriceTable::default(),
             secrets: HashMap::new(),
@@ -110,7 +159,7 @@ impl Browsers {
     /// Chromium is found (the configured executable, else one on `PATH`).
     pub fn available(&self) -> bool {
         match &self.target {
-            Target::Local { executable } => match executable {
+            Target::Local { pool, .. } => match &pool.config().executable {
                 Some(exe) => exe.is_file(),
                 None => trawl_browser::find_chromium().is_some(),
             },
@@ -142,6 +191,14 @@ impl Browsers {
     /// The egress policy sessions run with.
     pub fn egress_policy(&self) -> &EgressPolicy {
         &self.egress.policy
+    }
+
+    /// The local browser pool's figures (`None`: sessions are remote).
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        match &self.target {
+            Target::Local { pool, .. } => Some(pool.stats()),
+            _ => None,
+        }
     }
 
     /// For `trawl run`, on the operator's own machine: private and loopback
@@ -193,7 +250,13 @@ impl Browsers {
     ///   `BRIGHTDATA_BROWSER_PASSWORD`: Bright Data's Scraping Browser (at
     ///   `BRIGHTDATA_BROWSER_ENDPOINT`, default `wss://brd.superproxy.io:9222`);
     /// - else `TRAWL_BROWSER_WS`: a DevTools WebSocket URL;
-    /// - else a local Chromium (`TRAWL_CHROMIUM`, or found on `PATH`).
+    /// - else local Chromium (`TRAWL_CHROMIUM`, or found on `PATH`), pooled:
+    ///   `TRAWL_BROWSER_POOL` processes at most (default 2), each replaced
+    ///   after `TRAWL_BROWSER_RECYCLE` sessions (default 200); with
+    ///   `BRIGHTDATA_PROXY_ZONE` and `BRIGHTDATA_PROXY_PASSWORD` (and the
+    ///   customer id) each session reaches the web through Bright Data's proxy
+    ///   from the slice's country (`BRIGHTDATA_PROXY_ENDPOINT`, default
+    ///   `brd.superproxy.io:33335`).
     ///
     /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`;
     /// `TRAWL_BROWSE_ALLOW` opens destinations to local sessions
@@ -218,10 +281,32 @@ impl Browsers {
                 zone,
                 password,
             },
-            (None, None, None) => match get("TRAWL_BROWSER_WS") {
+            // The customer id alone is the geo proxy's.
+            (_, None, None) => match get("TRAWL_BROWSER_WS") {
                 Some(url) => Target::Remote { url },
                 None => Target::Local {
-                    executable: get("TRAWL_CHROMIUM").map(Into::into),
+                    pool: Pool::new(PoolConfig {
+                        executable: get("TRAWL_CHROMIUM").map(Into::into),
+                        max_browsers: count(&get, "TRAWL_BROWSER_POOL", 2)? as usize,
+                        sessions_per_browser: count(&get, "TRAWL_BROWSER_RECYCLE", 200)?,
+                    }),
+                    geo_proxy: match (
+                        get("BRIGHTDATA_CUSTOMER_ID"),
+                        get("BRIGHTDATA_PROXY_ZONE"),
+                        get("BRIGHTDATA_PROXY_PASSWORD"),
+                    ) {
+                        (Some(customer), Some(zone), Some(password)) => Some(GeoProxy {
+                            endpoint: get("BRIGHTDATA_PROXY_ENDPOINT")
+                                .unwrap_or_else(|| BRIGHTDATA_PROXY.to_owned()),
+                            customer,
+                            zone,
+                            password,
+                        }),
+                        (_, None, None) => None,
+                        _ => {
+                            return Err("Bright Data's proxy for local browser sessions needs BRIGHTDATA_CUSTOMER_ID, BRIGHTDATA_PROXY_ZONE and BRIGHTDATA_PROXY_PASSWORD together".into());
+                        }
+                    },
                 },
             },
             _ => {
@@ -241,11 +326,26 @@ impl Browsers {
         })
     }
 
+    /// Whether a local session is carried from its slice's country (a geo
+    /// proxy is set); remote browsers take the country themselves.
+    fn honours_geo(&self) -> bool {
+        !matches!(
+            &self.target,
+            Target::Local {
+                geo_proxy: None,
+                ..
+            }
+        )
+    }
+
     fn endpoint(&self, geo: &str) -> Endpoint {
         match &self.target {
-            Target::Local { executable } => Endpoint::Local {
-                executable: executable.clone(),
-                egress: self.egress.clone(),
+            Target::Local { pool, geo_proxy } => Endpoint::Local {
+                pool: pool.clone(),
+                egress: match geo_proxy {
+                    Some(p) => self.egress.clone().with_dialer(Arc::new(p.dialer(geo))),
+                    None => self.egress.clone(),
+                },
             },
             Target::BrightData {
                 endpoint,
@@ -282,6 +382,66 @@ impl Browsers {
     }
 }
 
+/// Where a model step's answer is remembered.
+struct ReplayScope {
+    pattern: String,
+    site: String,
+}
+
+/// A model step's replay keys: its start URL's pattern's, and the site's
+/// (what earlier versions kept).
+struct ReplayKey {
+    pattern: String,
+    site: String,
+}
+
+/// A URL's pattern: the host (and port), the path with its variable segments
+/// as `*`, and the query's parameter names, sorted, without values. Start URLs
+/// of one pattern (`/product/123`, `/product/456`) share model answers; other
+/// pages of the site (`/cart`) get their own. A segment is variable when it has
+/// a digit, is longer than 32 characters, is percent-encoded, or is a slug of
+/// three words or more (`blue-running-shoe`).
+pub fn url_pattern(url: &str) -> String {
+    let Ok(u) = url::Url::parse(url) else {
+        return url.to_owned();
+    };
+    let mut out = u.host_str().unwrap_or_default().to_ascii_lowercase();
+    if let Some(port) = u.port() {
+        out.push_str(&format!(":{port}"));
+    }
+    let variable = |seg: &str| {
+        seg.bytes().any(|b| b.is_ascii_digit())
+            || seg.len() > 32
+            || seg.contains('%')
+            || seg.split(['-', '_']).filter(|w| !w.is_empty()).count() >= 3
+    };
+    for seg in u.path().split('/').filter(|s| !s.is_empty()) {
+        out.push('/');
+        out.push_str(if variable(seg) { "*" } else { seg });
+    }
+    let mut names: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    names.sort();
+    names.dedup();
+    if !names.is_empty() {
+        out.push('?');
+        out.push_str(&names.join("&"));
+    }
+    out
+}
+
+/// A whole number setting of at least 1, `default` when unset.
+fn count(get: &impl Fn(&str) -> Option<String>, name: &str, default: u32) -> Result<u32, String> {
+    match get(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("{name}={v}: expected a whole number of at least 1")),
+    }
+}
+
 /// What the slice runs with.
 struct Cx<'a> {
     job: &'a JobContext,
@@ -293,7 +453,9 @@ struct Cx<'a> {
     slice: &'a SliceSpec,
     rec: &'a Recorder,
     /// The replay keys' common part: the browse spec and the site.
-    replay_scope: String,
+    /// The replay keys' common parts: the browse spec and the start URL's
+    /// pattern (and, for answers stored before patterns, its site).
+    replay_scope: ReplayScope,
     /// Refusals of the current session's egress log already looked at.
     egress_seen: std::sync::atomic::AtomicUsize,
 }
@@ -374,11 +536,25 @@ async fn run(
         browse,
         slice,
         rec,
-        replay_scope: format!("{spec_digest}:{site}"),
+        replay_scope: ReplayScope {
+            pattern: format!("{spec_digest}:{}", url_pattern(url)),
+            site: format!("{spec_digest}:{site}"),
+        },
         egress_seen: Default::default(),
     };
     // A start URL whose host as written is refused needs no browser.
     cx.check_written(url)?;
+    // A local session without a geo proxy browses from the worker's own
+    // address: the slice says so rather than pass it off as from its country.
+    if !browsers.honours_geo() {
+        rec.browser_step(
+            GEO_NOT_HONOURED,
+            &trawl_core::digest(&[geo.as_str()]),
+            Ok(()),
+            Duration::ZERO,
+            Micros::ZERO,
+        );
+    }
     // A session that fails transiently is run again from its start, as a tool
     // call is retried: the job's retry policy, through the layer's one loop.
     let attempt = std::sync::atomic::AtomicU32::new(0);
@@ -783,17 +959,34 @@ impl Cx<'_> {
     // -----------------------------------------------------------------------
     // Model steps
 
-    fn replay_key(&self, n: usize, instruction: &str) -> String {
-        format!(
-            "browse:v1:{}:{}",
-            self.replay_scope,
-            trawl_core::digest(&[&n.to_string(), instruction])
-        )
+    fn replay_key(&self, n: usize, instruction: &str) -> ReplayKey {
+        let step = trawl_core::digest(&[&n.to_string(), instruction]);
+        ReplayKey {
+            pattern: format!("browse:v2:{}:{step}", self.replay_scope.pattern),
+            site: format!("browse:v1:{}:{step}", self.replay_scope.site),
+        }
     }
 
-    /// The remembered answer of step `n`, if every selector in it still matches
-    /// exactly one element; a stale one is dropped.
-    async fn replayable(&self, session: &Session, key: &str) -> Result<Option<Value>, ToolError> {
+    /// The remembered answer of step `n` for this start URL's pattern (else
+    /// one an earlier version remembered for the site, which is then kept for
+    /// the pattern), if every selector in it still matches exactly one
+    /// element; a stale one is dropped.
+    async fn replayable(
+        &self,
+        session: &Session,
+        key: &ReplayKey,
+    ) -> Result<Option<Value>, ToolError> {
+        if let Some(v) = self.replay_valid(session, &key.pattern).await? {
+            return Ok(Some(v));
+        }
+        let Some(v) = self.replay_valid(session, &key.site).await? else {
+            return Ok(None);
+        };
+        self.remember(key, &v).await;
+        Ok(Some(v))
+    }
+
+    async fn replay_valid(&self, session: &Session, key: &str) -> Result<Option<Value>, ToolError> {
         let stored = self
             .store
             .replay(key)
@@ -818,8 +1011,8 @@ impl Cx<'_> {
         Ok(Some(v))
     }
 
-    async fn remember(&self, key: &str, v: &Value) {
-        if let Err(e) = self.store.put_replay(key, v).await {
+    async fn remember(&self, key: &ReplayKey, v: &Value) {
+        if let Err(e) = self.store.put_replay(&key.pattern, v).await {
             tracing::warn!(error = %e, "model step not remembered; the next run asks the model again");
         }
     }
@@ -1249,6 +1442,98 @@ mod tests {
             Browsers::egress_from_lookup(lookup("private")).unwrap(),
             Some(EgressPolicy::private_networks())
         );
+    }
+
+    #[test]
+    fn url_patterns_keep_the_page_kind_and_drop_what_varies() {
+        let cases = [
+            ("https://Shop.example/product/123", "shop.example/product/*"),
+            (
+                "https://shop.example/product/456?ref=x",
+                "shop.example/product/*?ref",
+            ),
+            (
+                "https://shop.example/p/blue-running-shoe",
+                "shop.example/p/*",
+            ),
+            (
+                "https://shop.example/account/sign-in",
+                "shop.example/account/sign-in",
+            ),
+            ("https://shop.example/cart/", "shop.example/cart"),
+            ("https://shop.example/", "shop.example"),
+            (
+                "http://127.0.0.1:8080/search?q=a&page=2&q=b",
+                "127.0.0.1:8080/search?page&q",
+            ),
+            (
+                "https://shop.example/d/3fa85f64-5717-4562-b3fc-2c963f66afa6",
+                "shop.example/d/*",
+            ),
+            ("https://shop.example/caf%C3%A9", "shop.example/*"),
+        ];
+        for (url, want) in cases {
+            assert_eq!(url_pattern(url), want, "{url}");
+        }
+        assert_ne!(
+            url_pattern("https://shop.example/product/1"),
+            url_pattern("https://shop.example/cart")
+        );
+    }
+
+    #[test]
+    fn the_pool_and_the_geo_proxy_come_from_their_settings() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let b = Browsers::from_lookup(
+            env(&[("TRAWL_BROWSER_POOL", "3"), ("TRAWL_BROWSER_RECYCLE", "50")]),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap();
+        let Target::Local { pool, geo_proxy } = &b.target else {
+            panic!("local")
+        };
+        assert_eq!(pool.config().max_browsers, 3);
+        assert_eq!(pool.config().sessions_per_browser, 50);
+        assert!(geo_proxy.is_none());
+        assert!(!b.honours_geo());
+        let b = Browsers::from_lookup(
+            env(&[
+                ("BRIGHTDATA_CUSTOMER_ID", "c1"),
+                ("BRIGHTDATA_PROXY_ZONE", "residential1"),
+                ("BRIGHTDATA_PROXY_PASSWORD", "pw"),
+            ]),
+            std::iter::empty(),
+            PriceTable::default(),
+        )
+        .unwrap();
+        let Target::Local { pool, geo_proxy } = &b.target else {
+            panic!("local")
+        };
+        assert_eq!(pool.config().max_browsers, 2);
+        let dialer = geo_proxy.as_ref().unwrap().dialer("DE");
+        assert_eq!(dialer.addr, BRIGHTDATA_PROXY);
+        assert_eq!(
+            dialer.username,
+            "brd-customer-c1-zone-residential1-country-de"
+        );
+        assert!(b.honours_geo());
+        for bad in [
+            &[("TRAWL_BROWSER_POOL", "0")][..],
+            &[("TRAWL_BROWSER_RECYCLE", "many")][..],
+            &[("BRIGHTDATA_PROXY_ZONE", "residential1")][..],
+        ] {
+            let e = Browsers::from_lookup(env(bad), std::iter::empty(), PriceTable::default())
+                .unwrap_err();
+            assert!(e.contains(bad[0].0), "{e}");
+        }
     }
 
     #[test]
