@@ -2,13 +2,17 @@
 //! of model steps on a first and a second run.
 //!
 //! Runs the embedded pipeline (`trawl run`'s) against the loopback site of
-//! `trawl_tests::site`, with Debian's Chromium started by trawl per session.
+//! `trawl_tests::site`, with Debian's Chromium in the worker's browser pool
+//! (`--pool N` browsers, default 2; a fresh browser context per session).
 //!
 //! - **throughput**: one job of `--slices` browse slices (default 20), each a
 //!   5-step deterministic script on its own start URL: fill the user, fill the
 //!   password (a secret), click sign-in, wait for the dashboard, extract its 4
-//!   rows. Run with 1 and with 2 slices at a time; slices per minute is slices /
-//!   wall time of the run (browser start-up included).
+//!   rows. Run with 1, 2 and 4 slices at a time (`--at-once 1,2,4`); slices per
+//!   minute is slices / wall time of the run (the pool's browser start-up
+//!   included: each run starts a new pool). p50 and p95 slice time: each
+//!   session's time from opening its context to closing it (the
+//!   `browser:traffic` trace step's latency).
 //! - **memory**: while each run goes, a sampler reads every 20 ms the memory of
 //!   this process's descendants (the Chromium processes: browser, renderer, GPU
 //!   and utility): the sum of their RSS (`VmRSS`, counts shared pages once per
@@ -19,7 +23,7 @@
 //!   server (`trawl_model::testing::ScriptedModel`, Anthropic wire): the requests
 //!   each run made.
 //!
-//!     cargo run --release -p trawl-tests --example browse_bench [-- --slices 20]
+//!     cargo run --release -p trawl-tests --example browse_bench [-- --slices 20 --pool 2 --at-once 1,2,4]
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use trawl::embedded::{Embedded, Options, Upstream};
+use trawl_browser::pool::PoolConfig;
 use trawl_core::model::JobStatus;
+use trawl_core::ports::SliceStore;
 use trawl_model::testing::ScriptedModel;
 use trawl_model::{AnthropicClient, ClientConfig, PriceList};
 use trawl_sim::SimConfig;
@@ -39,16 +45,24 @@ use trawl_worker::WorkerConfig;
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 
-async fn system(state: &Path, concurrency: usize, models: Option<Models>) -> Embedded {
+async fn system(
+    state: &Path,
+    concurrency: usize,
+    pool: usize,
+    models: Option<Models>,
+) -> (Embedded, Browsers) {
     // The site is on loopback, which sessions reach only when opened.
-    let browsers = Browsers::local()
-        .with_secret("portal_password", PASSWORD)
-        .with_egress(trawl_core::egress::EgressPolicy::private_networks());
+    let browsers = Browsers::pooled(PoolConfig {
+        max_browsers: pool,
+        ..PoolConfig::default()
+    })
+    .with_secret("portal_password", PASSWORD)
+    .with_egress(trawl_core::egress::EgressPolicy::private_networks());
     let opts = Options::new(state, Upstream::Simulator(SimConfig::default()))
         .with_worker(WorkerConfig::default().with_concurrency(concurrency))
         .with_models(models.map(Arc::new))
-        .with_browsers(Arc::new(browsers));
-    Embedded::start(opts).await.unwrap()
+        .with_browsers(Arc::new(browsers.clone()));
+    (Embedded::start(opts).await.unwrap(), browsers)
 }
 
 /// The memory of this process's descendants now: (RSS sum, PSS sum), bytes.
@@ -133,9 +147,14 @@ browse:
     )
 }
 
-async fn throughput(addr: std::net::SocketAddr, slices: usize, concurrency: usize) -> Value {
+async fn throughput(
+    addr: std::net::SocketAddr,
+    slices: usize,
+    concurrency: usize,
+    pool: usize,
+) -> Value {
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), concurrency, None).await;
+    let (sys, browsers) = system(&dir.path().join("state"), concurrency, pool, None).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (peak_rss, peak_pss) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let sampler = {
@@ -157,6 +176,22 @@ async fn throughput(addr: std::net::SocketAddr, slices: usize, concurrency: usiz
     sampler.join().unwrap();
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
     assert_eq!(summary.items.valid as usize, slices * 4, "{summary:?}");
+    let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
+    let mut times: Vec<u64> = sys
+        .store()
+        .trace_page(&job, None, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|s| s.tool == "browser:traffic")
+        .map(|s| s.latency_us)
+        .collect();
+    times.sort_unstable();
+    let at = |q: f64| {
+        let i = ((times.len() as f64 * q).ceil() as usize).clamp(1, times.len()) - 1;
+        (times[i] as f64 / 1000.0).round()
+    };
+    let stats = browsers.pool_stats().unwrap();
     sys.shutdown().await;
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let (rss, pss) = (
@@ -167,6 +202,10 @@ async fn throughput(addr: std::net::SocketAddr, slices: usize, concurrency: usiz
         "bench": "throughput",
         "slices": slices,
         "sessions_at_once": concurrency,
+        "pool": pool,
+        "browsers_started": stats.launched,
+        "slice_ms_p50": at(0.5),
+        "slice_ms_p95": at(0.95),
         "elapsed_s": (elapsed.as_secs_f64() * 100.0).round() / 100.0,
         "slices_per_min": (slices as f64 / elapsed.as_secs_f64() * 60.0 * 10.0).round() / 10.0,
         "peak_rss_mib": mib(rss).round(),
@@ -186,7 +225,7 @@ async fn model_calls(addr: std::net::SocketAddr) -> Value {
         .with_anthropic(Arc::new(AnthropicClient::new(cfg).unwrap()))
         .with_default_model(Some("claude-sonnet-4-5".into()));
     let dir = tempfile::tempdir().unwrap();
-    let sys = system(&dir.path().join("state"), 1, Some(models)).await;
+    let (sys, _) = system(&dir.path().join("state"), 1, 2, Some(models)).await;
     let yaml = shop_job(addr);
     let mut calls = Vec::new();
     for run in 1..=2 {
@@ -210,14 +249,19 @@ async fn model_calls(addr: std::net::SocketAddr) -> Value {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let slices = args
-        .iter()
-        .position(|a| a == "--slices")
-        .and_then(|i| args.get(i + 1))
-        .map_or(20, |s| s.parse().unwrap());
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let slices = arg("--slices").map_or(20, |s| s.parse().unwrap());
+    let pool = arg("--pool").map_or(2, |s| s.parse().unwrap());
+    let at_once: Vec<usize> = arg("--at-once").map_or(vec![1, 2, 4], |s| {
+        s.split(',').map(|n| n.parse().unwrap()).collect()
+    });
     let (addr, _site) = serve_site().await;
-    for concurrency in [1, 2] {
-        println!("{}", throughput(addr, slices, concurrency).await);
+    for concurrency in at_once {
+        println!("{}", throughput(addr, slices, concurrency, pool).await);
     }
     println!("{}", model_calls(addr).await);
 }
