@@ -11,6 +11,12 @@ The COPY sources of the build stage are read from the Dockerfile, and
 matched with a simplified version of Docker's rules: `*`, `?`, `**`, trailing
 `/`, no `!` exceptions).
 
+The `browser` stage (the isolated pool's image) must be Debian bookworm like
+the builder (the binary's glibc), install Debian's `chromium`, copy the binary
+the build stage made, name it as TRAWL_CHROMIUM, and run as 65532 with the
+`trawl` entrypoint; the last stage (the default target) must stay the
+distroless runtime.
+
 It does not run the build (that needs Docker and a Rust toolchain): a crate that
 fails to compile, or a dependency missing from Cargo.lock, is not seen here.
 """
@@ -47,6 +53,49 @@ def copy_sources(dockerfile: Path) -> list[str]:
                 continue
             sources += [a.rstrip("/").removeprefix("./") for a in args[:-1]]
     return sources
+
+
+def stages(dockerfile: Path) -> list[tuple[str, str, list[str]]]:
+    """(base image, stage name, instructions) of every stage, in order."""
+    out: list[tuple[str, str, list[str]]] = []
+    text = dockerfile.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0].upper() == "FROM":
+            name = words[3] if len(words) > 3 and words[2].upper() == "AS" else ""
+            out.append((words[1], name, []))
+        elif out:
+            out[-1][2].append(" ".join(words))
+    return out
+
+
+def browser_stage_errors(dockerfile: Path) -> list[str]:
+    all_stages = stages(dockerfile)
+    found = [s for s in all_stages if s[1] == "browser"]
+    if not found:
+        return ["no `browser` stage (the isolated pool's image with Chromium)"]
+    base, _, ops = found[0]
+    errors = []
+    if not re.fullmatch(r"debian:bookworm(-slim)?(@sha256:[0-9a-f]{64})?", base):
+        errors.append(f"the browser stage is FROM {base}, not Debian bookworm (the builder's glibc)")
+    run = " ".join(o for o in ops if o.upper().startswith("RUN "))
+    if not re.search(r"apt-get install\b.*\bchromium\b", run):
+        errors.append("the browser stage does not install Debian's chromium")
+    want = {
+        "COPY --from=build /out/trawl /usr/local/bin/trawl": "copies the build stage's binary",
+        "USER 65532:65532": "runs as 65532",
+        'ENTRYPOINT ["trawl"]': "has the trawl entrypoint",
+    }
+    for op, what in want.items():
+        if op not in ops:
+            errors.append(f"the browser stage never {what} ({op})")
+    if not any(o.startswith("ENV ") and "TRAWL_CHROMIUM=/usr/bin/chromium" in o for o in ops):
+        errors.append("the browser stage does not set TRAWL_CHROMIUM=/usr/bin/chromium")
+    if all_stages[-1][1] != "runtime":
+        errors.append(f"the last stage (the default target) is {all_stages[-1][1] or all_stages[-1][0]}, not runtime")
+    return errors
 
 
 def covered(path: str, sources: list[str]) -> bool:
@@ -134,10 +183,13 @@ def main() -> int:
         if not ignored(must, patterns):
             errors.append(f".dockerignore should exclude {must}/")
 
+    errors += browser_stage_errors(root / "deploy" / "Dockerfile")
+
     for e in errors:
         print(f"FAIL {e}")
     print(
-        f"build stage copies {', '.join(sources)}; {len(need)} required paths, {len(tracked)} tracked files: "
+        f"build stage copies {', '.join(sources)}; {len(need)} required paths, {len(tracked)} tracked files; "
+        "browser stage: Debian bookworm, chromium, the binary, 65532: "
         f"{'FAILED' if errors else 'OK'}"
     )
     return 1 if errors else 0

@@ -25,6 +25,13 @@
    port and no other; where NetworkPolicies admit scrapers to one role's ops
    port they admit the same peers to every role's (the isolated pool may have
    its own).
+   The isolated pool (browse slices): its image is the browser image (another
+   repository than the other roles'), it sets TRAWL_WORKER_POOL=isolated and
+   TRAWL_BROWSER_POOL, and its NetworkPolicy lets it reach the port of each
+   browser endpoint its settings name (BRIGHTDATA_BROWSER_ENDPOINT, default
+   wss://brd.superproxy.io:9222; BRIGHTDATA_PROXY_ENDPOINT, default
+   brd.superproxy.io:33335; TRAWL_BROWSER_WS when set), at that address when it
+   is one.
 3. The scenario: --expect Kind=N says how many objects of a kind the value set
    must produce (so a value set that silently turned a feature off fails).
 """
@@ -32,10 +39,12 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import sys
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from cloudcoil.models.keda.v1alpha1 import ScaledObject
@@ -297,6 +306,84 @@ def check_metrics(docs: list[dict[str, Any]], deployments: dict[str, dict[str, A
         fail("NetworkPolicies", f"the roles' ops ports (/metrics) admit different scrapers: {detail}")
 
 
+def endpoint_port(url: str) -> tuple[str, int]:
+    """(host, port) of a browser endpoint: a URL or host:port."""
+    u = urlsplit(url if "://" in url else f"tcp://{url}")
+    default = {"wss": 443, "https": 443, "ws": 80, "http": 80}.get(u.scheme, 0)
+    return u.hostname or "", u.port or default
+
+
+def rule_reaches(rule: dict[str, Any], host: str, port: int) -> bool:
+    ports = rule.get("ports")
+    if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == "TCP" for p in ports):
+        return False
+    peers = rule.get("to")
+    if not peers:
+        return True
+    for peer in peers:
+        block = peer.get("ipBlock")
+        if not block:
+            continue
+        try:
+            addr = ipaddress.ip_address(host)
+        except ValueError:
+            # A name: the rule must open the port to public addresses.
+            if block.get("cidr") == "0.0.0.0/0":
+                return True
+            continue
+        net = ipaddress.ip_network(block["cidr"])
+        if addr in net and not any(addr in ipaddress.ip_network(e) for e in block.get("except") or []):
+            return True
+    return False
+
+
+def check_isolated(docs: list[dict[str, Any]], deployments: dict[str, dict[str, Any]]) -> None:
+    isolated = {
+        n: d
+        for n, d in deployments.items()
+        if ((pod_template(d).get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component", "").endswith(
+            "-isolated"
+        )
+    }
+    repo = lambda image: image.rsplit("@", 1)[0].rsplit(":", 1)[0]  # noqa: E731
+    others = {
+        repo(c.get("image", ""))
+        for n, d in deployments.items()
+        if n not in isolated
+        for c in (pod_template(d).get("spec") or {}).get("containers") or []
+    }
+    policies = [d for d in docs if d.get("kind") == "NetworkPolicy"]
+    for name, d in isolated.items():
+        where = f"Deployment/{name}"
+        pod = pod_template(d)
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            if repo(c.get("image", "")) in others:
+                fail(where, f"runs {c.get('image')}, the other roles' image, not the browser image")
+            env = {e["name"]: e.get("value") for e in c.get("env") or []}
+            if env.get("TRAWL_WORKER_POOL") != "isolated":
+                fail(where, "does not set TRAWL_WORKER_POOL=isolated")
+            if not str(env.get("TRAWL_BROWSER_POOL") or "").isdigit():
+                fail(where, "does not set TRAWL_BROWSER_POOL")
+            mine = [
+                np
+                for np in policies
+                if selector_matches(((np.get("spec") or {}).get("podSelector") or {}).get("matchLabels") or {}, labels)
+            ]
+            if not mine:
+                continue
+            endpoints = [
+                env.get("BRIGHTDATA_BROWSER_ENDPOINT") or "wss://brd.superproxy.io:9222",
+                env.get("BRIGHTDATA_PROXY_ENDPOINT") or "brd.superproxy.io:33335",
+            ] + ([env["TRAWL_BROWSER_WS"]] if env.get("TRAWL_BROWSER_WS") else [])
+            for url in endpoints:
+                host, port = endpoint_port(url)
+                if not any(
+                    rule_reaches(rule, host, port) for np in mine for rule in (np.get("spec") or {}).get("egress") or []
+                ):
+                    fail(where, f"its NetworkPolicy does not let it reach the browser endpoint {host}:{port}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("rendered")
@@ -341,6 +428,7 @@ def main() -> int:
             fail(f"Deployment/{name}", "not scaled by KEDA, so it must set replicas")
 
     check_metrics(docs, deployments)
+    check_isolated(docs, deployments)
 
     pod_labels = [(d, (pod_template(d).get("metadata") or {}).get("labels") or {}) for d in pods]
     for d in docs:

@@ -58,13 +58,48 @@ image.tag, then the chart's appVersion.
 */}}
 {{- define "trawl.image" -}}
 {{- $v := .root.Values -}}
+{{- $repository := .repository | default $v.image.repository -}}
 {{- if .tag -}}
-{{ $v.image.repository }}:{{ .tag }}
-{{- else if $v.image.digest -}}
-{{ $v.image.repository }}@{{ $v.image.digest }}
+{{ $repository }}:{{ .tag }}
+{{- else if and $v.image.digest (not .repository) -}}
+{{ $repository }}@{{ $v.image.digest }}
 {{- else -}}
-{{ $v.image.repository }}:{{ $v.image.tag | default .root.Chart.AppVersion }}
+{{ $repository }}:{{ $v.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
+{{- end }}
+
+{{/*
+The isolated pool's egress rules for its browser endpoints: the port of each of
+BRIGHTDATA_BROWSER_ENDPOINT (default wss://brd.superproxy.io:9222),
+BRIGHTDATA_PROXY_ENDPOINT (default brd.superproxy.io:33335) and TRAWL_BROWSER_WS
+(when set) in isolatedWorkers.env, to that address when it is an IPv4 address,
+else to public addresses (a NetworkPolicy cannot name a host).
+*/}}
+{{- define "trawl.browserEgress" -}}
+{{- $env := .Values.isolatedWorkers.env -}}
+{{- $endpoints := list (get $env "BRIGHTDATA_BROWSER_ENDPOINT" | default "wss://brd.superproxy.io:9222") (get $env "BRIGHTDATA_PROXY_ENDPOINT" | default "brd.superproxy.io:33335") -}}
+{{- with (get $env "TRAWL_BROWSER_WS") }}{{ $endpoints = append $endpoints . }}{{ end -}}
+{{- range $endpoints }}
+{{- $url := toString . -}}
+{{- $scheme := regexFind "^[a-zA-Z]+://" $url | trimSuffix "://" | lower -}}
+{{- $rest := regexReplaceAll "^[a-zA-Z]+://" $url "" -}}
+{{- $rest = regexReplaceAll "/.*$" $rest "" -}}
+{{- $hostport := regexReplaceAll "^.*@" $rest "" -}}
+{{- $host := regexReplaceAll ":[0-9]+$" $hostport "" -}}
+{{- $port := regexFind "[0-9]+$" (regexFind ":[0-9]+$" $hostport) -}}
+{{- if not $port }}{{ $port = ternary "443" "80" (eq $scheme "wss") }}{{ end }}
+- to:
+    - ipBlock:
+        {{- if regexMatch "^[0-9]+\\.[0-9]+\\.[0-9]+\\.[0-9]+$" $host }}
+        cidr: {{ $host }}/32
+        {{- else }}
+        cidr: 0.0.0.0/0
+        except: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 169.254.0.0/16, 127.0.0.0/8, 100.64.0.0/10]
+        {{- end }}
+  ports:
+    - port: {{ atoi $port }}
+      protocol: TCP
+{{- end }}
 {{- end }}
 
 {{/* The Secret the roles read: the existing one, or the chart's. */}}
