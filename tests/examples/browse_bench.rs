@@ -152,11 +152,13 @@ async fn throughput(
     slices: usize,
     concurrency: usize,
     pool: usize,
+    sample_ms: u64,
 ) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let (sys, browsers) = system(&dir.path().join("state"), concurrency, pool, None).await;
     let stop = Arc::new(AtomicBool::new(false));
     let (peak_rss, peak_pss) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let sample_every = Duration::from_millis(sample_ms);
     let sampler = {
         let (stop, peak_rss, peak_pss) = (stop.clone(), peak_rss.clone(), peak_pss.clone());
         std::thread::spawn(move || {
@@ -164,7 +166,7 @@ async fn throughput(
                 let (rss, pss) = descendants_memory();
                 peak_rss.fetch_max(rss, Ordering::Relaxed);
                 peak_pss.fetch_max(pss, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(sample_every);
             }
         })
     };
@@ -177,14 +179,22 @@ async fn throughput(
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
     assert_eq!(summary.items.valid as usize, slices * 4, "{summary:?}");
     let job = trawl_core::model::JobId::parse(&summary.job_id).unwrap();
-    let mut times: Vec<u64> = sys
-        .store()
-        .trace_page(&job, None, 100_000)
-        .await
-        .unwrap()
+    let trace = sys.store().trace_page(&job, None, 100_000).await.unwrap();
+    let mut times: Vec<u64> = trace
         .iter()
         .filter(|s| s.tool == "browser:traffic")
         .map(|s| s.latency_us)
+        .collect();
+    // Mean time of each kind of step, ms.
+    let mut by_step: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for s in trace.iter().filter(|s| s.tool.starts_with("browser:")) {
+        let e = by_step.entry(s.tool.clone()).or_default();
+        e.0 += s.latency_us;
+        e.1 += 1;
+    }
+    let step_ms: serde_json::Map<String, Value> = by_step
+        .into_iter()
+        .map(|(k, (us, n))| (k, json!((us as f64 / n as f64 / 100.0).round() / 10.0)))
         .collect();
     times.sort_unstable();
     let at = |q: f64| {
@@ -202,10 +212,12 @@ async fn throughput(
         "bench": "throughput",
         "slices": slices,
         "sessions_at_once": concurrency,
+        "memory_sampled_every_ms": sample_ms,
         "pool": pool,
         "browsers_started": stats.launched,
         "slice_ms_p50": at(0.5),
         "slice_ms_p95": at(0.95),
+        "step_ms_mean": step_ms,
         "elapsed_s": (elapsed.as_secs_f64() * 100.0).round() / 100.0,
         "slices_per_min": (slices as f64 / elapsed.as_secs_f64() * 60.0 * 10.0).round() / 10.0,
         "peak_rss_mib": mib(rss).round(),
@@ -256,12 +268,16 @@ async fn main() {
     };
     let slices = arg("--slices").map_or(20, |s| s.parse().unwrap());
     let pool = arg("--pool").map_or(2, |s| s.parse().unwrap());
+    let sample_ms = arg("--sample-ms").map_or(100, |s| s.parse().unwrap());
     let at_once: Vec<usize> = arg("--at-once").map_or(vec![1, 2, 4], |s| {
         s.split(',').map(|n| n.parse().unwrap()).collect()
     });
     let (addr, _site) = serve_site().await;
     for concurrency in at_once {
-        println!("{}", throughput(addr, slices, concurrency, pool).await);
+        println!(
+            "{}",
+            throughput(addr, slices, concurrency, pool, sample_ms).await
+        );
     }
     println!("{}", model_calls(addr).await);
 }

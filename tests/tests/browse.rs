@@ -729,6 +729,87 @@ retries: {{max_attempts: 2}}
     sys.shutdown().await;
 }
 
+/// The pooled browser stopped (SIGSTOP: alive, answering nothing) while a slice
+/// waits on its page: the step ends at its timeout, the browser that no longer
+/// answers is killed and replaced, and the slice runs again in the new one and
+/// succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_browser_is_killed_and_its_slice_runs_again_in_a_new_one() {
+    let (addr, site) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, browsers) = pooled(&dir.path().join("state"), one_browser(), 1).await;
+    let yaml = format!(
+        r##"name: hung
+browse:
+  urls: ["http://{addr}/gated?n=1", "http://{addr}/gated?n=2"]
+  geos: [us]
+  step_timeout: 3s
+  steps:
+    - wait_for: "#ready"
+    - extract: {{fields: {{gate: {{css: "#ready"}}}}}}
+retries: {{max_attempts: 2}}
+"##
+    );
+    let stop = async {
+        site.gate_held.notified().await;
+        let pids = browsers.pool_stats().unwrap().pids;
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &pids[0].to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+        pids[0]
+    };
+    let out = dir.path().join("out");
+    let (summary, stopped) = tokio::join!(trawl_tests::run_embedded(&sys, &yaml, &out), stop);
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    assert_eq!(summary.items.valid, 2, "{summary:?}");
+    let stats = browsers.pool_stats().unwrap();
+    assert_eq!(stats.launched, 2, "{stats:?}");
+    assert!(!stats.pids.contains(&stopped), "{stats:?}");
+    // Killed, not left stopped: the process is gone (or a zombie until reaped).
+    let state = std::fs::read_to_string(format!("/proc/{stopped}/stat"))
+        .map(|s| {
+            s.rsplit_once(") ")
+                .map(|(_, r)| r[..1].to_owned())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    assert!(
+        state.is_empty() || state == "Z",
+        "the stopped browser is {state}"
+    );
+    sys.shutdown().await;
+}
+
+/// A browser that has run its `sessions_per_browser` sessions is replaced: five
+/// slices one after another with two sessions per browser start three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_is_replaced_after_its_sessions() {
+    let (addr, _) = serve_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PoolConfig {
+        max_browsers: 1,
+        sessions_per_browser: 2,
+        ..PoolConfig::default()
+    };
+    let (sys, browsers) = pooled(&dir.path().join("state"), pool, 1).await;
+    let urls: Vec<String> = (0..5)
+        .map(|n| format!("\"http://{addr}/shop?n={n}\""))
+        .collect();
+    let yaml = format!(
+        "name: recycle\nbrowse:\n  urls: [{}]\n  geos: [us]\n  steps:\n    - extract: {{fields: {{title: {{css: h1}}}}}}\n",
+        urls.join(", ")
+    );
+    let summary = trawl_tests::run_embedded(&sys, &yaml, &dir.path().join("out")).await;
+    assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
+    let stats = browsers.pool_stats().unwrap();
+    assert_eq!(stats.launched, 3, "{stats:?}");
+    assert_eq!(stats.peak, 1, "{stats:?}");
+    sys.shutdown().await;
+}
+
 /// Under more slices at once than browsers, the pool starts no more Chromium
 /// processes than its bound (counted from the system's process table, not
 /// the pool's word), and every slice succeeds.

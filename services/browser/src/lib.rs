@@ -51,6 +51,8 @@ use tokio::task::JoinHandle;
 
 /// How often a waiting action looks at the page again.
 const POLL: Duration = Duration::from_millis(50);
+/// How long a screenshot may take (a hung page does not hold the slice).
+const SCREENSHOT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where sessions run.
 #[derive(Clone, Debug)]
@@ -384,11 +386,14 @@ impl Session {
         let deadline = Instant::now() + timeout;
         let mut last_error: Option<String>;
         loop {
-            match self.call::<Option<T>>(function, args).await {
-                Ok(Some(v)) => return Ok(v),
-                Ok(None) => last_error = None,
-                Err(e) if self.gone().is_some() => return Err(e),
-                Err(e) => last_error = Some(e.message),
+            // A hung page or browser does not hold the step past its timeout.
+            let left = deadline.saturating_duration_since(Instant::now()).max(POLL);
+            match tokio::time::timeout(left, self.call::<Option<T>>(function, args)).await {
+                Ok(Ok(Some(v))) => return Ok(v),
+                Ok(Ok(None)) => last_error = None,
+                Ok(Err(e)) if self.gone().is_some() => return Err(e),
+                Ok(Err(e)) => last_error = Some(e.message),
+                Err(_) => last_error = Some("the page did not answer".into()),
             }
             if Instant::now() >= deadline {
                 let mut m = format!("{} within {timeout:?}", what());
@@ -585,14 +590,18 @@ impl Session {
 
     /// A PNG of the viewport.
     pub async fn screenshot(&self) -> Result<Vec<u8>, BrowserError> {
-        self.page
-            .screenshot(
-                ScreenshotParams::builder()
-                    .format(CaptureScreenshotFormat::Png)
-                    .build(),
-            )
-            .await
-            .map_err(|e| self.failed(e))
+        let shot = self.page.screenshot(
+            ScreenshotParams::builder()
+                .format(CaptureScreenshotFormat::Png)
+                .build(),
+        );
+        match tokio::time::timeout(SCREENSHOT_TIMEOUT, shot).await {
+            Ok(r) => r.map_err(|e| self.failed(e)),
+            Err(_) => Err(BrowserError::new(
+                ErrorKind::Protocol,
+                format!("no screenshot within {SCREENSHOT_TIMEOUT:?}"),
+            )),
+        }
     }
 
     /// The page's visible elements as numbered lines, at most `max_bytes` of them.

@@ -39,6 +39,13 @@ use tokio::task::JoinHandle;
 use crate::egress::{BoxFuture, Dial, Egress, EgressProxy};
 use crate::{BrowserError, ErrorKind, find_chromium};
 
+/// Chromium features the pooled browsers run without.
+const DISABLED_FEATURES: &str = "NetworkPrediction,DnsOverHttps,TranslateUI,Translate,\
+OptimizationHints,MediaRouter,DialMediaRouteProvider,GlobalMediaControls,\
+AutofillServerCommunication,CertificateTransparencyComponentUpdater,\
+InterestFeedContentSuggestions,BackForwardCache,PaintHolding,LensOverlay,\
+WebUIOmniboxPopup,WebUIOmniboxAimPopup";
+
 /// How long a browser may take to answer a health check.
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -329,7 +336,16 @@ impl Pool {
             .arg(("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"))
             .arg(("webrtc-ip-handling-policy", "disable_non_proxied_udp"))
             .arg("dns-prefetch-disable")
-            .arg(("disable-features", "NetworkPrediction,DnsOverHttps"))
+            // One value for all: Chromium keeps the last `--disable-features`
+            // (chromiumoxide's default, TranslateUI, is repeated here). Besides
+            // traffic of its own, this turns off what a browser context costs
+            // without serving a page: the omnibox's WebUI popups (two renderer
+            // processes per context in headless Chromium 156) and the back/forward
+            // cache, media router, translate, lens and feed services
+            // (docs/benchmarks.md, "Browse slices in a browser pool").
+            .arg(("disable-features", DISABLED_FEATURES))
+            .arg("no-default-browser-check")
+            .arg("mute-audio")
             .arg("disable-component-update")
             .arg("disable-domain-reliability")
             .arg("disable-sync")
