@@ -379,7 +379,7 @@ browse:
     assert_eq!(info.delivered.consumer_sequence, 0, "{info:?}");
     assert!(!standard.log().contains("browse"), "{}", standard.log());
 
-    let worker = d.spawn_with(
+    let mut worker = d.spawn_with(
         "worker",
         "worker-isolated",
         &[("TRAWL_WORKER_POOL", "isolated")],
@@ -395,6 +395,52 @@ browse:
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["data"]["title"], "Laptop X");
     assert!(worker.log().contains("isolated pool"), "{}", worker.log());
+
+    // The worker keeps its browser between slices; killed outright, it takes
+    // the browser with it (nothing left running on the host).
+    let browsers = children_named(worker.pid(), "chromium");
+    assert_eq!(browsers.len(), 1, "the pooled browser: {browsers:?}");
+    worker.kill();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while browsers
+        .iter()
+        .any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(*pid))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed worker's browser {browsers:?} is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Processes now whose parent is `parent` and whose command line starts with a
+/// program whose name contains `name`.
+fn children_named(parent: u32, name: &str) -> Vec<u32> {
+    let parent = parent.to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_owned));
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let program = cmd.split(|b| *b == 0).next().unwrap_or_default();
+            ppid.as_deref() == Some(parent.as_str())
+                && String::from_utf8_lossy(program).contains(name)
+        })
+        .collect()
+}
+
+/// Whether `pid` has exited and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
+        .unwrap_or(true)
 }
 
 // ---------------------------------------------------------------------------

@@ -355,6 +355,11 @@ impl Pool {
             .user_data_dir(profile.path())
             .launch_timeout(launch_timeout);
         if let Some(exe) = self.config.executable.clone().or_else(find_chromium) {
+            let exe = match tied_to_parent(&exe, profile.path()) {
+                Ok(Some(wrapper)) => wrapper,
+                Ok(None) => exe,
+                Err(e) => return Err(launch_error(format!("launcher script: {e}"))),
+            };
             config = config.chrome_executable(exe);
         }
         let config = config.build().map_err(launch_error)?;
@@ -393,6 +398,41 @@ impl Pool {
             _nowhere: nowhere,
         })
     }
+}
+
+/// Where util-linux's `setpriv` is (Debian: always; it is essential).
+const SETPRIV: &str = "/usr/bin/setpriv";
+
+/// A launcher for `exe` that dies with this process: a script in `dir` that
+/// runs it under `setpriv --pdeathsig KILL`, so a worker killed outright
+/// (SIGKILL, an OOM kill) takes its browsers with it instead of leaving them
+/// running on the host. `None` where `setpriv` is missing or `dir` does not
+/// allow programs to run (Docker's tmpfs is `noexec`; in a container the
+/// browsers end with it anyway): the browser then outlives a killed worker. The signal follows the
+/// thread that started the browser; the pool starts browsers from the
+/// runtime's worker threads, which live as long as the process.
+fn tied_to_parent(exe: &std::path::Path, dir: &std::path::Path) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !std::path::Path::new(SETPRIV).is_file() {
+        return Ok(None);
+    }
+    let noexec = nix::sys::statvfs::statvfs(dir)
+        .map(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC))
+        .unwrap_or(true);
+    if noexec {
+        return Ok(None);
+    }
+    let path = exe.to_string_lossy();
+    if path.contains('\'') {
+        return Ok(None);
+    }
+    let script = dir.join("chromium-tied");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nexec {SETPRIV} --pdeathsig KILL -- '{path}' \"$@\"\n"),
+    )?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))?;
+    Ok(Some(script))
 }
 
 /// A dialer that connects nowhere.
