@@ -201,6 +201,17 @@ impl Drop for Lease {
     }
 }
 
+/// A browser being started: it counts against the bound until it is in the
+/// list or has failed, even when the session waiting for it is dropped.
+struct Launching<'a>(&'a Pool);
+
+impl Drop for Launching<'_> {
+    fn drop(&mut self) {
+        self.0.lock().launching -= 1;
+        self.0.changed.notify_waiters();
+    }
+}
+
 enum Next {
     Lease(Lease),
     Launch,
@@ -259,23 +270,13 @@ impl Pool {
                 Next::Lease(lease) => return Ok(lease),
                 Next::Wait => changed.await,
                 Next::Launch => {
-                    let launched = self.launch(launch_timeout).await;
+                    // Released however this ends, a cancelled session too.
+                    let _slot = Launching(self);
+                    let browser = self.launch(launch_timeout).await?;
+                    self.launched.fetch_add(1, Ordering::Relaxed);
                     let mut s = self.lock();
-                    s.launching -= 1;
-                    match launched {
-                        Ok(b) => {
-                            self.launched.fetch_add(1, Ordering::Relaxed);
-                            s.browsers.push(Arc::new(b));
-                            s.peak = s.peak.max(s.browsers.len());
-                        }
-                        Err(e) => {
-                            drop(s);
-                            self.changed.notify_waiters();
-                            return Err(e);
-                        }
-                    }
-                    drop(s);
-                    self.changed.notify_waiters();
+                    s.browsers.push(Arc::new(browser));
+                    s.peak = s.peak.max(s.browsers.len());
                 }
             }
         }
