@@ -11,12 +11,14 @@
 //!   [`Snapshot`](trawl_browser::Snapshot) of the page, passed through the tool
 //!   layer's page-text screen, and the model answers with element references
 //!   only. What it chose is kept in the store as concrete selectors, keyed by the
-//!   job's browse spec, the step and the site, and replayed without the model on
-//!   the next run while the selectors still match; when one no longer matches,
-//!   the model is asked again.
+//!   job's browse spec, the step and the start URL's pattern ([`url_pattern`];
+//!   the site's key of earlier versions as a fallback), and replayed without the
+//!   model on the next run while the selectors still match; when one no longer
+//!   matches, the model is asked again.
 //! - The traffic the browser received is billed per GB from the price table.
-//! - A local Chromium reaches the network only through its session's egress
-//!   proxy ([`trawl_browser::egress`]), with the policy of `TRAWL_BROWSE_ALLOW`
+//! - A local session (a browser context in the worker's pool) reaches the
+//!   network only through its session's egress proxy
+//!   ([`trawl_browser::egress`]), with the policy of `TRAWL_BROWSE_ALLOW`
 //!   ([`Browsers::egress_from_lookup`], the one place it is read). A navigation the
 //!   proxy refuses (the start URL, a redirect, a `goto`, a click or a model
 //!   step's) fails the slice permanently with `egress_refused`, is audited, and
