@@ -402,10 +402,7 @@ browse:
     assert_eq!(browsers.len(), 1, "the pooled browser: {browsers:?}");
     worker.kill();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while browsers
-        .iter()
-        .any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists() && !zombie(*pid))
-    {
+    while browsers.iter().any(|pid| running(*pid)) {
         assert!(
             std::time::Instant::now() < deadline,
             "the killed worker's browser {browsers:?} is still running"
@@ -414,33 +411,57 @@ browse:
     }
 }
 
-/// Processes now whose parent is `parent` and whose command line starts with a
-/// program whose name contains `name`.
-fn children_named(parent: u32, name: &str) -> Vec<u32> {
-    let parent = parent.to_string();
+/// A process as /proc shows it now.
+struct Proc {
+    pid: u32,
+    parent: u32,
+    /// `Z`: exited, waiting to be reaped.
+    state: char,
+    args: Vec<String>,
+}
+
+/// Every process now.
+fn processes() -> Vec<Proc> {
     std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_owned));
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let program = cmd.split(|b| *b == 0).next().unwrap_or_default();
-            ppid.as_deref() == Some(parent.as_str())
-                && String::from_utf8_lossy(program).contains(name)
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            // pid (comm) state ppid ...
+            let (_, rest) = stat.rsplit_once(") ")?;
+            let mut fields = rest.split(' ');
+            let state = fields.next()?.chars().next()?;
+            let parent = fields.next()?.parse().ok()?;
+            let args = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            Some(Proc {
+                pid,
+                parent,
+                state,
+                args,
+            })
         })
         .collect()
 }
 
-/// Whether `pid` has exited and waits to be reaped.
-fn zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| r.starts_with('Z')))
-        .unwrap_or(true)
+/// Processes now whose parent is `parent` and whose program's name contains
+/// `name`.
+fn children_named(parent: u32, name: &str) -> Vec<u32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.parent == parent && p.args.first().is_some_and(|a| a.contains(name)))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Whether `pid` is still running (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    processes().iter().any(|p| p.pid == pid && p.state != 'Z')
 }
 
 // ---------------------------------------------------------------------------
@@ -717,6 +738,45 @@ browse:
     sys.shutdown().await;
 }
 
+/// `slices` slices on the gated page (the first held until its browser is
+/// gone), each waiting for `#ready` up to `step_timeout`, two attempts.
+fn gated_job(addr: std::net::SocketAddr, slices: usize, step_timeout: &str) -> String {
+    let urls: Vec<String> = (1..=slices)
+        .map(|n| format!("\"http://{addr}/gated?n={n}\""))
+        .collect();
+    format!(
+        r##"name: gated
+browse:
+  urls: [{}]
+  geos: [us]
+  step_timeout: {step_timeout}
+  steps:
+    - wait_for: "#ready"
+    - extract: {{fields: {{gate: {{css: "#ready"}}}}}}
+retries: {{max_attempts: 2}}
+"##,
+        urls.join(", ")
+    )
+}
+
+/// Once the site holds the first gated request, sends `signal` to the pool's
+/// one browser; its pid.
+async fn signal_the_browser(
+    site: &trawl_tests::site::Site,
+    browsers: &Browsers,
+    signal: &str,
+) -> u32 {
+    site.gate_held.notified().await;
+    let pids = browsers.pool_stats().unwrap().pids;
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pids[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    pids[0]
+}
+
 /// The pooled browser killed (SIGKILL) while a slice waits on its page: that
 /// slice's attempt fails at once as the browser's end (not at its step
 /// timeout), the slice runs again in a new browser and succeeds, and the
@@ -726,29 +786,8 @@ async fn a_killed_browser_fails_only_its_slice_which_runs_again_in_a_new_one() {
     let (addr, site) = serve_site().await;
     let dir = tempfile::tempdir().unwrap();
     let (sys, browsers) = pooled(&dir.path().join("state"), one_browser(), 1).await;
-    let yaml = format!(
-        r##"name: killed
-browse:
-  urls: ["http://{addr}/gated?n=1", "http://{addr}/gated?n=2", "http://{addr}/gated?n=3"]
-  geos: [us]
-  step_timeout: 60s
-  steps:
-    - wait_for: "#ready"
-    - extract: {{fields: {{gate: {{css: "#ready"}}}}}}
-retries: {{max_attempts: 2}}
-"##
-    );
-    let kill = async {
-        site.gate_held.notified().await;
-        let pids = browsers.pool_stats().unwrap().pids;
-        assert_eq!(pids.len(), 1, "{pids:?}");
-        let killed = std::process::Command::new("kill")
-            .args(["-KILL", &pids[0].to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        pids[0]
-    };
+    let yaml = gated_job(addr, 3, "60s");
+    let kill = signal_the_browser(&site, &browsers, "-KILL");
     let started = std::time::Instant::now();
     let out = dir.path().join("out");
     let (summary, killed) = tokio::join!(trawl_tests::run_embedded(&sys, &yaml, &out), kill);
@@ -784,29 +823,8 @@ async fn a_hung_browser_is_killed_and_its_slice_runs_again_in_a_new_one() {
     let (addr, site) = serve_site().await;
     let dir = tempfile::tempdir().unwrap();
     let (sys, browsers) = pooled(&dir.path().join("state"), one_browser(), 1).await;
-    let yaml = format!(
-        r##"name: hung
-browse:
-  urls: ["http://{addr}/gated?n=1", "http://{addr}/gated?n=2"]
-  geos: [us]
-  step_timeout: 3s
-  steps:
-    - wait_for: "#ready"
-    - extract: {{fields: {{gate: {{css: "#ready"}}}}}}
-retries: {{max_attempts: 2}}
-"##
-    );
-    let stop = async {
-        site.gate_held.notified().await;
-        let pids = browsers.pool_stats().unwrap().pids;
-        assert_eq!(pids.len(), 1, "{pids:?}");
-        let stopped = std::process::Command::new("kill")
-            .args(["-STOP", &pids[0].to_string()])
-            .status()
-            .unwrap();
-        assert!(stopped.success());
-        pids[0]
-    };
+    let yaml = gated_job(addr, 2, "3s");
+    let stop = signal_the_browser(&site, &browsers, "-STOP");
     let out = dir.path().join("out");
     let (summary, stopped) = tokio::join!(trawl_tests::run_embedded(&sys, &yaml, &out), stop);
     assert_eq!(summary.status, JobStatus::Succeeded, "{summary:?}");
@@ -815,17 +833,7 @@ retries: {{max_attempts: 2}}
     assert_eq!(stats.launched, 2, "{stats:?}");
     assert!(!stats.pids.contains(&stopped), "{stats:?}");
     // Killed, not left stopped: the process is gone (or a zombie until reaped).
-    let state = std::fs::read_to_string(format!("/proc/{stopped}/stat"))
-        .map(|s| {
-            s.rsplit_once(") ")
-                .map(|(_, r)| r[..1].to_owned())
-                .unwrap_or_default()
-        })
-        .unwrap_or_default();
-    assert!(
-        state.is_empty() || state == "Z",
-        "the stopped browser is {state}"
-    );
+    assert!(!running(stopped), "the stopped browser is still there");
     sys.shutdown().await;
 }
 
@@ -919,26 +927,9 @@ async fn the_pool_keeps_to_its_bound_under_load() {
 /// their command line (their renderers are the browsers' children, not
 /// counted).
 fn chromium_children(marker: &str) -> usize {
-    let me = std::process::id().to_string();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let (Ok(stat), Ok(cmdline)) = (
-                std::fs::read_to_string(e.path().join("stat")),
-                std::fs::read(e.path().join("cmdline")),
-            ) else {
-                return false;
-            };
-            // pid (comm) state ppid ...
-            let parent = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.split(' ').nth(1).map(str::to_owned));
-            parent.as_deref() == Some(me.as_str())
-                && cmdline
-                    .split(|b| *b == 0)
-                    .any(|arg| arg == marker.as_bytes())
-        })
+    processes()
+        .iter()
+        .filter(|p| p.parent == std::process::id() && p.args.iter().any(|a| a == marker))
         .count()
 }
 

@@ -43,7 +43,7 @@ use chromiumoxide::cdp::browser_protocol::target::{
 use chromiumoxide::cdp::js_protocol::runtime::EvaluateParams;
 use chromiumoxide::error::CdpError;
 use chromiumoxide::page::ScreenshotParams;
-use chromiumoxide::{Browser, Page};
+use chromiumoxide::{Browser, Handler, Page};
 use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -136,6 +136,57 @@ pub struct Snapshot {
     pub truncated: bool,
 }
 
+/// The task that carries a browser's DevTools connection (chromiumoxide's
+/// handler), and whether it still does. A failed connection (the process
+/// exited or was killed) ends it; the flag falls before the handler is
+/// dropped, so a command failing because of it already sees the browser gone.
+pub(crate) struct Driver {
+    task: JoinHandle<()>,
+    alive: Arc<AtomicBool>,
+}
+
+impl Driver {
+    /// `pooled`: a local browser of the pool (`pid`), whose connection ending
+    /// is unexpected.
+    pub(crate) fn start(mut handler: Handler, pooled: bool, pid: Option<u32>) -> Driver {
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = alive.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = handler.next().await {
+                match event {
+                    Err(e @ (CdpError::Ws(_) | CdpError::Io(_))) => {
+                        if pooled {
+                            tracing::warn!(?pid, error = %e, "a pooled browser went away");
+                        } else {
+                            tracing::info!(error = %e, "the browser connection ended");
+                        }
+                        break;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "browser handler"),
+                    Ok(()) => {}
+                }
+            }
+            flag.store(false, Ordering::Release);
+        });
+        Driver { task, alive }
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn stop(&self) {
+        self.alive.store(false, Ordering::Release);
+        self.task.abort();
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// One browser session: one page in a browser context of its own.
 pub struct Session {
     page: Page,
@@ -158,7 +209,7 @@ enum Conn {
     /// A connection of its own to a remote browser.
     Own {
         browser: Box<Browser>,
-        handler: JoinHandle<()>,
+        driver: Driver,
         _relay: Option<relay::Relay>,
     },
 }
@@ -259,35 +310,21 @@ impl Session {
             }
             Endpoint::Remote { url } => {
                 let (url, relay) = relay::Relay::for_url(url).await.map_err(launch)?;
-                let (browser, mut handler) = Browser::connect(url)
+                let (browser, handler) = Browser::connect(url)
                     .await
                     .map_err(|e| launch(format!("connecting to the browser: {e}")))?;
-                let handler = tokio::spawn(async move {
-                    while let Some(event) = handler.next().await {
-                        match event {
-                            Err(e @ (CdpError::Ws(_) | CdpError::Io(_))) => {
-                                tracing::info!(error = %e, "the browser connection ended");
-                                break;
-                            }
-                            Err(e) => tracing::debug!(error = %e, "browser handler"),
-                            Ok(()) => {}
-                        }
-                    }
-                });
+                let driver = Driver::start(handler, false, None);
                 match browser.new_page("about:blank").await {
                     Ok(page) => Ok((
                         page,
                         Conn::Own {
                             browser: Box::new(browser),
-                            handler,
+                            driver,
                             _relay: relay,
                         },
                         None,
                     )),
-                    Err(e) => {
-                        handler.abort();
-                        Err(launch(format!("opening a page: {e}")))
-                    }
+                    Err(e) => Err(launch(format!("opening a page: {e}"))),
                 }
             }
         }
@@ -298,7 +335,7 @@ impl Session {
     fn gone(&self) -> Option<&'static str> {
         let browser_gone = match &self.conn {
             Conn::Pooled { lease, .. } => !lease.is_alive(),
-            Conn::Own { handler, .. } => handler.is_finished(),
+            Conn::Own { driver, .. } => !driver.is_alive(),
         };
         if browser_gone {
             Some("the browser went away")
@@ -657,8 +694,8 @@ impl Session {
     fn stop_tasks(&self) {
         self.network.abort();
         self.crash_watch.abort();
-        if let Conn::Own { handler, .. } = &self.conn {
-            handler.abort();
+        if let Conn::Own { driver, .. } = &self.conn {
+            driver.stop();
         }
     }
 }

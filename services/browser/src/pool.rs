@@ -29,15 +29,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::browser::GetVersionParams;
-use chromiumoxide::error::CdpError;
 use chromiumoxide::{Browser, BrowserConfig};
-use futures_util::StreamExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use crate::egress::{BoxFuture, Dial, Egress, EgressProxy};
-use crate::{BrowserError, ErrorKind, find_chromium};
+use crate::{BrowserError, Driver, ErrorKind, find_chromium};
 
 /// Chromium features the pooled browsers run without.
 const DISABLED_FEATURES: &str = "NetworkPrediction,DnsOverHttps,TranslateUI,Translate,\
@@ -112,8 +109,7 @@ struct State {
 pub(crate) struct Pooled {
     pub(crate) browser: Browser,
     pid: Option<u32>,
-    alive: Arc<AtomicBool>,
-    handler: JoinHandle<()>,
+    driver: Driver,
     /// Sessions begun in it.
     begun: AtomicU32,
     /// Sessions running in it.
@@ -126,13 +122,12 @@ pub(crate) struct Pooled {
 
 impl Pooled {
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.driver.is_alive()
     }
 
     /// Kills the process (its sessions fail at once).
     fn kill(&self) {
-        self.alive.store(false, Ordering::Release);
-        self.handler.abort();
+        self.driver.stop();
         if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
             // The child is owned by `browser`, which needs `&mut` to kill it;
             // it is not reaped before `browser` drops, so the pid is still its.
@@ -146,7 +141,6 @@ impl Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        self.handler.abort();
         if let Some(child) = self.browser.get_mut_child() {
             let _ = child.as_mut_inner().start_kill();
         }
@@ -364,34 +358,17 @@ impl Pool {
             config = config.chrome_executable(exe);
         }
         let config = config.build().map_err(launch_error)?;
-        let (mut browser, mut handler) =
-            tokio::time::timeout(launch_timeout, Browser::launch(config))
-                .await
-                .map_err(|_| launch_error(format!("no browser within {launch_timeout:?}")))?
-                .map_err(|e| launch_error(format!("starting Chromium: {e}")))?;
+        let (mut browser, handler) = tokio::time::timeout(launch_timeout, Browser::launch(config))
+            .await
+            .map_err(|_| launch_error(format!("no browser within {launch_timeout:?}")))?
+            .map_err(|e| launch_error(format!("starting Chromium: {e}")))?;
         let pid = browser.get_mut_child().and_then(|c| c.as_mut_inner().id());
-        let alive = Arc::new(AtomicBool::new(true));
-        let flag = alive.clone();
-        let handler = tokio::spawn(async move {
-            while let Some(event) = handler.next().await {
-                match event {
-                    // The DevTools connection failed: the process is gone.
-                    Err(e @ (CdpError::Ws(_) | CdpError::Io(_))) => {
-                        tracing::warn!(?pid, error = %e, "a pooled browser went away");
-                        break;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "browser handler"),
-                    Ok(()) => {}
-                }
-            }
-            flag.store(false, Ordering::Release);
-        });
+        let driver = Driver::start(handler, true, pid);
         tracing::info!(?pid, "browser started for the pool");
         Ok(Pooled {
             browser,
             pid,
-            alive,
-            handler,
+            driver,
             begun: AtomicU32::new(0),
             active: AtomicU32::new(0),
             retiring: AtomicBool::new(false),

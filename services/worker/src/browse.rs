@@ -384,15 +384,9 @@ impl Browsers {
     }
 }
 
-/// Where a model step's answer is remembered.
-struct ReplayScope {
-    pattern: String,
-    site: String,
-}
-
-/// A model step's replay keys: its start URL's pattern's, and the site's
-/// (what earlier versions kept).
-struct ReplayKey {
+/// Where model answers are remembered: by the start URL's pattern, and by
+/// the site (what earlier versions kept). A slice's scope, then each step's key.
+struct ReplayKeys {
     pattern: String,
     site: String,
 }
@@ -457,7 +451,7 @@ struct Cx<'a> {
     /// The replay keys' common part: the browse spec and the site.
     /// The replay keys' common parts: the browse spec and the start URL's
     /// pattern (and, for answers stored before patterns, its site).
-    replay_scope: ReplayScope,
+    replay_scope: ReplayKeys,
     /// Refusals of the current session's egress log already looked at.
     egress_seen: std::sync::atomic::AtomicUsize,
 }
@@ -538,7 +532,7 @@ async fn run(
         browse,
         slice,
         rec,
-        replay_scope: ReplayScope {
+        replay_scope: ReplayKeys {
             pattern: format!("{spec_digest}:{}", url_pattern(url)),
             site: format!("{spec_digest}:{site}"),
         },
@@ -961,9 +955,9 @@ impl Cx<'_> {
     // -----------------------------------------------------------------------
     // Model steps
 
-    fn replay_key(&self, n: usize, instruction: &str) -> ReplayKey {
+    fn replay_key(&self, n: usize, instruction: &str) -> ReplayKeys {
         let step = trawl_core::digest(&[&n.to_string(), instruction]);
-        ReplayKey {
+        ReplayKeys {
             pattern: format!("browse:v2:{}:{step}", self.replay_scope.pattern),
             site: format!("browse:v1:{}:{step}", self.replay_scope.site),
         }
@@ -976,7 +970,7 @@ impl Cx<'_> {
     async fn replayable(
         &self,
         session: &Session,
-        key: &ReplayKey,
+        key: &ReplayKeys,
     ) -> Result<Option<Value>, ToolError> {
         if let Some(v) = self.replay_valid(session, &key.pattern).await? {
             return Ok(Some(v));
@@ -1013,7 +1007,7 @@ impl Cx<'_> {
         Ok(Some(v))
     }
 
-    async fn remember(&self, key: &ReplayKey, v: &Value) {
+    async fn remember(&self, key: &ReplayKeys, v: &Value) {
         if let Err(e) = self.store.put_replay(&key.pattern, v).await {
             tracing::warn!(error = %e, "model step not remembered; the next run asks the model again");
         }
