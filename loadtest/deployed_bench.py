@@ -21,6 +21,11 @@ from run to run. The sink is stopped after the roles (which flush their last
 spans on exit), so its count is every span exported for the run. The bare loop
 is skipped in this mode unless `--bare` is given.
 
+With `--api URL --api-key KEY`, nothing is started: the job goes to a running
+API (the compose stack of `deploy/check --live --bench N`, for one), and each run
+is timed from the submit to the job's end, as the host-process runs are. Their
+ratio is what containers cost.
+
 With `--sim-latency 500ms --workers N`, the simulator answers each call after
 that long and the run is bound by the upstream, not by CPU: the bench then
 prints the throughput against what N workers of 32 slices at a time can reach
@@ -29,6 +34,7 @@ prints the throughput against what N workers of 32 slices at a time can reach
     python3 loadtest/deployed_bench.py [--slices 10000] [--runs 1]
     python3 loadtest/deployed_bench.py --slices 10000 --runs 3 --otlp [--bare]
     python3 loadtest/deployed_bench.py --slices 2000 --sim-latency 500ms --workers 1 2 4
+    python3 loadtest/deployed_bench.py --slices 2000 --runs 3 --api http://127.0.0.1:8080 --api-key KEY
 """
 
 import argparse
@@ -385,6 +391,28 @@ def upstream_main(args, trawl_bin: str) -> None:
             sys.stdout.flush()
 
 
+def api_main(args) -> None:
+    """Runs against an API already running: submit, follow, time."""
+    api = args.api.rstrip("/")
+    rates = []
+    for i in range(args.runs):
+        t0 = time.monotonic()
+        job_id = http("POST", f"{api}/v1/jobs", args.api_key, job(args.slices, not args.no_budget).encode(),
+                      "application/yaml")["job_id"]
+        while True:
+            v = http("GET", f"{api}/v1/jobs/{job_id}", args.api_key)
+            if v["status"] in ("succeeded", "partial", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        wall = time.monotonic() - t0
+        slices = v["counts"]["slices"]["total"]
+        rates.append(slices / wall)
+        print(f"run {i + 1}: {slices / wall:,.0f} slices/s ({v['status']}), {slices:,} slices in {wall:.2f} s, "
+              f"{v['counts']['items']['valid']:,} items")
+        sys.stdout.flush()
+    print(f"median {statistics.median(rates):,.0f} slices/s over {len(rates)} run(s) through {api}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slices", type=int, default=10_000)
@@ -401,9 +429,14 @@ def main() -> None:
                     help="worker processes (several: one run of each, upstream-bound mode)")
     ap.add_argument("--no-bare", action="store_true", help="skip the bare loop (a large job alone)")
     ap.add_argument("--no-build", action="store_true", help="use the binaries already built")
+    ap.add_argument("--api", help="time runs through this running API instead of starting processes")
+    ap.add_argument("--api-key", default="", help="with --api: its bearer key")
     ap.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"),
                     help="where trawl and examples/ are (default target/release)")
     args = ap.parse_args()
+    if args.api:
+        api_main(args)
+        return
     if not args.no_build:
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl", "--bin", "trawl"], cwd=ROOT, check=True)
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "trawl-tests", "--example", "bare_loop",

@@ -1,6 +1,7 @@
 """Checks of deploy/compose.yaml beyond the Compose Specification schema (deploy/check).
 
     python compose.py deploy/compose.yaml
+    python compose.py deploy/compose.local.yaml --override-of deploy/compose.yaml
 
 The schema (check-jsonschema's vendored compose-spec) says the file is well
 formed. This says it hangs together, without Docker:
@@ -13,6 +14,11 @@ formed. This says it hangs together, without Docker:
   filesystem with a tmpfs at /tmp, and drops all capabilities;
 - published ports are bound to 127.0.0.1;
 - `${...}` interpolations are well formed.
+
+For the override of images built without a registry (compose.local.yaml): it
+names only services of the base file; every service runs an image that
+deploy/images/build-local builds, never pulled (`pull_policy: never`), and the
+trawl roles drop the base file's `build` (`!reset`).
 
 It cannot tell whether the images exist or pull, whether the Dockerfile builds,
 or whether the stack starts: that needs a Docker engine.
@@ -44,8 +50,45 @@ def walk_strings(node: Any):
             yield from walk_strings(v)
 
 
+RESET = object()
+
+
+class OverrideLoader(yaml.SafeLoader):
+    """YAML with Compose's `!reset` tag (it removes what the base file sets)."""
+
+
+OverrideLoader.add_constructor("!reset", lambda loader, node: RESET)
+
+
+def check_override(path: Path, base_path: Path) -> int:
+    doc = yaml.load(path.read_text(), Loader=OverrideLoader)
+    base = yaml.safe_load(base_path.read_text()).get("services") or {}
+    builder = (path.parent / "images" / "build-local").read_text()
+    errors: list[str] = []
+    for name, svc in (doc.get("services") or {}).items():
+        if name not in base:
+            errors.append(f"{name}: not a service of {base_path.name}")
+            continue
+        image = svc.get("image")
+        if not image or image not in builder:
+            errors.append(f"{name}: image {image!r} is not one deploy/images/build-local builds")
+        if svc.get("pull_policy") != "never":
+            errors.append(f"{name}: needs pull_policy: never (no registry)")
+        if "build" in base[name] and svc.get("build") is not RESET:
+            errors.append(f"{name}: must drop the base file's build (build: !reset null)")
+    missing = sorted(set(base) - set(doc.get("services") or {}))
+    if missing:
+        errors.append(f"services left on registry images: {', '.join(missing)}")
+    for e in errors:
+        print(f"FAIL {e}")
+    print(f"{len(doc.get('services') or {})} services overridden: {'FAILED' if errors else 'every image local, never pulled'}")
+    return 1 if errors else 0
+
+
 def main() -> int:
     path = Path(sys.argv[1])
+    if len(sys.argv) == 4 and sys.argv[2] == "--override-of":
+        return check_override(path, Path(sys.argv[3]))
     text = path.read_text()
     doc = yaml.safe_load(text)
     services: dict[str, Any] = doc.get("services") or {}

@@ -2,13 +2,21 @@
 //! it stands in for a local collector, accepting every export and keeping only
 //! counts, so the benchmark can tell that spans were in fact exported.
 //!
-//! Listens on 127.0.0.1 (`--port P`, 0 for any free port) and prints
-//! `listening on http://127.0.0.1:<port>` as its first line on stdout. Answers
-//! every `TraceService/Export` with success, counting requests, spans and the
-//! bytes read from its connections (HTTP/2 and gRPC framing included). On
-//! SIGTERM, SIGINT, or when its stdin closes, it prints one JSON line
-//! `{"spans": N, "requests": M, "bytes": B}` and exits; on SIGUSR1 it prints
-//! the same line (the counts so far) and goes on.
+//! Listens on 127.0.0.1 (`--bind ADDR` for another address, `--port P`, 0 for
+//! any free port) and prints `listening on http://<addr>:<port>` as its first
+//! line on stdout. Answers every `TraceService/Export` with success, counting
+//! requests, spans and the bytes read from its connections (HTTP/2 and gRPC
+//! framing included). On SIGTERM, SIGINT, or when its stdin closes (unless
+//! `--no-stdin`), it prints one JSON line `{"spans": N, "requests": M, "bytes":
+//! B}` and exits; on SIGUSR1 it prints the same line (the counts so far) and
+//! goes on.
+//!
+//! With `--traces`, the line also has `"traces"`: per trace id (hex), its span
+//! count, the services that sent them (`service.name` of the resource) and the
+//! `job_id` attributes its spans carry. The deployed-shape check
+//! (`deploy/check --live`) runs it as a container in place of Jaeger that way
+//! (`--bind 0.0.0.0 --port 4317 --no-stdin --traces`) and reads the line from
+//! the container's log after a SIGUSR1.
 //!
 //! It runs on one thread (a current-thread runtime) and does nothing with what
 //! it receives but count, so its CPU is about the least a receiver on the same
@@ -19,10 +27,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read as _, Write as _};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures_util::StreamExt as _;
@@ -32,6 +41,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::{KeyValue, any_value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
@@ -41,6 +51,32 @@ struct Counts {
     spans: AtomicU64,
     requests: AtomicU64,
     bytes: AtomicU64,
+    /// Per trace id, with `--traces`; `None` without.
+    traces: Option<Mutex<BTreeMap<String, Trace>>>,
+}
+
+/// What one trace was sent: spans, the services they came from, the jobs they name.
+#[derive(Default, serde::Serialize)]
+struct Trace {
+    spans: u64,
+    services: BTreeSet<String>,
+    jobs: BTreeSet<String>,
+}
+
+/// The string value of attribute `key`, if it has one.
+fn attribute<'a>(attributes: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(any_value::Value::StringValue(s)) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 struct Sink(Arc<Counts>);
@@ -60,6 +96,24 @@ impl TraceService for Sink {
             .sum();
         self.0.spans.fetch_add(spans as u64, Ordering::Relaxed);
         self.0.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(traces) = &self.0.traces {
+            let mut traces = traces.lock().unwrap();
+            for resource in &request.get_ref().resource_spans {
+                let service = resource
+                    .resource
+                    .as_ref()
+                    .and_then(|r| attribute(&r.attributes, "service.name"))
+                    .unwrap_or("");
+                for span in resource.scope_spans.iter().flat_map(|s| &s.spans) {
+                    let trace = traces.entry(hex(&span.trace_id)).or_default();
+                    trace.spans += 1;
+                    trace.services.insert(service.to_owned());
+                    if let Some(job) = attribute(&span.attributes, "job_id") {
+                        trace.jobs.insert(job.to_owned());
+                    }
+                }
+            }
+        }
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
@@ -126,19 +180,28 @@ impl Connected for Counted {
     }
 }
 
-fn port() -> u16 {
+/// The value after `name` on the command line.
+fn option(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
-        .position(|a| a == "--port")
+        .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
-        .map_or(0, |v| v.parse().expect("--port takes a number"))
+        .cloned()
+}
+
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port()))
+    let bind: std::net::IpAddr = option("--bind").map_or([127, 0, 0, 1].into(), |v| {
+        v.parse().expect("--bind takes an IP address")
+    });
+    let port: u16 = option("--port").map_or(0, |v| v.parse().expect("--port takes a number"));
+    let listener = tokio::net::TcpListener::bind((bind, port))
         .await
-        .expect("bind 127.0.0.1");
+        .expect("bind the listening address");
     let addr = listener.local_addr().unwrap();
     {
         let mut out = std::io::stdout().lock();
@@ -146,7 +209,10 @@ async fn main() {
         out.flush().unwrap();
     }
 
-    let counts = Arc::new(Counts::default());
+    let counts = Arc::new(Counts {
+        traces: flag("--traces").then(Mutex::default),
+        ..Counts::default()
+    });
     let incoming = {
         let counts = counts.clone();
         TcpIncoming::from(listener).map(move |conn| {
@@ -164,9 +230,18 @@ async fn main() {
     );
 
     // stdin closing (the parent gone, or done with us) ends the run, as a
-    // signal does; read it on a thread of its own, outside the runtime.
+    // signal does; read it on a thread of its own, outside the runtime. Not
+    // with --no-stdin (a container's stdin is closed from the start).
     let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    let watch_stdin = !flag("--no-stdin");
     std::thread::spawn(move || {
+        if !watch_stdin {
+            // Keeps the sender, so the run ends on a signal only.
+            let _keep = closed_tx;
+            loop {
+                std::thread::park();
+            }
+        }
         let mut sink = [0u8; 256];
         let mut stdin = std::io::stdin().lock();
         while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
@@ -201,11 +276,14 @@ async fn main() {
 
 /// Prints the counts so far as one JSON line on stdout.
 fn report(counts: &Counts) {
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "spans": counts.spans.load(Ordering::Relaxed),
         "requests": counts.requests.load(Ordering::Relaxed),
         "bytes": counts.bytes.load(Ordering::Relaxed),
     });
+    if let Some(traces) = &counts.traces {
+        line["traces"] = serde_json::to_value(&*traces.lock().unwrap()).unwrap();
+    }
     let mut out = std::io::stdout().lock();
     writeln!(out, "{line}").unwrap();
     out.flush().unwrap();

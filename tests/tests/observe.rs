@@ -546,6 +546,31 @@ async fn every_role_serves_prometheus_metrics_that_match_the_job() {
         let (status, _, body) = get(format!("{ops}/readyz")).await;
         assert_eq!(status, 200, "{ops}: {body}");
     }
+    // `trawl probe`, the containers' health check: 0 on 2xx, 1 with the answer
+    // on anything else or no answer.
+    // (The roles are processes of their own: blocking this thread stalls nothing.)
+    let probe = |url: String| {
+        let out = std::process::Command::new(BIN)
+            .args(["probe", &url, "--timeout", "5s"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for ops in [&api_ops, &scheduler_ops, &worker_ops] {
+        assert_eq!(probe(format!("{ops}/readyz")), (Some(0), String::new()));
+    }
+    let (code, err) = probe(format!("{worker_ops}/no-such-path"));
+    assert_eq!(code, Some(1));
+    assert!(err.contains("404"), "{err}");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_url = format!("http://{}/readyz", closed.local_addr().unwrap());
+    drop(closed);
+    let (code, err) = probe(closed_url);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no answer"), "{err}");
     // With an ops listener, the API keeps /metrics off its public port.
     let base = api.api_url().await;
     let (status, _, _) = get(format!("{base}/metrics")).await;

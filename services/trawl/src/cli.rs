@@ -163,6 +163,16 @@ enum Command {
         #[arg(long, env = "TRAWL_HOME", default_value = ".trawl")]
         state: PathBuf,
     },
+    /// Request a health path of a running role and exit 0 when it answers 2xx,
+    /// 1 otherwise: the container health check of images with no shell or curl
+    /// (`trawl probe http://127.0.0.1:9090/readyz`).
+    Probe {
+        /// The URL to GET, e.g. http://127.0.0.1:8080/readyz.
+        url: String,
+        /// How long to wait for the answer.
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
     /// Serve the Bright Data simulator.
     Sim {
         #[arg(long, default_value_t = 8790)]
@@ -1160,6 +1170,13 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
             eprintln!("migrations applied");
             Ok(exit::SUCCEEDED)
         }
+        Command::Probe { url, timeout } => Ok(match crate::client::probe(&url, timeout).await {
+            Ok(()) => exit::SUCCEEDED,
+            Err(e) => {
+                eprintln!("{url}: {e:#}");
+                exit::ERROR
+            }
+        }),
         Command::Submit {
             job_file,
             api,

@@ -22,6 +22,21 @@ const POLL: Duration = Duration::from_millis(500);
 const PAGE: u32 = 1_000;
 
 /// A job the API accepted.
+/// `trawl probe`: one GET of `url`; `Ok` when it answers 2xx within `timeout`.
+pub async fn probe(url: &str, timeout: Duration) -> anyhow::Result<()> {
+    let http = trawl_telemetry::http::client()
+        .timeout(timeout)
+        .build()
+        .context("building the HTTP client")?;
+    let response = http.get(url).send().await.context("no answer")?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let body = response.text().await.unwrap_or_default();
+    bail!("{status} {}", body.trim())
+}
+
 #[derive(Clone, Debug)]
 pub struct Submitted {
     pub job_id: String,
