@@ -196,7 +196,8 @@ class Live:
             missing.append("dockerd (Debian: apt-get install docker.io)")
         if os.geteuid() != 0:
             missing.append("root (dockerd runs as root)")
-        if not any(Path("/sys/fs/cgroup").iterdir()):
+        cgroup = Path("/sys/fs/cgroup")
+        if not cgroup.is_dir() or not any(cgroup.iterdir()):
             missing.append("cgroups (nothing mounted at /sys/fs/cgroup)")
         if "overlay" not in Path("/proc/filesystems").read_text() and \
                 subprocess.run(["modprobe", "overlay"], capture_output=True).returncode != 0:
@@ -676,6 +677,9 @@ def main() -> int:
     finally:
         if not args.keep:
             live.close()
+        elif live.dockerd is not None:
+            print(f"the stack is left running: DOCKER_HOST={live.env['DOCKER_HOST']} "
+                  f"docker compose -p {PROJECT} ...; stop dockerd with kill {live.dockerd.pid}")
     total = time.monotonic() - t_all
     if failed:
         print(f"deploy/check --live: FAILED at step '{failed}' after {total:.0f} s")
