@@ -281,9 +281,9 @@ class Live:
         t0 = time.monotonic()
         job = self.submit(spec, step)
         # A quarter in, so the fault lands mid-job.
-        self.wait(job, lambda v: v["counts"]["slices"]["succeeded"] >= FAULT_SLICES // 4
-                  or v["status"] in TERMINAL)
-        done_before = self.json("GET", f"/v1/jobs/{job}")["counts"]["slices"]["succeeded"]
+        at_fault = self.wait(job, lambda v: v["counts"]["slices"]["succeeded"] >= FAULT_SLICES // 4
+                             or v["status"] in TERMINAL)
+        done_before = at_fault["counts"]["slices"]["succeeded"]
         what = inject()
         view = self.wait(job)
         wall = time.monotonic() - t0

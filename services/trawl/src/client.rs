@@ -21,7 +21,6 @@ const POLL: Duration = Duration::from_millis(500);
 /// Rows per page when the output is downloaded.
 const PAGE: u32 = 1_000;
 
-/// A job the API accepted.
 /// `trawl probe`: one GET of `url`; `Ok` when it answers 2xx within `timeout`.
 pub async fn probe(url: &str, timeout: Duration) -> anyhow::Result<()> {
     let http = trawl_telemetry::http::client()
@@ -37,6 +36,7 @@ pub async fn probe(url: &str, timeout: Duration) -> anyhow::Result<()> {
     bail!("{status} {}", body.trim())
 }
 
+/// A job the API accepted.
 #[derive(Clone, Debug)]
 pub struct Submitted {
     pub job_id: String,
