@@ -238,6 +238,126 @@ fn nats_server_bin() -> PathBuf {
     }
 }
 
+/// A Postgres server of the test's own (Debian's PostgreSQL binaries, a
+/// cluster made by `initdb` in a temporary folder, trust authentication, on a
+/// free loopback port), so it can be stopped, crashed and started again without
+/// touching the machine's. Run as the `postgres` user when the tests run as
+/// root (Postgres refuses root).
+pub struct PostgresServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PostgresServer {
+    pub async fn start() -> PostgresServer {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        as_postgres(&dir, Command::new(pg_bin("initdb")))
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| assert!(s.success(), "initdb failed"))
+            .expect("initdb runs");
+        let mut s = PostgresServer {
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        s.restart().await;
+        s
+    }
+
+    /// The URL of a database on it (`postgres` exists from the start).
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Starts it (again) on the same port and data folder.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "postgres already running");
+        let child = as_postgres(&self.dir, Command::new(pg_bin("postgres")))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=200",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("postgres starts");
+        self.child = Some(child);
+        wait_for_port(self.port, Duration::from_secs(30)).await;
+    }
+
+    /// An immediate shutdown (SIGQUIT): every connection cut, no checkpoint,
+    /// recovery at the next start, as after a crash.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-QUIT", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Debian's PostgreSQL program `name`, of the newest version installed.
+fn pg_bin(name: &str) -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    versions.sort();
+    versions
+        .last()
+        .map(|v| v.join("bin").join(name))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// `cmd` as the `postgres` user when this process is root (its folder handed
+/// to that user), else as it is.
+fn as_postgres(dir: &tempfile::TempDir, cmd: Command) -> Command {
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        return cmd;
+    }
+    let _ = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(dir.path())
+        .status();
+    let mut wrapped = Command::new("setpriv");
+    wrapped
+        .args([
+            "--reuid=postgres",
+            "--regid=postgres",
+            "--init-groups",
+            "--",
+        ])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    wrapped
+}
+
 /// A redis-server of the test's own, in memory only.
 pub struct RedisServer {
     pub port: u16,

@@ -723,3 +723,42 @@ async fn a_read_replica_behind_the_primarys_schema_is_refused_and_writes_through
     );
     reads.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_answers_at_the_first_probe_after_redis_and_nats_restart() {
+    let mut nats = NatsServer::start().await;
+    let mut redis = RedisServer::start().await;
+    let d = Deployment::on(BIN, SimConfig::default(), nats.url(), redis.url())
+        .await
+        .with_env("TRAWL_OPS_LISTEN", "127.0.0.1:0");
+    let mut worker = d.spawn("worker", "worker");
+    let ops = worker.ops_url().await;
+    trawl_brightdata::ensure_crypto_provider();
+    let http = reqwest::Client::new();
+    let ready = || async {
+        let r = http.get(format!("{ops}/readyz")).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(ready().await.0, 200, "{}", worker.log());
+
+    // Each dependency restarts; once it listens again, the first probe passes:
+    // the connection the restart broke is not taken for the dependency.
+    redis.stop();
+    redis.restart().await;
+    let (status, body) = ready().await;
+    assert_eq!(
+        status,
+        200,
+        "after the Redis restart: {body}\n{}",
+        worker.log()
+    );
+    nats.stop();
+    nats.restart().await;
+    let (status, body) = ready().await;
+    assert_eq!(
+        status,
+        200,
+        "after the NATS restart: {body}\n{}",
+        worker.log()
+    );
+}

@@ -17,5 +17,5 @@ mod inflight;
 pub mod redis;
 pub mod sqlite;
 
-pub use self::redis::{RedisCache, RedisConfig};
+pub use self::redis::{DEFAULT_LOCK_TTL, RedisCache, RedisConfig};
 pub use self::sqlite::SqliteCache;

@@ -19,6 +19,14 @@
 //! load only releases the lock (same compare-and-delete), so nothing is cached.
 //! A winner that is cancelled mid-load releases its lock from a spawned task.
 //!
+//! The lock's lifetime is short (5 s by default) and the winner renews it every
+//! third of that while its load runs (`PEXPIRE`, again only if the lock still
+//! holds its token): the lock lives as long as the load, however long the call
+//! takes, and a winner killed outright leaves a lock that lapses within one
+//! lifetime. The deployed roles check at start that the lifetime is shorter than
+//! the queue's ack wait, so a killed worker's locks are gone before its slices
+//! are delivered again, and the waiters do not sit idle on them.
+//!
 //! Losers wait by **polling**: `MGET entry lock` after a jittered backoff that
 //! grows from 10 ms to 250 ms. A fresh entry ends the wait ([`Served::Coalesced`]);
 //! a lock gone without an entry (the loader failed or died) sends the waiter back
@@ -71,6 +79,15 @@ end
 return 0
 ";
 
+/// Sets the lifetime of `KEYS[1]` to `ARGV[2]` ms if it still holds the token
+/// `ARGV[1]`: 1 when renewed, 0 when the lock is gone or another's.
+const RENEW: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
 /// Stores the entry `KEYS[1]` = `ARGV[1]` for `ARGV[2]` ms, then deletes the lock
 /// `KEYS[2]` if it still holds the token `ARGV[3]`. The entry is stored even if
 /// the lock was lost (it expired during a long load): the answer is fresh anyway.
@@ -88,6 +105,10 @@ const HEADER: usize = 8;
 const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// At most one "Redis is unavailable" warning per this long.
 const WARN_EVERY: Duration = Duration::from_secs(10);
+/// [`RedisConfig::lock_ttl`]'s default.
+pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(5);
+/// [`RedisConfig::wait_limit`]'s default.
+const DEFAULT_WAIT_LIMIT: Duration = Duration::from_secs(30);
 /// A waiter's first and longest pause between polls (before jitter).
 const POLL_FIRST: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(250);
@@ -101,11 +122,12 @@ pub struct RedisConfig {
     /// Put in front of every key, so deployments (or tests) sharing a Redis do not
     /// see each other's entries. Default: empty.
     pub key_prefix: String,
-    /// How long a loader's lock lives if it is never released (the loader died).
-    /// Default: 30 s.
+    /// How long a loader's lock lives without being renewed. The loader renews
+    /// it every third of this while it loads, so this is how long a lock outlives
+    /// a loader that died. Default: 5 s.
     pub lock_ttl: Duration,
-    /// How long a caller waits for another pod's load before loading itself;
-    /// `None` means [`RedisConfig::lock_ttl`].
+    /// How long a caller waits for another pod's load before loading itself (the
+    /// longest a load should take: the call timeout); `None` means 30 s.
     pub wait_limit: Option<Duration>,
     /// Bound on opening a connection. Default: 1 s.
     pub connect_timeout: Duration,
@@ -121,7 +143,7 @@ impl RedisConfig {
         RedisConfig {
             url: url.into(),
             key_prefix: String::new(),
-            lock_ttl: Duration::from_secs(30),
+            lock_ttl: DEFAULT_LOCK_TTL,
             wait_limit: None,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(2),
@@ -205,6 +227,7 @@ pub struct RedisCache {
     op_timeout: Duration,
     retry_after: Duration,
     release: Script,
+    renew: Script,
     store_and_release: Script,
     inflight: Inflight<(CacheKey, Duration), Shared>,
     health: Health,
@@ -255,10 +278,11 @@ impl RedisCache {
             conn: Mutex::new(conn),
             prefix: config.key_prefix,
             lock_ttl: config.lock_ttl.max(Duration::from_millis(1)),
-            wait_limit: config.wait_limit.unwrap_or(config.lock_ttl),
+            wait_limit: config.wait_limit.unwrap_or(DEFAULT_WAIT_LIMIT),
             op_timeout: config.connect_timeout + config.response_timeout,
             retry_after: config.retry_after,
             release: Script::new(RELEASE),
+            renew: Script::new(RENEW),
             store_and_release: Script::new(STORE_AND_RELEASE),
             inflight: Inflight::new(),
             health: Health::new(),
@@ -314,13 +338,67 @@ impl RedisCache {
     /// starts from a fresh connect whatever state the old one was left in.
     fn skip_redis_for_a_while(&self) {
         if self.health.trip(self.retry_after) {
-            match ConnectionManager::new_lazy_with_config(
-                self.client.clone(),
-                self.manager_config.clone(),
-            ) {
-                Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
-                Err(e) => tracing::debug!(error = %e, "could not rebuild the redis connection"),
+            self.reconnect();
+        }
+    }
+
+    /// Replaces the connection by a new one, connected on its first command.
+    fn reconnect(&self) {
+        match ConnectionManager::new_lazy_with_config(
+            self.client.clone(),
+            self.manager_config.clone(),
+        ) {
+            Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(e) => tracing::debug!(error = %e, "could not rebuild the redis connection"),
+        }
+    }
+
+    async fn ping_once(&self) -> Result<(), PortError> {
+        self.op(|mut c| async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .map(drop)
+    }
+
+    /// Runs `load` while renewing the lock `held` every third of its lifetime:
+    /// the lock lives as long as the load, and lapses within one lifetime of a
+    /// holder that died. A lock found gone or taken over is no longer renewed
+    /// (the load goes on; its answer is stored all the same).
+    async fn load_holding(&self, held: &Held, load: LoadFuture<'_>) -> Result<Vec<u8>, ToolError> {
+        let renew = async {
+            let period = (self.lock_ttl / 3).max(Duration::from_millis(1));
+            let ttl = millis(self.lock_ttl);
+            let (script, lkey, token) = (&self.renew, &held.lock_key, &held.token);
+            loop {
+                tokio::time::sleep(period).await;
+                let kept = self
+                    .op(|mut c| async move {
+                        script
+                            .key(lkey)
+                            .arg(token)
+                            .arg(ttl)
+                            .invoke_async::<i64>(&mut c)
+                            .await
+                    })
+                    .await;
+                match kept {
+                    Ok(1) => {}
+                    Ok(_) => {
+                        tracing::debug!(lock = %lkey, "cache lock lost during its load");
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(lock = %lkey, error = %e, "cache lock not renewed");
+                        break;
+                    }
+                }
             }
+            // Renewal has stopped; the load goes on alone.
+            std::future::pending().await
+        };
+        tokio::select! {
+            biased;
+            loaded = load => loaded,
+            never = renew => never,
         }
     }
 
@@ -354,7 +432,10 @@ impl RedisCache {
                 return load.await.map(|v| (v, Served::Loaded));
             }
         };
-        let loaded = load.await;
+        let loaded = match &held {
+            Some(held) => self.load_holding(held, load).await,
+            None => load.await,
+        };
         self.store(key, max_age, &loaded, held).await;
         loaded.map(|v| (v, Served::Loaded))
     }
@@ -535,11 +616,15 @@ impl ContentCache for RedisCache {
         Ok((Arc::unwrap_or_clone(value), served))
     }
 
-    /// `PING`, bounded by the connect and response timeouts.
+    /// `PING`, bounded by the connect and response timeouts. A failed one is
+    /// tried once more on a new connection: the pooled one may be left broken by
+    /// a Redis restart (a broken pipe) while Redis itself answers.
     async fn ping(&self) -> Result<(), PortError> {
-        self.op(|mut c| async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
-            .await
-            .map(drop)
+        if self.ping_once().await.is_ok() {
+            return Ok(());
+        }
+        self.reconnect();
+        self.ping_once().await
     }
 }
 
@@ -1050,7 +1135,12 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_loader_releases_its_lock() {
         let h = Harness::new("cancel").await;
-        let a = Arc::new(h.pod().await);
+        // A lock that would stand a minute unreleased.
+        let a = Arc::new(
+            RedisCache::connect(h.config.clone().with_lock_ttl(MINUTE))
+                .await
+                .unwrap(),
+        );
         let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::<Notify>::default());
         let load = gated(&runs, &started, &gate, Ok(b"never"));
         let task = {
@@ -1060,7 +1150,7 @@ mod tests {
         started.notified().await;
         task.abort();
         assert!(task.await.unwrap_err().is_cancelled());
-        // Without the release B would wait out the 30 s lock TTL.
+        // Without the release B would wait out the minute's lock TTL.
         let b = h.pod().await;
         let (v, s) = tokio::time::timeout(
             Duration::from_secs(5),
@@ -1070,6 +1160,93 @@ mod tests {
         .expect("the abandoned lock was released")
         .unwrap();
         assert_eq!((v.as_slice(), s), (&b"from b"[..], Served::Loaded));
+        h.cleanup().await;
+    }
+
+    #[tokio::test]
+    async fn a_loader_keeps_its_lock_while_it_loads_past_the_lock_lifetime() {
+        let h = Harness::new("renew").await;
+        let short = h.config.clone().with_lock_ttl(Duration::from_millis(300));
+        let a = Arc::new(RedisCache::connect(short.clone()).await.unwrap());
+        let b = Arc::new(RedisCache::connect(short).await.unwrap());
+        let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::default());
+        let load_a = gated(&runs, &started, &gate, Ok(b"from a"));
+        let task_a = {
+            let a = a.clone();
+            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load_a).await })
+        };
+        started.notified().await;
+        let runs_b = Arc::new(AtomicU32::new(0));
+        let load_b: LoadFuture<'static> = {
+            let runs_b = runs_b.clone();
+            Box::pin(async move {
+                runs_b.fetch_add(1, Ordering::SeqCst);
+                Ok(b"from b".to_vec())
+            })
+        };
+        let task_b = {
+            let b = b.clone();
+            tokio::spawn(async move { b.get_or_load(&key("k"), MINUTE, load_b).await })
+        };
+        b.waiting.notified().await;
+        // A loads for more than three lock lifetimes: unrenewed, its lock would
+        // have lapsed and B would have loaded on its own.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            h.raw(&h.lkey(&key("k"))).await.is_some(),
+            "the lock lapsed mid-load"
+        );
+        gate.notify_one();
+        assert_eq!(task_a.await.unwrap().unwrap().1, Served::Loaded);
+        let (vb, sb) = task_b.await.unwrap().unwrap();
+        assert_eq!((vb.as_slice(), sb), (&b"from a"[..], Served::Coalesced));
+        assert_eq!(runs_b.load(Ordering::SeqCst), 0);
+        assert_eq!(h.raw(&h.lkey(&key("k"))).await, None);
+        h.cleanup().await;
+    }
+
+    #[tokio::test]
+    async fn the_lock_of_a_killed_loader_lapses_within_its_lifetime() {
+        let h = Harness::new("killed").await;
+        // What a loader killed outright leaves: its lock, renewed no more.
+        let lkey = h.lkey(&key("k"));
+        let _: () = h.admin.clone().pset_ex(&lkey, "dead", 300).await.unwrap();
+        // The waiter would give up only after a minute: it gets the key as soon
+        // as the lock lapses.
+        let b = RedisCache::connect(
+            h.config
+                .clone()
+                .with_lock_ttl(Duration::from_millis(300))
+                .with_wait_limit(MINUTE),
+        )
+        .await
+        .unwrap();
+        let (v, s) = tokio::time::timeout(
+            Duration::from_secs(5),
+            b.get_or_load(&key("k"), MINUTE, answer(b"from b")),
+        )
+        .await
+        .expect("the dead loader's lock lapsed")
+        .unwrap();
+        assert_eq!((v.as_slice(), s), (&b"from b"[..], Served::Loaded));
+        h.cleanup().await;
+    }
+
+    #[tokio::test]
+    async fn a_ping_after_a_redis_restart_answers_on_a_fresh_connection() {
+        let h = Harness::new("ping").await;
+        let mut proxy = Proxy::start().await;
+        let mut config = h.config.clone();
+        config.url = proxy.url();
+        let c = RedisCache::connect(config).await.unwrap();
+        c.ping().await.unwrap();
+        // Redis restarts: the pooled connection is cut, a new one is accepted.
+        proxy.pause().await;
+        proxy.resume().await;
+        c.ping()
+            .await
+            .expect("the first probe after the restart answers");
+        proxy.pause().await;
         h.cleanup().await;
     }
 

@@ -521,13 +521,31 @@ pub struct AuditRecord {
     pub at_ms: i64,
 }
 
-/// Money spent by one successful upstream call.
+/// Money spent by one billed call (an upstream call, a model turn, a browser
+/// session).
+///
+/// Keyed in the ledger by job, slice, `attempt` and `seq`: every delivery of a
+/// slice runs as an attempt of its own, so a slice delivered again after its
+/// first outcome was lost has both attempts' calls in the ledger, each once,
+/// however often either attempt's rows are written.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CostEntry {
     pub slice_id: SliceId,
+    /// The attempt (one delivery's run of the slice) that made the call: random,
+    /// so attempts never share a key. Empty for rows stored before attempts were
+    /// kept.
+    #[serde(default)]
+    pub attempt: String,
     pub seq: u32,
     pub product: String,
     pub amount: Micros,
+}
+
+impl CostEntry {
+    /// A new attempt's id: 16 hex digits.
+    pub fn new_attempt(random: u64) -> String {
+        format!("{random:016x}")
+    }
 }
 
 /// Everything a slice produced, written in one transaction keyed by the slice id.

@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::cost::Micros;
 use crate::model::{
-    AuditRecord, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceError, SliceId,
-    SliceOutcome, SliceSpec, TraceStep,
+    AuditRecord, CostEntry, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceError,
+    SliceId, SliceOutcome, SliceSpec, TraceStep,
 };
 use crate::retry::ErrorClass;
 use crate::workers::WorkerInfo;
@@ -821,7 +821,7 @@ pub const PURGED: &[(&str, &str)] = &[
     ("items", "slice_id, seq"),
     ("rejections", "slice_id, seq"),
     ("trace_steps", "slice_id, seq"),
-    ("costs", "slice_id, seq"),
+    ("costs", "slice_id, attempt, seq"),
     ("tool_audit", "id"),
     ("artifacts", "name"),
     ("slice_progress", "slice_id"),
@@ -881,13 +881,29 @@ pub trait SliceStore: Send + Sync {
         }
     }
     /// Writes a slice's items, rejections, trace, costs, children and status in one
-    /// transaction; does nothing if the slice is already terminal.
+    /// transaction. If the slice is already terminal, only the outcome's cost rows
+    /// are written (see [`Self::record_costs`]): the calls of an attempt whose
+    /// outcome comes second were billed all the same.
     async fn record_outcome(
         &self,
         job: &JobId,
         slice: &SliceId,
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError>;
+    /// Writes cost rows of one attempt of a slice into the ledger, whatever the
+    /// slice's status: the costs of an attempt whose outcome was not written (the
+    /// store was down when it ended, or it is delivered again after a transient
+    /// failure). A row whose key (slice, attempt, seq) is stored already is kept
+    /// as it is, so writing the same rows again changes nothing. The job's cost
+    /// grows by the new rows, and its upstream calls by `calls` when any row was
+    /// new. Returns how many rows were new; `NotFound` for an unknown slice.
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError>;
     /// Stores what a slice still running recorded (rows already stored under
     /// the same seq are kept as they are) and, when `progress.state` is given,
     /// the state it resumes from. Writes nothing for a slice that is no longer
@@ -1225,6 +1241,15 @@ impl<T: Forward<dyn SliceStore> + Send + Sync> SliceStore for T {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         self.to().record_outcome(job, slice, outcome).await
+    }
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError> {
+        self.to().record_costs(job, slice, costs, calls).await
     }
     async fn save_progress(
         &self,

@@ -182,37 +182,45 @@ impl NatsConfig {
 
     /// Checks what JetStream would refuse, or what would make no sense, up front.
     pub fn validate(&self) -> Result<(), InvalidConfig> {
+        let bad = |field, rule: String| Err(InvalidConfig { field, rule });
         let p = &self.prefix;
         let prefix_ok = !p.is_empty()
             && p.len() <= 32
             && p.bytes()
                 .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'));
         if !prefix_ok {
-            return Err(InvalidConfig(format!(
-                "prefix \"{p}\": 1 to 32 lower-case ASCII letters, digits, _ or -"
-            )));
+            return bad(
+                "prefix",
+                format!(
+                    "\"{p}\" ({} characters) must be 1 to 32 lower-case ASCII letters, digits, _ or -",
+                    p.chars().count()
+                ),
+            );
         }
         if self.ack_wait < Duration::from_millis(1) {
-            return Err(InvalidConfig("ack_wait must be at least 1 ms".into()));
+            return bad("ack_wait", "must be at least 1 ms".into());
         }
         if self.max_deliver == 0 {
-            return Err(InvalidConfig("max_deliver must be at least 1".into()));
+            return bad("max_deliver", "must be at least 1".into());
         }
         if self.backoff.len() >= self.max_deliver as usize {
-            return Err(InvalidConfig(format!(
-                "max_deliver ({}) must be greater than the number of backoff entries ({})",
-                self.max_deliver,
-                self.backoff.len()
-            )));
+            return bad(
+                "max_deliver",
+                format!(
+                    "({}) must be greater than the number of backoff entries ({})",
+                    self.max_deliver,
+                    self.backoff.len()
+                ),
+            );
         }
         if self.duplicate_window.is_zero() {
-            return Err(InvalidConfig("duplicate_window must not be zero".into()));
+            return bad("duplicate_window", "must not be zero".into());
         }
         if self.events_max_age < Duration::from_secs(1) {
-            return Err(InvalidConfig("events_max_age must be at least 1 s".into()));
+            return bad("events_max_age", "must be at least 1 s".into());
         }
         if self.request_timeout.is_zero() {
-            return Err(InvalidConfig("request_timeout must not be zero".into()));
+            return bad("request_timeout", "must not be zero".into());
         }
         Ok(())
     }
@@ -228,10 +236,14 @@ impl NatsConfig {
     }
 }
 
-/// A [`NatsConfig`] JetStream would refuse.
+/// A [`NatsConfig`] JetStream would refuse: the field of [`NatsConfig`] and the
+/// rule its value broke.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid NATS configuration: {0}")]
-pub struct InvalidConfig(String);
+#[error("invalid NATS configuration: {field} {rule}")]
+pub struct InvalidConfig {
+    pub field: &'static str,
+    pub rule: String,
+}
 
 /// Stream, consumer and subject names under one prefix.
 #[derive(Clone, Debug)]

@@ -259,8 +259,14 @@ impl Service {
     }
 
     async fn finish_id(&self, id: &JobId) -> Result<(), PortError> {
-        if self.store.has_open_slices(id).await? {
-            return Ok(());
+        match self.store.has_open_slices(id).await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => {
+                // Whether it is done is unknown: nothing failed to finish.
+                debug!(job_id = %id, error = %e, "open slices not counted; reconciliation checks the job later");
+                return Ok(());
+            }
         }
         match self.store.job(id).await? {
             Some(job) if job.status == JobStatus::Running => self.finish_if_done(&job).await,
@@ -521,12 +527,22 @@ impl Service {
                 () = cancel.cancelled() => return,
                 d = self.queue.dead_letter() => d,
             };
-            let result = match dead {
-                Ok(dead) => self.fail_dead_letter(&dead).await,
-                Err(e) => Err(e),
+            let failed = match dead {
+                Ok(dead) => match self.fail_dead_letter(&dead).await {
+                    Ok(()) => false,
+                    Err(e) => {
+                        warn!(job_id = %dead.message.job_id, slice_id = %dead.message.slice.id, error = %e,
+                            "dead letter not recorded; reconciliation republishes its slice later");
+                        true
+                    }
+                },
+                Err(e) => {
+                    // No dead letter was read: the queue could not be asked.
+                    info!(error = %e, "dead letters not read; asking again later");
+                    true
+                }
             };
-            if let Err(e) = result {
-                warn!(error = %e, "dead letter not recorded; reconciliation republishes its slice later");
+            if failed {
                 tokio::select! {
                     () = cancel.cancelled() => return,
                     () = tokio::time::sleep(self.config.reconcile_every) => {}

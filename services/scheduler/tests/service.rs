@@ -132,6 +132,15 @@ impl SliceStore for Hooked {
     ) -> Result<Recorded, PortError> {
         self.inner.record_outcome(job, slice, outcome).await
     }
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[trawl_core::model::CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError> {
+        self.inner.record_costs(job, slice, costs, calls).await
+    }
     async fn save_progress(
         &self,
         job: &JobId,

@@ -43,6 +43,7 @@ macro_rules! suite {
             a_created_job_reads_back_with_its_slices_pending,
             a_job_id_cannot_be_created_twice,
             an_outcome_is_written_once_and_a_redelivery_writes_nothing,
+            costs_of_an_attempt_are_kept_once_whatever_the_slice_status,
             progress_is_kept_while_a_slice_runs_and_its_outcome_stores_it_once,
             one_slice_recorded_by_two_tasks_at_once_is_written_once,
             concurrent_outcomes_are_each_written_once,
@@ -253,9 +254,15 @@ pub(crate) fn step(slice: &SliceSpec, seq: u32, cache_hit: bool) -> TraceStep {
     }
 }
 
+/// A cost entry of the attempt `a`.
 pub(crate) fn cost(slice: &SliceSpec, seq: u32, amount: i64) -> CostEntry {
+    cost_of(slice, "a", seq, amount)
+}
+
+pub(crate) fn cost_of(slice: &SliceSpec, attempt: &str, seq: u32, amount: i64) -> CostEntry {
     CostEntry {
         slice_id: slice.id.clone(),
+        attempt: attempt.into(),
         seq,
         product: "unlocker".into(),
         amount: Micros(amount),
@@ -382,17 +389,105 @@ pub(crate) async fn an_outcome_is_written_once_and_a_redelivery_writes_nothing(f
     assert_eq!(open.len(), 3);
     assert!(!open.contains(&root.id));
 
-    // A redelivery with a different (failed, bigger) outcome changes nothing.
+    // A redelivery with a different (failed, bigger) outcome writes nothing but
+    // the costs of its attempt: those calls were billed too.
     let mut again = failure("timeout");
     again.items = vec![item(&root, 5)];
-    again.costs = vec![cost(&root, 7, 99_000)];
+    again.trace = vec![step(&root, 0, false), step(&root, 1, true)];
+    again.costs = vec![cost_of(&root, "b", 0, 99_000)];
     again.children = vec![page("https://shop.example/p/9", &root)];
     let rec = store.record_outcome(&job, &root.id, &again).await.unwrap();
     assert!(!rec.written);
     assert!(rec.new_children.is_empty());
-    assert_eq!(store.counts(&job).await.unwrap(), want);
+    let billed = JobCounts {
+        upstream_calls: want.upstream_calls + 1,
+        cost: Micros(103_000),
+        ..want
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), billed);
+    // Its trace is not stored: only its call is counted.
+    assert_eq!(
+        f.recount(&job).await,
+        JobCounts {
+            cost: billed.cost,
+            ..want
+        }
+    );
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(103_000));
     assert_eq!(store.items(&job).await.unwrap(), outcome.items);
     assert_eq!(f.slice_status(&job, &root.id).await, SliceStatus::Succeeded);
+
+    // Both outcomes written again (a write whose answer was lost) change nothing.
+    for o in [&outcome, &again] {
+        let rec = store.record_outcome(&job, &root.id, o).await.unwrap();
+        assert!(!rec.written);
+    }
+    assert_eq!(store.counts(&job).await.unwrap(), billed);
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(103_000));
+}
+
+pub(crate) async fn costs_of_an_attempt_are_kept_once_whatever_the_slice_status(f: &dyn Fixture) {
+    let store = f.store();
+    let s = search("billed");
+    let job = new_job(&*store, 1, std::slice::from_ref(&s)).await;
+
+    // An attempt that failed transiently (delivered again): its costs alone.
+    let first = vec![cost_of(&s, "x", 0, 1_500), cost_of(&s, "x", 1, 2_500)];
+    assert_eq!(store.record_costs(&job, &s.id, &first, 3).await.unwrap(), 2);
+    let after_first = JobCounts {
+        slices_total: 1,
+        upstream_calls: 3,
+        cost: Micros(4_000),
+        ..JobCounts::default()
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), after_first);
+    assert_eq!(f.slice_status(&job, &s.id).await, SliceStatus::Pending);
+    // Written again (kept while the store was down, or an answer lost): nothing new.
+    assert_eq!(store.record_costs(&job, &s.id, &first, 3).await.unwrap(), 0);
+    assert_eq!(store.counts(&job).await.unwrap(), after_first);
+
+    // The next attempt's outcome: its rows under its own key, the same seqs.
+    let outcome = SliceOutcome {
+        items: vec![item(&s, 0)],
+        trace: vec![step(&s, 0, false)],
+        costs: vec![cost_of(&s, "y", 0, 1_500)],
+        ..SliceOutcome::default()
+    };
+    assert!(
+        store
+            .record_outcome(&job, &s.id, &outcome)
+            .await
+            .unwrap()
+            .written
+    );
+    let done = JobCounts {
+        slices_succeeded: 1,
+        items_valid: 1,
+        upstream_calls: 4,
+        cost: Micros(5_500),
+        ..after_first
+    };
+    assert_eq!(store.counts(&job).await.unwrap(), done);
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(5_500));
+    assert_eq!(f.recount(&job).await.cost, Micros(5_500));
+
+    // An attempt that ends after the slice did: its costs still go in.
+    let late = vec![cost_of(&s, "z", 0, 500)];
+    assert_eq!(store.record_costs(&job, &s.id, &late, 1).await.unwrap(), 1);
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(6_000));
+    assert_eq!(store.counts(&job).await.unwrap().cost, Micros(6_000));
+    assert_eq!(store.counts(&job).await.unwrap().upstream_calls, 5);
+
+    // Nothing to write; an unknown slice.
+    assert_eq!(store.record_costs(&job, &s.id, &[], 0).await.unwrap(), 0);
+    let nowhere = search("nowhere");
+    assert!(matches!(
+        store
+            .record_costs(&job, &nowhere.id, &[cost_of(&nowhere, "x", 0, 1)], 1)
+            .await,
+        Err(PortError::NotFound(_))
+    ));
+    assert_eq!(store.spent(&job).await.unwrap(), Micros(6_000));
 }
 
 pub(crate) async fn progress_is_kept_while_a_slice_runs_and_its_outcome_stores_it_once(
@@ -535,7 +630,18 @@ pub(crate) async fn one_slice_recorded_by_two_tasks_at_once_is_written_once(f: &
     }
     let counts = store.counts(&job).await.unwrap();
     assert_eq!(counts.slices_open(), counts.slices_total - 20);
-    assert_eq!(counts, f.recount(&job).await);
+    // The call behind `a` was billed whichever outcome was kept: its cost and
+    // its call are counted either way (its trace step only when it was kept).
+    assert_eq!(counts.cost, Micros(20 * 1_500));
+    assert_eq!(counts.upstream_calls, 20);
+    let recount = f.recount(&job).await;
+    assert_eq!(
+        JobCounts {
+            upstream_calls: counts.upstream_calls,
+            ..recount
+        },
+        counts
+    );
 }
 
 pub(crate) async fn concurrent_outcomes_are_each_written_once(f: &dyn Fixture) {

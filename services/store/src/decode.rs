@@ -173,6 +173,7 @@ pub(crate) fn trace_step(row: &impl Columns) -> Result<TraceStep, PortError> {
 pub(crate) fn cost_entry(row: &impl Columns) -> Result<CostEntry, PortError> {
     Ok(CostEntry {
         slice_id: SliceId::from_stored(row.text("slice_id")?),
+        attempt: row.text("attempt")?,
         seq: u32_of(row, "seq")?,
         product: row.text("product")?,
         amount: Micros(row.int("amount")?),

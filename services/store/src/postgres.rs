@@ -158,6 +158,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "partitions",
         include_str!("../../../migrations/0014_partitions.sql"),
     ),
+    (
+        15,
+        "cost_attempts",
+        include_str!("../../../migrations/0015_cost_attempts.sql"),
+    ),
 ];
 
 /// A job's counts: the sum of its counter rows (at most one per stripe), whatever
@@ -647,8 +652,22 @@ impl JobStore for PgStore {
         partitions::keep(&self.pool, now_ms).await
     }
 
+    /// `SELECT 1` on a pooled connection; when that fails, once more on a new
+    /// connection: pooled ones may be left broken by a database restart while
+    /// the database itself answers.
     async fn ping(&self) -> Result<(), PortError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await.port()?;
+        let pooled = sqlx::query("SELECT 1").execute(&self.pool).await;
+        if pooled.is_ok() || self.pool.is_closed() {
+            return pooled.map(drop).port();
+        }
+        use sqlx::Connection as _;
+        let options = self.pool.connect_options();
+        let mut fresh = sqlx::postgres::PgConnection::connect_with(&options)
+            .await
+            .port()?;
+        sqlx::query("SELECT 1").execute(&mut fresh).await.port()?;
+        // The answer is in; how the connection closes does not change it.
+        let _ = fresh.close().await;
         Ok(())
     }
 }
@@ -683,6 +702,17 @@ impl SliceStore for PgStore {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         self.outcomes.record(job, slice, outcome).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(job_id = %job, slice_id = %slice))]
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[trawl_core::model::CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError> {
+        outcomes::record_costs(&self.pool, job, slice, costs, calls).await
     }
 
     async fn save_progress(

@@ -65,6 +65,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v11.sql"),
     include_str!("sqlite_v12.sql"),
     include_str!("sqlite_v13.sql"),
+    include_str!("sqlite_v14.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -510,6 +511,17 @@ impl SliceStore for SqliteStore {
         outcome: &SliceOutcome,
     ) -> Result<Recorded, PortError> {
         outcomes::record(&self.conn, &self.queue, job, slice, outcome).await
+    }
+
+    #[instrument(level = "debug", skip_all, fields(job_id = %job, slice_id = %slice))]
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[trawl_core::model::CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError> {
+        outcomes::record_costs(&mut *self.conn().await?, job, slice, costs, calls).await
     }
 
     async fn save_progress(

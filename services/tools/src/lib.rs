@@ -254,6 +254,8 @@ pub struct Recorder {
     /// Whether the calls belong to a slice (else `slice_id` is a placeholder).
     in_slice: bool,
     caller: String,
+    /// This run's attempt id, on its cost entries ([`CostEntry::attempt`]).
+    attempt: String,
     inner: Mutex<(Vec<TraceStep>, Vec<CostEntry>, Vec<AuditRecord>)>,
     /// How many of each were handed out by [`Recorder::unsaved`] already.
     saved: Mutex<(usize, usize, usize)>,
@@ -307,6 +309,7 @@ impl Recorder {
             slice_id,
             in_slice,
             caller,
+            attempt: CostEntry::new_attempt(fastrand::u64(..)),
             inner: Mutex::new((Vec::new(), Vec::new(), Vec::new())),
             saved: Mutex::new((0, 0, 0)),
             seq: AtomicU32::new(0),
@@ -395,6 +398,7 @@ impl Recorder {
         if cost > Micros::ZERO {
             g.1.push(CostEntry {
                 slice_id: self.slice_id.clone(),
+                attempt: self.attempt.clone(),
                 seq,
                 product: product.to_owned(),
                 amount: cost,

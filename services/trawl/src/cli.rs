@@ -256,6 +256,12 @@ struct DeployArgs {
     /// Prefix of the cache's Redis keys.
     #[arg(long, env = "TRAWL_REDIS_PREFIX", default_value = "")]
     redis_prefix: String,
+    /// How long a worker's single-flight lock on a cache key lives without being
+    /// renewed (its holder renews it while the call runs): how long a killed
+    /// worker's locks stand. Must be shorter than TRAWL_ACK_WAIT. Default: 5s,
+    /// or half the ack wait when that is shorter.
+    #[arg(long, env = "TRAWL_CACHE_LOCK_TTL", value_parser = humantime::parse_duration)]
+    cache_lock_ttl: Option<Duration>,
     /// Address the API listens on.
     #[arg(long, env = "TRAWL_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -433,6 +439,8 @@ impl DeployArgs {
             )
             .map_err(anyhow::Error::msg),
         );
+        let (nats, redis, worker) = self.queue_and_cache();
+        problems.take(self.check_timing(&nats));
         problems.check()?;
         let (
             Some(judge),
@@ -460,30 +468,6 @@ impl DeployArgs {
         else {
             anyhow::bail!("a setting was neither read nor reported");
         };
-        let nats = trawl_queue::nats::NatsConfig::new(&self.nats_url)
-            .with_prefix(&self.nats_prefix)
-            .with_ack_wait(self.ack_wait)
-            .with_max_deliver(self.max_deliver);
-        // One schedule for both kinds of redelivery. A slice not acked in time
-        // (its worker died) comes back after the ack wait plus the redelivery
-        // delay of its delivery, as a transiently failing one does; JetStream then
-        // also adds that step to a nak's delay, which the adapter takes off, so a
-        // nak lands when the worker asks. JetStream wants fewer steps than
-        // deliveries.
-        let steps = self.max_deliver.saturating_sub(1) as usize;
-        let backoff: Vec<Duration> = std::iter::once(Duration::ZERO)
-            .chain(self.redeliver.iter().copied())
-            .take(steps)
-            .collect();
-        let nats = nats.with_backoff(backoff);
-        let redis =
-            trawl_cache::RedisConfig::new(&self.redis_url).with_key_prefix(&self.redis_prefix);
-        let worker = WorkerConfig::default()
-            .with_concurrency(self.concurrency)
-            .with_redeliver(self.redeliver.clone())
-            .with_stop_grace(self.stop_grace)
-            .with_shared_budget(true)
-            .with_heartbeat((self.ack_wait / 3).max(Duration::from_millis(100)));
         Ok(crate::deployed::Settings {
             database_url: self.database_url.clone(),
             database_pool: self.database_pool,
@@ -548,6 +532,100 @@ impl DeployArgs {
                 self.mcp_session_idle,
             ),
         })
+    }
+
+    /// The queue's, the cache's and the worker's settings, which depend on each
+    /// other's timing (see [`DeployArgs::check_timing`]).
+    fn queue_and_cache(
+        &self,
+    ) -> (
+        trawl_queue::nats::NatsConfig,
+        trawl_cache::RedisConfig,
+        WorkerConfig,
+    ) {
+        // One schedule for both kinds of redelivery. A slice not acked in time
+        // (its worker died) comes back after the ack wait plus the redelivery
+        // delay of its delivery, as a transiently failing one does; JetStream then
+        // also adds that step to a nak's delay, which the adapter takes off, so a
+        // nak lands when the worker asks. JetStream wants fewer steps than
+        // deliveries.
+        let steps = self.max_deliver.saturating_sub(1) as usize;
+        let backoff: Vec<Duration> = std::iter::once(Duration::ZERO)
+            .chain(self.redeliver.iter().copied())
+            .take(steps)
+            .collect();
+        let nats = trawl_queue::nats::NatsConfig::new(&self.nats_url)
+            .with_prefix(&self.nats_prefix)
+            .with_ack_wait(self.ack_wait)
+            .with_max_deliver(self.max_deliver)
+            .with_backoff(backoff);
+        // A waiter gives up on another worker's load after one call's time.
+        let redis = trawl_cache::RedisConfig::new(&self.redis_url)
+            .with_key_prefix(&self.redis_prefix)
+            .with_lock_ttl(self.lock_ttl())
+            .with_wait_limit(self.call_timeout);
+        let worker = WorkerConfig::default()
+            .with_concurrency(self.concurrency)
+            .with_redeliver(self.redeliver.clone())
+            .with_stop_grace(self.stop_grace)
+            .with_shared_budget(true)
+            .with_heartbeat(heartbeat(self.ack_wait));
+        (nats, redis, worker)
+    }
+
+    /// TRAWL_CACHE_LOCK_TTL, or its default: 5 s, or half the ack wait when
+    /// that is shorter (at least [`MIN_LOCK_TTL`]).
+    fn lock_ttl(&self) -> Duration {
+        self.cache_lock_ttl.unwrap_or_else(|| {
+            trawl_cache::DEFAULT_LOCK_TTL
+                .min(self.ack_wait / 2)
+                .max(MIN_LOCK_TTL)
+        })
+    }
+
+    /// The queue's settings, and the timings that must agree with each other: a
+    /// slice in progress tells the queue so every heartbeat (a third of the ack
+    /// wait), and a killed worker's cache locks must lapse before the queue
+    /// delivers its slices again (the lock lifetime below the ack wait), or the
+    /// workers that get them wait on the dead worker's locks.
+    fn check_timing(&self, nats: &trawl_queue::nats::NatsConfig) -> anyhow::Result<()> {
+        if let Err(e) = nats.validate() {
+            let setting = match e.field {
+                "prefix" => "TRAWL_NATS_PREFIX",
+                "ack_wait" => "TRAWL_ACK_WAIT",
+                "max_deliver" => "TRAWL_MAX_DELIVER",
+                other => other,
+            };
+            anyhow::bail!("{setting}: {}", e.rule);
+        }
+        let (ack_wait, lock, call) = (self.ack_wait, self.lock_ttl(), self.call_timeout);
+        let shown = |d: Duration| humantime::format_duration(d).to_string();
+        if heartbeat(ack_wait) >= ack_wait {
+            anyhow::bail!(
+                "TRAWL_ACK_WAIT ({}) must be longer than 100ms: a slice in progress \
+                 tells the queue so every third of it, at least every 100ms",
+                shown(ack_wait)
+            );
+        }
+        if lock < MIN_LOCK_TTL {
+            anyhow::bail!(
+                "TRAWL_CACHE_LOCK_TTL ({}) must be at least {}: its holder renews it every third of it",
+                shown(lock),
+                shown(MIN_LOCK_TTL)
+            );
+        }
+        if lock >= ack_wait {
+            anyhow::bail!(
+                "TRAWL_CACHE_LOCK_TTL ({}) must be shorter than TRAWL_ACK_WAIT ({}): a killed \
+                 worker's cache locks would still stand when its slices are delivered again",
+                shown(lock),
+                shown(ack_wait)
+            );
+        }
+        if call.is_zero() {
+            anyhow::bail!("TRAWL_CALL_TIMEOUT must be longer than 0");
+        }
+        Ok(())
     }
 
     /// Approvals in Slack and the outgoing webhook: the notifier's settings, and
@@ -840,6 +918,16 @@ pub(crate) fn guard_judge_from_env() -> anyhow::Result<Option<Arc<Judge>>> {
     };
     crate::embedded::guard_judge(Some(&model), &*models_from_env()?)
 }
+
+/// How often a slice in progress tells the queue so: a third of the ack wait,
+/// at least every 100 ms.
+fn heartbeat(ack_wait: Duration) -> Duration {
+    (ack_wait / 3).max(Duration::from_millis(100))
+}
+
+/// The shortest cache lock lifetime: renewed every third of it, a round trip
+/// to Redis must fit.
+const MIN_LOCK_TTL: Duration = Duration::from_millis(300);
 
 /// The problems found while reading settings, listed together.
 #[derive(Default)]

@@ -679,3 +679,63 @@ fn bad_settings_are_all_listed_and_nothing_starts() {
     // Nothing was reached: the database URL points nowhere and is not named.
     assert!(!err.contains("Postgres"), "{err}");
 }
+
+/// Settings that depend on each other are checked together at start, and each
+/// message names the setting and the rule it broke.
+#[test]
+fn timings_that_contradict_each_other_and_a_long_nats_prefix_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = "p".repeat(40);
+    let o = Command::new(env!("CARGO_BIN_EXE_trawl"))
+        .arg("worker")
+        .current_dir(dir.path())
+        .env_remove("BRIGHTDATA_API_TOKEN")
+        .env("TRAWL_DATABASE_URL", "postgres://127.0.0.1:1/none")
+        .env("TRAWL_NATS_PREFIX", &prefix)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "TRAWL_NATS_PREFIX: \"{prefix}\" (40 characters) must be 1 to 32"
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("TRAWL_NATS_URL"),
+        "the URL is not to blame:\n{err}"
+    );
+
+    for (ack_wait, lock, rule) in [
+        (
+            "4s",
+            "5s",
+            "TRAWL_CACHE_LOCK_TTL (5s) must be shorter than TRAWL_ACK_WAIT (4s)",
+        ),
+        (
+            "30s",
+            "100ms",
+            "TRAWL_CACHE_LOCK_TTL (100ms) must be at least 300ms",
+        ),
+        (
+            "50ms",
+            "300ms",
+            "TRAWL_ACK_WAIT (50ms) must be longer than 100ms",
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_trawl"))
+            .arg("worker")
+            .current_dir(dir.path())
+            .env_remove("BRIGHTDATA_API_TOKEN")
+            .env("TRAWL_DATABASE_URL", "postgres://127.0.0.1:1/none")
+            .env("TRAWL_ACK_WAIT", ack_wait)
+            .env("TRAWL_CACHE_LOCK_TTL", lock)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(rule), "{rule} not said:\n{err}");
+        assert!(!err.contains("Postgres"), "{err}");
+    }
+}

@@ -9,14 +9,17 @@
 //!    slices for its top results; a page slice calls `brightdata.fetch_page`, extracts
 //!    one item and validates it on its own.
 //! 3. Write the outcome in one store transaction keyed by the slice id (a
-//!    redelivery writes nothing), publish new child slices, emit `slice.finished`,
-//!    ack. A store or queue failure naks with a delay; the queue's delivery cap
-//!    then hands the slice to the scheduler as a dead letter.
+//!    redelivery writes only its costs), publish new child slices, emit
+//!    `slice.finished`, ack. A store or queue failure naks with a delay; the
+//!    queue's delivery cap then hands the slice to the scheduler as a dead letter.
+//!    The costs of an attempt whose outcome is not written go into the ledger on
+//!    their own, kept in [`ledger::Unwritten`] while the store is down.
 //!
 //! Concurrency is bounded: `concurrency` loops pull in parallel.
 
 pub mod agent;
 pub mod browse;
+pub mod ledger;
 pub mod models;
 pub mod research;
 
@@ -278,6 +281,8 @@ pub struct Worker {
     /// Its id in the store's list of workers, and when it was made.
     id: String,
     started_ms: i64,
+    /// Costs of attempts whose outcome was not written, until the store takes them.
+    unwritten: ledger::Unwritten,
 }
 
 impl Worker {
@@ -298,6 +303,7 @@ impl Worker {
             models: None,
             browsers: None,
             id: worker_id(),
+            unwritten: ledger::Unwritten::default(),
             started_ms: now_ms(),
         }
     }
@@ -369,6 +375,17 @@ impl Worker {
             let (me, cancel) = (self.clone(), cancel.clone());
             tracker.spawn(async move { me.keep_reporting(cancel).await });
         }
+        // Costs kept while the store was down are written when it answers; the
+        // task outlives the slices (their last costs may be kept at the end).
+        let ledger_stop = CancellationToken::new();
+        let ledger = {
+            let (me, stop) = (self.clone(), ledger_stop.clone());
+            tokio::spawn(async move {
+                me.unwritten
+                    .run(me.store.as_ref(), UNWRITTEN_MAX_WAIT, stop)
+                    .await;
+            })
+        };
         for _ in 0..self.config.concurrency {
             let (me, cancel, abort) = (self.clone(), cancel.clone(), abort.clone());
             tracker.spawn(async move {
@@ -403,6 +420,26 @@ impl Worker {
             abort.cancel();
             tracker.wait().await;
         }
+        ledger_stop.cancel();
+        let _ = ledger.await;
+        if !self.unwritten.is_empty() {
+            let last = tokio::time::timeout(
+                UNWRITTEN_LAST_TRY,
+                self.unwritten.flush(self.store.as_ref()),
+            )
+            .await;
+            if !matches!(last, Ok(Ok(()))) {
+                tracing::error!(
+                    rows = self.unwritten.len(),
+                    "worker stopping with cost rows the store did not take; they are not in the ledger"
+                );
+            }
+        }
+    }
+
+    /// Cost rows waiting for the store (see [`ledger`]).
+    pub fn unwritten_costs(&self) -> usize {
+        self.unwritten.len()
     }
 
     /// Runs one delivered slice: traced when its message carries a sampled trace,
@@ -457,7 +494,14 @@ impl Worker {
                     d.acker.nak(delay).await
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(error = %e, last = d.is_last(), "slice not recorded; delivering again later");
+                    let (job_id, slice_id) = (&msg.job_id, &msg.slice.id);
+                    if e.recorded() {
+                        tracing::warn!(%job_id, %slice_id, step = e.step(), error = %e, last = d.is_last(),
+                            "slice recorded but not announced; delivering again later");
+                    } else {
+                        tracing::warn!(%job_id, %slice_id, step = e.step(), error = %e, last = d.is_last(),
+                            "slice not recorded; delivering again later");
+                    }
                     d.acker.nak(self.config.nak_delay).await
                 }
                 None => {
@@ -474,13 +518,15 @@ impl Worker {
     }
 
     /// Runs one slice and records it, or asks for it to be delivered again. `Err`
-    /// only when its outcome could not be written or its children not published.
-    async fn process(&self, d: &Delivery) -> Result<Processed, PortError> {
+    /// when its job could not be read, its outcome not written, or its children or
+    /// end not announced.
+    async fn process(&self, d: &Delivery) -> Result<Processed, FinishError> {
         let msg = &d.message;
         let Some(job) = self
             .jobs
             .get(&self.store, &msg.job_id, &self.config)
-            .await?
+            .await
+            .map_err(FinishError::Load)?
         else {
             tracing::debug!("job is over or unknown; skipping slice");
             return Ok(Processed::Done);
@@ -508,10 +554,21 @@ impl Worker {
             agent::run_slice(&job, &self.tools, &msg.slice).await
         };
         if transient && !d.is_last() && !self.config.redeliver.is_empty() {
+            // Not written: the calls this attempt was billed for go into the
+            // ledger on their own.
+            self.unwritten
+                .write(
+                    self.store.as_ref(),
+                    &msg.job_id,
+                    &msg.slice.id,
+                    &outcome.costs,
+                    upstream_calls(&outcome),
+                )
+                .await;
             let i = (d.delivery.max(1) as usize - 1).min(self.config.redeliver.len() - 1);
             return Ok(Processed::Again(self.config.redeliver[i]));
         }
-        let written = finish_slice(
+        let written = match finish_slice(
             self.store.as_ref(),
             self.queue.as_ref(),
             self.events.as_ref(),
@@ -519,7 +576,23 @@ impl Worker {
             &msg.slice.id,
             &outcome,
         )
-        .await?;
+        .await
+        {
+            Ok(written) => written,
+            Err(e) => {
+                if matches!(e, FinishError::Record(_)) {
+                    // The next delivery is a new attempt: this one's costs are
+                    // kept until the store takes them.
+                    self.unwritten.keep(
+                        &msg.job_id,
+                        &msg.slice.id,
+                        &outcome.costs,
+                        upstream_calls(&outcome),
+                    );
+                }
+                return Err(e);
+            }
+        };
         // Validation, on the slice's span: each item is checked on its own.
         let span = tracing::Span::current();
         span.record("outcome", outcome.status().as_str());
@@ -546,6 +619,56 @@ fn worker_id() -> String {
     format!("{host}/{}/{n}", std::process::id())
 }
 
+/// How long the ledger's writer waits between tries at most while the store is down.
+const UNWRITTEN_MAX_WAIT: Duration = Duration::from_secs(5);
+/// How long a stopping worker tries to write the costs it still keeps.
+const UNWRITTEN_LAST_TRY: Duration = Duration::from_secs(5);
+
+/// The upstream calls of an attempt: its trace steps that were not cache answers.
+fn upstream_calls(outcome: &SliceOutcome) -> u64 {
+    outcome.trace.iter().filter(|t| !t.cache_hit).count() as u64
+}
+
+/// The step of running and finishing a slice that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FinishError {
+    /// The job's context could not be read; nothing ran.
+    #[error("the job could not be read: {0}")]
+    Load(PortError),
+    /// The outcome was not written.
+    #[error("the outcome was not written: {0}")]
+    Record(PortError),
+    /// The outcome was written; its new slices were not published.
+    #[error("the outcome was written; its {children} new slices were not published: {error}")]
+    Publish { children: usize, error: PortError },
+    /// The outcome was written and its new slices published; they were not
+    /// marked published (the scheduler's reconciliation publishes them again,
+    /// and the queue drops the duplicates).
+    #[error("the outcome was written and its new slices published; marking them failed: {0}")]
+    Mark(PortError),
+    /// The outcome was written; `slice.finished` was not emitted.
+    #[error("the outcome was written; slice.finished was not emitted: {0}")]
+    Announce(PortError),
+}
+
+impl FinishError {
+    /// The failed step's name, for logs.
+    pub fn step(&self) -> &'static str {
+        match self {
+            FinishError::Load(_) => "load job",
+            FinishError::Record(_) => "write outcome",
+            FinishError::Publish { .. } => "publish new slices",
+            FinishError::Mark(_) => "mark new slices published",
+            FinishError::Announce(_) => "emit slice.finished",
+        }
+    }
+
+    /// Whether the outcome is in the store.
+    pub fn recorded(&self) -> bool {
+        !matches!(self, FinishError::Load(_) | FinishError::Record(_))
+    }
+}
+
 /// What became of a delivery that did not fail.
 enum Processed {
     /// Recorded (or skipped): ack.
@@ -566,8 +689,8 @@ pub fn record_metrics(kind: &'static str, outcome: &SliceOutcome) {
 }
 
 /// Writes an outcome, publishes the new children and emits `slice.finished`.
-/// Shared by workers and by the scheduler when it fails a dead letter. True
-/// when this call wrote the outcome (false: a redelivery found it written).
+/// True when this call wrote the outcome (false: a redelivery found it written,
+/// and only its costs were added); the error names the step that failed.
 pub async fn finish_slice(
     store: &dyn Store,
     queue: &dyn SliceQueue,
@@ -575,8 +698,11 @@ pub async fn finish_slice(
     job_id: &JobId,
     slice_id: &trawl_core::model::SliceId,
     outcome: &SliceOutcome,
-) -> Result<bool, PortError> {
-    let recorded = store.record_outcome(job_id, slice_id, outcome).await?;
+) -> Result<bool, FinishError> {
+    let recorded = store
+        .record_outcome(job_id, slice_id, outcome)
+        .await
+        .map_err(FinishError::Record)?;
     let children: Vec<SliceMessage> = recorded
         .new_children
         .iter()
@@ -585,18 +711,28 @@ pub async fn finish_slice(
             slice: c.clone(),
         })
         .collect();
-    queue.publish_many(&children).await?;
+    queue
+        .publish_many(&children)
+        .await
+        .map_err(|error| FinishError::Publish {
+            children: children.len(),
+            error,
+        })?;
     if !recorded.new_children.is_empty() {
         // Unmarked children (this worker died before here) are published by the
         // scheduler's reconciliation; the queue drops the duplicate if both did.
         let ids: Vec<_> = recorded.new_children.iter().map(|c| c.id.clone()).collect();
-        store.mark_published(job_id, &ids, now_ms()).await?;
+        store
+            .mark_published(job_id, &ids, now_ms())
+            .await
+            .map_err(FinishError::Mark)?;
     }
     if recorded.written {
         let children = recorded.new_children.len() as u64;
         events
             .slice_finished(SliceFinished::of(job_id, slice_id, outcome, children))
-            .await?;
+            .await
+            .map_err(FinishError::Announce)?;
     }
     Ok(recorded.written)
 }

@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,11 +22,15 @@ use tokio_util::sync::CancellationToken;
 use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::{Micros, PriceTable};
-use trawl_core::model::{JobId, JobStatus, SliceId, SliceSpec, now_ms};
+use trawl_core::model::{
+    CostEntry, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceId, SliceOutcome,
+    SliceSpec, TraceStep, now_ms,
+};
 use trawl_core::plan::plan;
 use trawl_core::ports::{
-    Acker, DeadLetter, Delivery, Event, Events, JobRecord, JobStore, PortError, SliceMessage,
-    SliceQueue, SliceStore,
+    Acker, ApprovalStore, ArtifactStore, DeadLetter, Delivery, Event, Events, FailedSlice, Forward,
+    JobRecord, JobStore, PortError, Recorded, RowCursor, SliceMessage, SliceQueue, SliceStore,
+    ToolStore, WorkerStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, QueueConfig};
@@ -42,9 +47,14 @@ const EXTRACT: &str =
 
 /// A job fetching these pages from the US, every call upstream (no cache).
 fn pages(urls: &[String], extra: &str) -> JobSpec {
+    cached_pages(urls, "0", extra)
+}
+
+/// A job fetching these pages from the US, cached for `max_age`.
+fn cached_pages(urls: &[String], max_age: &str, extra: &str) -> JobSpec {
     let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
     let text = format!(
-        "name: pages\npages: {{urls: [{}], geos: [us]}}\n{EXTRACT}cache: {{max_age: 0}}\n{extra}",
+        "name: pages\npages: {{urls: [{}], geos: [us]}}\n{EXTRACT}cache: {{max_age: {max_age}}}\n{extra}",
         urls.join(", ")
     );
     JobSpec::parse(&text).unwrap()
@@ -156,10 +166,177 @@ impl Events for RecordingEvents {
     }
 }
 
+/// The store with faults the test turns on: outcomes lost (not written, or
+/// written with the answer lost, as when the connection drops after the commit)
+/// and writes refused while it is "down". Reads always work.
+struct Faulty {
+    inner: SqliteStore,
+    /// The next this many `record_outcome` calls fail without writing.
+    lose_outcomes: AtomicU32,
+    /// The next this many `record_outcome` calls write, then fail.
+    lose_answers: AtomicU32,
+    /// Every outcome and cost write fails.
+    down: AtomicBool,
+}
+
+impl Faulty {
+    fn refuse(&self) -> Result<(), PortError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(PortError::Unavailable("the store is down (test)".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Takes one from `n` if it is above 0.
+fn take_one(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
+}
+
+#[async_trait]
+impl SliceStore for Faulty {
+    async fn open_slices_page(
+        &self,
+        id: &JobId,
+        after: Option<&SliceId>,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.inner.open_slices_page(id, after, limit).await
+    }
+    async fn record_outcome(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        outcome: &SliceOutcome,
+    ) -> Result<Recorded, PortError> {
+        self.refuse()?;
+        if take_one(&self.lose_outcomes) {
+            return Err(PortError::Unavailable("connection reset (test)".into()));
+        }
+        let recorded = self.inner.record_outcome(job, slice, outcome).await?;
+        if take_one(&self.lose_answers) {
+            return Err(PortError::Unavailable(
+                "connection reset after commit (test)".into(),
+            ));
+        }
+        Ok(recorded)
+    }
+    async fn record_costs(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        costs: &[CostEntry],
+        calls: u64,
+    ) -> Result<u64, PortError> {
+        self.refuse()?;
+        self.inner.record_costs(job, slice, costs, calls).await
+    }
+    async fn save_progress(
+        &self,
+        job: &JobId,
+        slice: &SliceId,
+        progress: &Progress,
+    ) -> Result<(), PortError> {
+        self.refuse()?;
+        self.inner.save_progress(job, slice, progress).await
+    }
+    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
+        self.inner.progress(job, slice).await
+    }
+    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
+        self.inner.counts(id).await
+    }
+    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
+        self.inner.items(id).await
+    }
+    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError> {
+        self.inner.rejections(id).await
+    }
+    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
+        self.inner.failed_slices(id, limit).await
+    }
+    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
+        self.inner.add_slices(id, slices).await
+    }
+    async fn slices_to_publish(
+        &self,
+        id: &JobId,
+        stale_before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SliceSpec>, PortError> {
+        self.inner
+            .slices_to_publish(id, stale_before_ms, limit)
+            .await
+    }
+    async fn mark_published(
+        &self,
+        id: &JobId,
+        slices: &[SliceId],
+        at_ms: i64,
+    ) -> Result<(), PortError> {
+        self.inner.mark_published(id, slices, at_ms).await
+    }
+    async fn items_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Item>, PortError> {
+        self.inner.items_page(id, after, limit).await
+    }
+    async fn rejections_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<Rejection>, PortError> {
+        self.inner.rejections_page(id, after, limit).await
+    }
+    async fn trace_page(
+        &self,
+        id: &JobId,
+        after: Option<&RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<TraceStep>, PortError> {
+        self.inner.trace_page(id, after, limit).await
+    }
+}
+
+impl Forward<dyn JobStore> for Faulty {
+    fn to(&self) -> &(dyn JobStore + 'static) {
+        &self.inner
+    }
+}
+
+impl Forward<dyn ApprovalStore> for Faulty {
+    fn to(&self) -> &(dyn ApprovalStore + 'static) {
+        &self.inner
+    }
+}
+
+impl Forward<dyn ToolStore> for Faulty {
+    fn to(&self) -> &(dyn ToolStore + 'static) {
+        &self.inner
+    }
+}
+
+impl Forward<dyn ArtifactStore> for Faulty {
+    fn to(&self) -> &(dyn ArtifactStore + 'static) {
+        &self.inner
+    }
+}
+
+impl Forward<dyn WorkerStore> for Faulty {
+    fn to(&self) -> &(dyn WorkerStore + 'static) {
+        &self.inner
+    }
+}
+
 /// One worker with its own simulator, store, queue and cache.
 struct Rig {
     sim: SimHandle,
-    store: Arc<SqliteStore>,
+    store: Arc<Faulty>,
     queue: Arc<Recording>,
     log: Log,
     worker: Arc<Worker>,
@@ -181,7 +358,12 @@ impl Rig {
             .await
             .unwrap();
         let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
-        let store = Arc::new(SqliteStore::memory().await.unwrap());
+        let store = Arc::new(Faulty {
+            inner: SqliteStore::memory().await.unwrap(),
+            lose_outcomes: AtomicU32::new(0),
+            lose_answers: AtomicU32::new(0),
+            down: AtomicBool::new(false),
+        });
         let log = Log::default();
         let queue = Arc::new(Recording {
             inner: EmbeddedQueue::new(queue),
@@ -561,4 +743,160 @@ async fn slices_in_flight_finish_within_the_stop_grace_and_no_new_one_is_pulled(
     assert_eq!(rig.queue.inner.pending(), slices.len() - pulled.len());
     assert_eq!(rig.queue.inner.in_flight(), 0);
     assert_eq!(counts.cost, Micros(1_500 * pulled.len() as i64));
+}
+
+// ---------------------------------------------------------------------------
+// The ledger under lost outcomes: every billed call once.
+
+/// The price of one page fetch (the simulator's default price table).
+const PAGE: Micros = Micros(1_500);
+
+/// Waits until the slice's outcome is recorded and the worker keeps no cost
+/// row for the store.
+async fn wait_settled(rig: &Rig, id: &JobId) {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let open = rig.store.open_slices(id).await.unwrap().len();
+        if open == 0 && rig.worker.unwritten_costs() == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out: {open} open slices, {} cost rows kept; the worker did {:#?}",
+            rig.worker.unwritten_costs(),
+            rig.log()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The ledger of the job against what the simulator billed: every successful
+/// answer once, in `spent` (the ledger's rows) and in the job's counts alike.
+async fn assert_ledger_matches_billing(rig: &Rig, id: &JobId) -> u64 {
+    let billed = rig.sim.stats().ok;
+    let spent = rig.store.spent(id).await.unwrap();
+    assert_eq!(
+        spent,
+        PAGE.saturating_mul(billed),
+        "ledger against {billed} billed calls"
+    );
+    let counts = rig.store.counts(id).await.unwrap();
+    assert_eq!(counts.cost, spent);
+    billed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_outcome_and_its_redelivery_are_both_in_the_ledger_with_one_set_of_items() {
+    for lose_answer in [false, true] {
+        let mut rig = Rig::new(
+            SimConfig::default(),
+            QueueConfig::default().with_max_deliver(4),
+            worker_config().with_nak_delay(Duration::from_millis(10)),
+        )
+        .await;
+        // No cache: the redelivery fetches the page again, and is billed again.
+        let job = pages(&shop_urls(1), "budget: {max_usd: 0.003}\n");
+        let (id, slices) = rig.job(&job).await;
+        if lose_answer {
+            // Written, then the answer lost: the redelivery finds it written.
+            rig.store.lose_answers.store(1, Ordering::SeqCst);
+        } else {
+            rig.store.lose_outcomes.store(1, Ordering::SeqCst);
+        }
+        rig.publish(&id, &slices[0]).await;
+        rig.start();
+        wait_settled(&rig, &id).await;
+        rig.wait_for("the redelivery to be acked", |log| {
+            log.iter().any(|e| matches!(e, Seen::Acked(_, 2)))
+        })
+        .await;
+        rig.stop().await;
+
+        assert_eq!(rig.sim.stats().ok, 2, "lose_answer={lose_answer}");
+        assert_eq!(assert_ledger_matches_billing(&rig, &id).await, 2);
+        let counts = rig.store.counts(&id).await.unwrap();
+        assert_eq!(counts.upstream_calls, 2);
+        assert_eq!(counts.items_valid, 1);
+        assert_eq!(rig.store.items(&id).await.unwrap().len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_counts_the_billed_call_of_a_lost_outcome() {
+    let mut rig = Rig::new(
+        SimConfig::default(),
+        QueueConfig::default().with_max_deliver(4),
+        worker_config().with_nak_delay(Duration::from_millis(10)),
+    )
+    .await;
+    // Room for one fetch and a half: the lost attempt's fetch was billed, so the
+    // redelivery may not fetch again.
+    let job = pages(&shop_urls(1), "budget: {max_usd: 0.00225}\n");
+    let (id, slices) = rig.job(&job).await;
+    rig.store.lose_outcomes.store(1, Ordering::SeqCst);
+    rig.publish(&id, &slices[0]).await;
+    rig.start();
+    wait_settled(&rig, &id).await;
+    rig.stop().await;
+
+    assert_eq!(assert_ledger_matches_billing(&rig, &id).await, 1);
+    let failed = rig.store.failed_slices(&id, 10).await.unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].error.code, "budget_exhausted");
+    assert!(rig.store.items(&id).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_filled_by_a_lost_attempt_does_not_hide_its_billed_fetch() {
+    let mut rig = Rig::new(
+        SimConfig::default(),
+        QueueConfig::default().with_max_deliver(4),
+        worker_config().with_nak_delay(Duration::from_millis(10)),
+    )
+    .await;
+    // Cached: the first attempt's fetch fills the cache, the redelivery reads it.
+    let job = cached_pages(&shop_urls(1), "1h", "");
+    let (id, slices) = rig.job(&job).await;
+    rig.store.lose_outcomes.store(1, Ordering::SeqCst);
+    rig.publish(&id, &slices[0]).await;
+    rig.start();
+    wait_settled(&rig, &id).await;
+    rig.stop().await;
+
+    assert_eq!(rig.sim.stats().ok, 1);
+    assert_eq!(assert_ledger_matches_billing(&rig, &id).await, 1);
+    let counts = rig.store.counts(&id).await.unwrap();
+    assert_eq!((counts.items_valid, counts.cache_hits), (1, 1));
+    let trace = rig.store.trace_page(&id, None, 10).await.unwrap();
+    assert_eq!(trace.len(), 1);
+    assert!(trace[0].cache_hit, "the recorded attempt read the cache");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_kept_while_the_store_is_down_are_written_when_it_returns() {
+    let mut rig = Rig::new(
+        SimConfig::default(),
+        QueueConfig::default().with_max_deliver(10),
+        worker_config().with_nak_delay(Duration::from_millis(10)),
+    )
+    .await;
+    let job = pages(&shop_urls(1), "");
+    let (id, slices) = rig.job(&job).await;
+    rig.store.down.store(true, Ordering::SeqCst);
+    rig.publish(&id, &slices[0]).await;
+    rig.start();
+    // Two attempts fetched and could not write: their costs are kept.
+    rig.wait_for("two deliveries naked", |log| {
+        log.iter().filter(|e| matches!(e, Seen::Naked(..))).count() >= 2
+    })
+    .await;
+    assert!(rig.worker.unwritten_costs() >= 2);
+    assert_eq!(rig.store.spent(&id).await.unwrap(), Micros(0));
+    rig.store.down.store(false, Ordering::SeqCst);
+    wait_settled(&rig, &id).await;
+    rig.stop().await;
+
+    let billed = assert_ledger_matches_billing(&rig, &id).await;
+    assert!(billed >= 3, "{billed} billed calls");
+    assert_eq!(rig.store.items(&id).await.unwrap().len(), 1);
 }

@@ -528,14 +528,24 @@ impl SliceQueue for NatsQueue {
     }
 
     /// A round trip to the server within the request timeout.
+    /// A flush of the connection; when that fails, once more after the client
+    /// has had a request timeout to reconnect: after a server restart the first
+    /// flush may meet the old, dead connection while the server answers.
     async fn ping(&self) -> Result<(), PortError> {
         let link = self.link();
-        link.check_up()?;
-        match tokio::time::timeout(link.config.request_timeout, link.client.flush()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(unavailable("ping", e)),
-            Err(_) => Err(unavailable("ping", "timed out")),
+        let flush = || async {
+            link.check_up()?;
+            match tokio::time::timeout(link.config.request_timeout, link.client.flush()).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(unavailable("ping", e)),
+                Err(_) => Err(unavailable("ping", "timed out")),
+            }
+        };
+        if flush().await.is_ok() {
+            return Ok(());
         }
+        let _ = tokio::time::timeout(link.config.request_timeout, link.restored()).await;
+        flush().await
     }
 }
 

@@ -16,12 +16,17 @@
 //!    order (never a deadlock); a slice another transaction ended meanwhile drops
 //!    out when the lock is granted. `claim` then writes their status, error and
 //!    tallies.
-//! 2. items, rejections, trace steps, costs and audit rows are inserted only for claimed
-//!    slices, `ON CONFLICT DO NOTHING` on their (job, slice, seq) keys.
+//! 2. items, rejections, trace steps and audit rows are inserted only for claimed
+//!    slices, `ON CONFLICT DO NOTHING` on their (job, slice, seq) keys. Cost rows
+//!    are inserted for every slice that exists, claimed or not, on their (job,
+//!    slice, attempt, seq) keys: an attempt whose outcome comes second was billed
+//!    all the same (an unclaimed outcome's upstream calls are counted when it
+//!    brought new cost rows).
 //! 3. children of claimed slices are inserted the same way, sorted by id,
 //!    `RETURNING` the ids that were new.
-//! 4. the claimed slices' tallies and the new children are added to the jobs'
-//!    counters (`job_counters`, the batch's stripe), in job order.
+//! 4. the claimed slices' tallies, the new cost rows and the new children are
+//!    added to the jobs' counters (`job_counters`, the batch's stripe), in job
+//!    order: a job's counted cost is the sum of its rows in the ledger.
 //!
 //! The answer says which slices were claimed, which exist at all (else
 //! `NotFound`), and which children were new; each caller gets its own part. A batch
@@ -107,13 +112,18 @@ WITH input AS (
             latency_us, cost, at_ms, trace_id, span_id)
     WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
     ON CONFLICT DO NOTHING
+), known AS (
+    SELECT s.job_id, s.slice_id FROM slices s
+    JOIN input i ON s.job_id = i.job_id AND s.slice_id = i.slice_id
 ), new_costs AS (
-    INSERT INTO costs (job_id, slice_id, seq, product, amount)
-    SELECT t.job_id, t.slice_id, t.seq, t.product, t.amount
-    FROM UNNEST($38::text[], $39::text[], $40::bigint[], $41::text[], $42::bigint[])
-        AS t (job_id, slice_id, seq, product, amount)
-    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM claim)
+    INSERT INTO costs (job_id, slice_id, attempt, seq, product, amount)
+    SELECT t.job_id, t.slice_id, t.attempt, t.seq, t.product, t.amount
+    FROM UNNEST($38::text[], $39::text[], $64::text[], $40::bigint[], $41::text[],
+            $42::bigint[])
+        AS t (job_id, slice_id, attempt, seq, product, amount)
+    WHERE (t.job_id, t.slice_id) IN (SELECT job_id, slice_id FROM known)
     ON CONFLICT DO NOTHING
+    RETURNING job_id, slice_id, amount
 ), new_audit AS (
     INSERT INTO tool_audit (job_id, slice_id, seq, tool, args_digest, decision, reason,
         caller, latency_us, result_bytes, error, at_ms)
@@ -138,6 +148,19 @@ WITH input AS (
     RETURNING job_id, slice_id
 ), born AS (
     SELECT job_id, COUNT(*) AS n FROM new_children GROUP BY job_id
+), spent AS (
+    SELECT job_id, slice_id, SUM(amount) AS amount FROM new_costs GROUP BY job_id, slice_id
+), job_spent AS (
+    SELECT job_id, SUM(amount) AS amount FROM spent GROUP BY job_id
+), tally AS (
+    SELECT c.job_id, c.status, c.error_code, c.items_valid, c.items_rejected,
+        c.upstream_calls, c.cache_hits
+    FROM claim c
+    UNION ALL
+    SELECT i.job_id, NULL, NULL, 0, 0, i.upstream_calls, 0
+    FROM input i JOIN spent p ON p.job_id = i.job_id AND p.slice_id = i.slice_id
+    WHERE NOT EXISTS (
+        SELECT 1 FROM claim c WHERE c.job_id = i.job_id AND c.slice_id = i.slice_id)
 ), counted AS (
     INSERT INTO job_counters AS c (job_id, stripe, slices_total, slices_succeeded,
         slices_failed, budget_stops, items_valid, items_rejected, upstream_calls,
@@ -147,8 +170,9 @@ WITH input AS (
         COUNT(*) FILTER (WHERE t.status = 'failed'),
         COUNT(*) FILTER (WHERE t.status = 'failed' AND t.error_code = 'budget_exhausted'),
         SUM(t.items_valid), SUM(t.items_rejected), SUM(t.upstream_calls),
-        SUM(t.cache_hits), SUM(t.cost)
-    FROM claim t LEFT JOIN born b ON b.job_id = t.job_id
+        SUM(t.cache_hits), COALESCE(MAX(p.amount), 0)
+    FROM tally t LEFT JOIN born b ON b.job_id = t.job_id
+        LEFT JOIN job_spent p ON p.job_id = t.job_id
     GROUP BY t.job_id
     ORDER BY t.job_id
     ON CONFLICT (job_id, stripe) DO UPDATE SET
@@ -163,8 +187,7 @@ WITH input AS (
         cost = c.cost + EXCLUDED.cost
 )
 SELECT ARRAY(SELECT job_id || ' ' || slice_id FROM claim) AS claimed,
-    ARRAY(SELECT s.job_id || ' ' || s.slice_id FROM slices s
-        JOIN input i ON s.job_id = i.job_id AND s.slice_id = i.slice_id) AS known,
+    ARRAY(SELECT job_id || ' ' || slice_id FROM known) AS known,
     ARRAY(SELECT job_id || ' ' || slice_id FROM new_children) AS new_children";
 
 /// One outcome waiting to be written, and where its answer goes.
@@ -308,7 +331,7 @@ fn prepare<'a>(job: &JobId, slice: &SliceId, o: &'a SliceOutcome) -> Prepared<'a
         items: first_of_each(&o.items, |r| r.seq),
         rejections: first_of_each(&o.rejections, |r| r.seq),
         trace: first_of_each(&o.trace, |r| r.seq),
-        costs: first_of_each(&o.costs, |r| r.seq),
+        costs: first_of_each(&o.costs, |r| (&r.attempt, r.seq)),
         audit: first_of_each(&o.audit, |r| r.seq),
         children: first_of_each(&o.children, |c| &c.id),
     }
@@ -362,6 +385,7 @@ struct Columns {
     // costs
     c_job: Vec<String>,
     c_slice: Vec<String>,
+    c_attempt: Vec<String>,
     c_seq: Vec<i64>,
     c_product: Vec<String>,
     c_amount: Vec<i64>,
@@ -452,6 +476,7 @@ impl Columns {
         for c in &p.costs {
             self.c_job.push(j.into());
             self.c_slice.push(s.into());
+            self.c_attempt.push(text(&c.attempt).into_owned());
             self.c_seq.push(i64::from(c.seq));
             self.c_product.push(text(&c.product).into_owned());
             self.c_amount.push(c.amount.0);
@@ -493,11 +518,7 @@ async fn write_batch(
         .iter()
         .map(|p| prepare(&p.job, &p.slice, &p.outcome))
         .collect();
-    // The counter row this batch adds to: batches take the stripes in turn, from
-    // a place that differs between processes.
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let turn = NEXT.fetch_add(1, Ordering::Relaxed) + std::process::id() as usize;
-    let stripe = i16::try_from(turn % STRIPES).unwrap_or(0);
+    let stripe = stripe();
     let mut c = Columns::default();
     for (p, pr) in batch.iter().zip(&prepared) {
         c.add(&p.job, &p.slice, &p.outcome, pr)?;
@@ -566,6 +587,7 @@ async fn write_batch(
         .bind(&c.t_trace)
         .bind(&c.t_span)
         .bind(stripe)
+        .bind(&c.c_attempt)
         .fetch_one(pool)
         .await
         .port()?;
@@ -634,11 +656,17 @@ WITH live AS (
     WHERE EXISTS (SELECT 1 FROM live)
     ON CONFLICT DO NOTHING
 ), new_costs AS (
-    INSERT INTO costs (job_id, slice_id, seq, product, amount)
-    SELECT $1, $2, t.seq, t.product, t.amount
-    FROM UNNEST($17::bigint[], $18::text[], $19::bigint[]) AS t (seq, product, amount)
+    INSERT INTO costs (job_id, slice_id, attempt, seq, product, amount)
+    SELECT $1, $2, t.attempt, t.seq, t.product, t.amount
+    FROM UNNEST($30::text[], $17::bigint[], $18::text[], $19::bigint[])
+        AS t (attempt, seq, product, amount)
     WHERE EXISTS (SELECT 1 FROM live)
     ON CONFLICT DO NOTHING
+    RETURNING amount
+), counted AS (
+    INSERT INTO job_counters AS c (job_id, stripe, cost)
+    SELECT $1, $31, SUM(amount) FROM new_costs HAVING COUNT(*) > 0
+    ON CONFLICT (job_id, stripe) DO UPDATE SET cost = c.cost + EXCLUDED.cost
 ), new_audit AS (
     INSERT INTO tool_audit (job_id, slice_id, seq, tool, args_digest, decision, reason,
         caller, latency_us, result_bytes, error, at_ms)
@@ -703,10 +731,73 @@ pub(super) async fn save_progress(
         .bind(&c.a_bytes)
         .bind(&c.a_error)
         .bind(&c.a_at)
+        .bind(&c.c_attempt)
+        .bind(stripe())
         .execute(pool)
         .await
         .port()?;
     Ok(())
+}
+
+/// `Store::record_costs`: the rows of one attempt and the job's counters, in
+/// one statement.
+const COSTS: &str = "\
+WITH known AS (
+    SELECT 1 FROM slices WHERE job_id = $1 AND slice_id = $2
+), new_costs AS (
+    INSERT INTO costs (job_id, slice_id, attempt, seq, product, amount)
+    SELECT $1, $2, t.attempt, t.seq, t.product, t.amount
+    FROM UNNEST($3::text[], $4::bigint[], $5::text[], $6::bigint[])
+        AS t (attempt, seq, product, amount)
+    WHERE EXISTS (SELECT 1 FROM known)
+    ON CONFLICT DO NOTHING
+    RETURNING amount
+), counted AS (
+    INSERT INTO job_counters AS c (job_id, stripe, upstream_calls, cost)
+    SELECT $1, $7, $8, SUM(amount) FROM new_costs HAVING COUNT(*) > 0
+    ON CONFLICT (job_id, stripe) DO UPDATE SET
+        upstream_calls = c.upstream_calls + EXCLUDED.upstream_calls,
+        cost = c.cost + EXCLUDED.cost
+)
+SELECT EXISTS (SELECT 1 FROM known) AS known, (SELECT COUNT(*) FROM new_costs) AS new";
+
+pub(super) async fn record_costs(
+    pool: &PgPool,
+    job: &JobId,
+    slice: &SliceId,
+    costs: &[trawl_core::model::CostEntry],
+    calls: u64,
+) -> Result<u64, PortError> {
+    let rows = SliceOutcome {
+        costs: costs.to_vec(),
+        ..SliceOutcome::default()
+    };
+    let mut c = Columns::default();
+    c.add(job, slice, &rows, &prepare(job, slice, &rows))?;
+    let row = sqlx::query(COSTS)
+        .bind(job.as_str())
+        .bind(slice.as_str())
+        .bind(&c.c_attempt)
+        .bind(&c.c_seq)
+        .bind(&c.c_product)
+        .bind(&c.c_amount)
+        .bind(stripe())
+        .bind(to_i64(calls))
+        .fetch_one(pool)
+        .await
+        .port()?;
+    if !get::<bool>(&row, "known")? {
+        return Err(PortError::NotFound(format!("slice {slice} of job {job}")));
+    }
+    Ok(u64::try_from(get::<i64>(&row, "new")?).unwrap_or(0))
+}
+
+/// The counter row (`job_counters`) a statement adds to: statements take the
+/// stripes in turn, from a place that differs between processes.
+fn stripe() -> i16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let turn = NEXT.fetch_add(1, Ordering::Relaxed) + std::process::id() as usize;
+    i16::try_from(turn % STRIPES).unwrap_or(0)
 }
 
 /// `Store::progress`: the slice's stored rows and last state, in one transaction.
@@ -728,7 +819,7 @@ pub(super) async fn progress(
     .await
     .port()?;
     let costs = sqlx::query(
-        "SELECT slice_id, seq, product, amount FROM costs \
+        "SELECT slice_id, attempt, seq, product, amount FROM costs \
          WHERE job_id = $1 AND slice_id = $2 ORDER BY seq",
     )
     .bind(j)

@@ -21,7 +21,7 @@ use std::sync::{Arc, PoisonError};
 use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
-use trawl_core::model::{JobId, Progress, SliceId, SliceOutcome, SliceSpec, now_ms};
+use trawl_core::model::{CostEntry, JobId, Progress, SliceId, SliceOutcome, SliceSpec, now_ms};
 use trawl_core::ports::{PortError, Recorded};
 
 use super::rows::{
@@ -139,6 +139,8 @@ async fn write_batch(
     // write, in this batch or an earlier one, writes nothing.
     let mut answers = Vec::with_capacity(batch.len());
     let mut claimed: Vec<&Pending> = Vec::with_capacity(batch.len());
+    // Outcomes of slices that ended already: only their costs are written.
+    let mut late: Vec<&Pending> = Vec::new();
     for p in batch {
         let error = p.outcome.error.as_ref();
         let moved = sqlx::query(
@@ -172,6 +174,7 @@ async fn write_batch(
         answers.push(match exists {
             Some(_) => {
                 tracing::debug!(job_id = %p.job, slice_id = %p.slice, "slice already terminal; outcome not written");
+                late.push(p);
                 Ok(Recorded::default())
             }
             None => Err(PortError::NotFound(format!(
@@ -210,6 +213,18 @@ async fn write_batch(
     insert_rejections(&mut tx, &rows(&claimed, |o| &o.rejections)).await?;
     insert_trace_steps(&mut tx, &rows(&claimed, |o| &o.trace)).await?;
     insert_costs(&mut tx, &rows(&claimed, |o| &o.costs)).await?;
+    for p in late {
+        let costs: Vec<Owned<'_, _>> = p
+            .outcome
+            .costs
+            .iter()
+            .map(|c| (&p.job, &p.slice, c))
+            .collect();
+        let calls = p.outcome.trace.iter().filter(|t| !t.cache_hit).count() as u64;
+        if insert_costs(&mut tx, &costs).await? > 0 {
+            count_calls(&mut tx, &p.job, calls).await?;
+        }
+    }
     let audit: Vec<_> = rows(&claimed, |o| &o.audit)
         .into_iter()
         .map(|(job, slice, a)| (Some(job), Some(slice), a))
@@ -243,6 +258,52 @@ async fn write_batch(
             .collect();
     }
     Ok(answers)
+}
+
+/// Adds upstream calls of an attempt whose trace is not stored (its outcome was
+/// not the slice's) to the job's count.
+async fn count_calls(
+    conn: &mut SqliteConnection,
+    job: &JobId,
+    calls: u64,
+) -> Result<(), PortError> {
+    if calls == 0 {
+        return Ok(());
+    }
+    sqlx::query("UPDATE job_counts SET upstream_calls = upstream_calls + ? WHERE job_id = ?")
+        .bind(i64::try_from(calls).unwrap_or(i64::MAX))
+        .bind(job.as_str())
+        .execute(&mut *conn)
+        .await
+        .port()?;
+    Ok(())
+}
+
+/// `Store::record_costs`: the rows of one attempt, in one transaction.
+pub(super) async fn record_costs(
+    conn: &mut SqliteConnection,
+    job: &JobId,
+    slice: &SliceId,
+    costs: &[CostEntry],
+    calls: u64,
+) -> Result<u64, PortError> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+    let known = sqlx::query("SELECT 1 FROM slices WHERE job_id = ? AND slice_id = ?")
+        .bind(job.as_str())
+        .bind(slice.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .port()?;
+    if known.is_none() {
+        return Err(PortError::NotFound(format!("slice {slice} of job {job}")));
+    }
+    let rows: Vec<Owned<'_, _>> = costs.iter().map(|c| (job, slice, c)).collect();
+    let new = insert_costs(&mut tx, &rows).await?;
+    if new > 0 {
+        count_calls(&mut tx, job, calls).await?;
+    }
+    tx.commit().await.port()?;
+    Ok(new)
 }
 
 /// `Store::save_progress`: the rows and the state, in one transaction, only while
@@ -310,7 +371,7 @@ pub(super) async fn progress(
     .await
     .port()?;
     let costs = sqlx::query(
-        "SELECT slice_id, seq, product, amount FROM costs \
+        "SELECT slice_id, attempt, seq, product, amount FROM costs \
          WHERE job_id = ? AND slice_id = ? ORDER BY seq",
     )
     .bind(j)

@@ -116,9 +116,9 @@ const AUDIT: Insert = Insert {
 };
 
 const COSTS: Insert = Insert {
-    head: "INSERT INTO costs (job_id, slice_id, seq, product, amount)",
-    row: "(?, ?, ?, ?, ?)",
-    params: 5,
+    head: "INSERT INTO costs (job_id, slice_id, attempt, seq, product, amount)",
+    row: "(?, ?, ?, ?, ?, ?)",
+    params: 6,
     tail: SKIP,
 };
 
@@ -289,21 +289,25 @@ pub(super) async fn insert_audit(
     Ok(())
 }
 
+/// Inserts cost rows; a row whose (job, slice, attempt, seq) is stored already
+/// is kept as it is. Returns how many rows were new.
 pub(super) async fn insert_costs(
     conn: &mut SqliteConnection,
     rows: &[Owned<'_, CostEntry>],
-) -> Result<(), PortError> {
+) -> Result<u64, PortError> {
     let statements = COSTS.statements(rows, |q, (job, slice, c)| {
         Ok(q.bind(job.as_str())
             .bind(slice.as_str())
+            .bind(c.attempt.as_str())
             .bind(c.seq)
             .bind(c.product.as_str())
             .bind(c.amount.0))
     });
+    let mut new = 0;
     for q in statements {
-        q?.execute(&mut *conn).await.port()?;
+        new += q?.execute(&mut *conn).await.port()?.rows_affected();
     }
-    Ok(())
+    Ok(new)
 }
 
 // ---------------------------------------------------------------------------
