@@ -13,6 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -85,6 +86,10 @@ fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
 struct Counting {
     inner: EmbeddedQueue,
     published: Mutex<Vec<SliceMessage>>,
+    /// Reads of dead letters so far, and how many more are to fail (a queue
+    /// that is away).
+    dead_reads: AtomicU32,
+    dead_fail: AtomicU32,
 }
 
 #[async_trait]
@@ -97,6 +102,16 @@ impl SliceQueue for Counting {
         self.inner.pull().await
     }
     async fn dead_letter(&self) -> Result<DeadLetter, PortError> {
+        self.dead_reads.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .dead_fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if failing {
+            return Err(PortError::Unavailable(
+                "NATS connection is down (test)".into(),
+            ));
+        }
         self.inner.dead_letter().await
     }
     async fn lag(&self) -> Result<u64, PortError> {
@@ -276,6 +291,8 @@ impl Sys {
         let queue = Arc::new(Counting {
             inner: EmbeddedQueue::new(queue),
             published: Mutex::new(Vec::new()),
+            dead_reads: AtomicU32::new(0),
+            dead_fail: AtomicU32::new(0),
         });
         let (events, inbox) = InProcessEvents::channel();
         let (outbox, emitted) = InProcessEvents::channel();
@@ -843,4 +860,26 @@ async fn a_pass_deletes_ended_jobs_past_their_retention_and_nothing_else() {
     );
     assert_eq!(sys.job(&running).await.status, JobStatus::Running);
     assert_eq!(sys.store.open_slices(&running).await.unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_cannot_be_asked_for_dead_letters_is_not_a_dead_letter_lost() {
+    let logs = trawl_telemetry::testing::CapturedLogs::install();
+    let mut sys = Sys::with_reconcile_every(OFTEN).await;
+    sys.queue.dead_fail.store(3, Ordering::SeqCst);
+    sys.start();
+    let until = Instant::now() + DEADLINE;
+    while sys.queue.dead_reads.load(Ordering::SeqCst) < 4 {
+        assert!(Instant::now() < until, "dead letters were not read again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sys.stop().await;
+    // Three failed reads said so; none claims a dead letter went unrecorded.
+    let said = logs.lines_with(&["dead letters not read; asking again later"]);
+    assert!(said.len() >= 3, "{}", logs.text());
+    assert!(
+        logs.lines_with(&["dead letter not recorded"]).is_empty(),
+        "{}",
+        logs.text()
+    );
 }

@@ -11,6 +11,7 @@
 //!   message headers, and the trace id of the current span, so one job is one
 //!   trace across the API, the scheduler and the workers.
 //! - [`metrics`](crate::names): the metric names every role records under.
+//! - `testing` (feature `testing`): every logged line captured, for tests.
 //!
 //! Jobs are sampled whole: the API's span of a submission is sampled with the
 //! probability `OTEL_TRACES_SAMPLER_ARG` (by trace id, so by job) unless its
@@ -28,6 +29,8 @@
 pub mod http;
 pub mod names;
 pub mod propagation;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::sync::OnceLock;
 use std::time::Duration;

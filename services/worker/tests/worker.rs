@@ -36,6 +36,7 @@ use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, QueueConfig};
 use trawl_sim::{DOWN_HOST_SUFFIX, SimConfig, SimHandle};
 use trawl_store::SqliteStore;
+use trawl_telemetry::testing::CapturedLogs;
 use trawl_tools::ToolLayer;
 use trawl_worker::{Worker, WorkerConfig};
 
@@ -148,14 +149,19 @@ impl Acker for RecordingAcker {
     }
 }
 
-/// `slice.finished` events, into the same log.
+/// `slice.finished` events, into the same log; the next `fail` of them are
+/// refused, as by a queue that is away.
 struct RecordingEvents {
     log: Log,
+    fail: Arc<AtomicU32>,
 }
 
 #[async_trait]
 impl Events for RecordingEvents {
     async fn emit(&self, ev: Event) -> Result<(), PortError> {
+        if take_one(&self.fail) {
+            return Err(PortError::Unavailable("no responders (test)".into()));
+        }
         if let Event::SliceFinished(f) = ev {
             self.log
                 .lock()
@@ -339,6 +345,8 @@ struct Rig {
     store: Arc<Faulty>,
     queue: Arc<Recording>,
     log: Log,
+    /// `slice.finished` events to refuse.
+    events_fail: Arc<AtomicU32>,
     worker: Arc<Worker>,
     cancel: CancellationToken,
     task: Option<JoinHandle<()>>,
@@ -369,7 +377,11 @@ impl Rig {
             inner: EmbeddedQueue::new(queue),
             log: log.clone(),
         });
-        let events = Arc::new(RecordingEvents { log: log.clone() });
+        let events_fail = Arc::new(AtomicU32::new(0));
+        let events = Arc::new(RecordingEvents {
+            log: log.clone(),
+            fail: events_fail.clone(),
+        });
         let worker = Arc::new(Worker::new(
             queue.clone(),
             store.clone(),
@@ -382,6 +394,7 @@ impl Rig {
             store,
             queue,
             log,
+            events_fail,
             worker,
             cancel: CancellationToken::new(),
             task: None,
@@ -899,4 +912,63 @@ async fn costs_kept_while_the_store_is_down_are_written_when_it_returns() {
     let billed = assert_ledger_matches_billing(&rig, &id).await;
     assert!(billed >= 3, "{billed} billed calls");
     assert_eq!(rig.store.items(&id).await.unwrap().len(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// What the worker says under faults
+
+/// The captured line that mentions `slice` and says `what`.
+fn line_about(logs: &CapturedLogs, slice: &SliceId, what: &str) -> String {
+    logs.lines_with(&[slice.as_str(), what])
+        .pop()
+        .unwrap_or_else(|| panic!("no line saying {what:?} about {slice}:\n{}", logs.text()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_name_the_job_the_slice_and_the_step_that_failed() {
+    let logs = CapturedLogs::install();
+    let mut rig = Rig::new(
+        SimConfig::default(),
+        QueueConfig::default().with_max_deliver(4),
+        worker_config().with_nak_delay(Duration::from_millis(10)),
+    )
+    .await;
+    let (id, slices) = rig.job(&pages(&shop_urls(2), "")).await;
+    let (lost, unannounced) = (slices[0].id.clone(), slices[1].id.clone());
+    // The first slice's outcome is not written; the second's is written, but its
+    // slice.finished cannot be emitted.
+    rig.store.lose_outcomes.store(1, Ordering::SeqCst);
+    rig.publish(&id, &slices[0]).await;
+    rig.start();
+    rig.wait_for("the first slice redelivered and acked", |log| {
+        log.contains(&Seen::Acked(lost.clone(), 2))
+    })
+    .await;
+    rig.events_fail.store(1, Ordering::SeqCst);
+    rig.publish(&id, &slices[1]).await;
+    rig.wait_for("the second slice redelivered and acked", |log| {
+        log.contains(&Seen::Acked(unannounced.clone(), 2))
+    })
+    .await;
+    rig.stop().await;
+
+    let line = line_about(&logs, &lost, "delivering again later");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(
+        line.contains("slice not recorded; delivering again later"),
+        "{line}"
+    );
+    assert!(line.contains(&format!("job_id={id}")), "{line}");
+    assert!(line.contains("step=\"write outcome\""), "{line}");
+
+    let line = line_about(&logs, &unannounced, "delivering again later");
+    assert!(
+        line.contains("slice recorded but not announced; delivering again later"),
+        "{line}"
+    );
+    assert!(!line.contains("not recorded"), "{line}");
+    assert!(line.contains(&format!("job_id={id}")), "{line}");
+    assert!(line.contains("step=\"emit slice.finished\""), "{line}");
+    // Each slice's items once.
+    assert_eq!(rig.store.items(&id).await.unwrap().len(), 2);
 }
