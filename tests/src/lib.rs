@@ -115,11 +115,18 @@ pub async fn wait_for_port(port: u16, within: Duration) {
 pub struct Database {
     pub name: String,
     pub url: String,
+    /// The server's admin URL, to drop it.
+    admin: String,
 }
 
 impl Database {
     pub async fn create() -> Database {
-        let admin = postgres_admin_url();
+        Database::create_on(&postgres_admin_url()).await
+    }
+
+    /// A fresh database on the server of `admin` (a URL of a database there).
+    pub async fn create_on(admin: &str) -> Database {
+        let admin = admin.to_owned();
         let name = unique("trawl_e2e");
         let mut conn = PgConnection::connect(&admin)
             .await
@@ -131,6 +138,7 @@ impl Database {
         Database {
             url: format!("{base}/{name}"),
             name,
+            admin,
         }
     }
 }
@@ -138,7 +146,7 @@ impl Database {
 impl Drop for Database {
     fn drop(&mut self) {
         // Drop has no runtime of its own: a short-lived one closes the database.
-        let (admin, name) = (postgres_admin_url(), self.name.clone());
+        let (admin, name) = (self.admin.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -209,6 +217,14 @@ impl NatsServer {
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             terminate(&c);
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILL: it gets no chance to flush or close anything.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
             let _ = c.wait();
         }
     }
@@ -298,6 +314,13 @@ impl PostgresServer {
             .expect("postgres starts");
         self.child = Some(child);
         wait_for_port(self.port, Duration::from_secs(30)).await;
+        // Listening is not answering: after a crash it recovers first ("the
+        // database system is starting up").
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while PgConnection::connect(&self.url("postgres")).await.is_err() {
+            assert!(Instant::now() < deadline, "postgres does not answer");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// An immediate shutdown (SIGQUIT): every connection cut, no checkpoint,
@@ -545,9 +568,20 @@ impl Deployment {
     }
 
     pub async fn on(bin: &str, sim: SimConfig, nats_url: String, redis_url: String) -> Deployment {
+        Deployment::on_servers(bin, sim, &postgres_admin_url(), nats_url, redis_url).await
+    }
+
+    /// A deployment whose database is on the Postgres server of `postgres_admin`.
+    pub async fn on_servers(
+        bin: &str,
+        sim: SimConfig,
+        postgres_admin: &str,
+        nats_url: String,
+        redis_url: String,
+    ) -> Deployment {
         Deployment {
             bin: PathBuf::from(bin),
-            db: Database::create().await,
+            db: Database::create_on(postgres_admin).await,
             nats_url,
             nats_prefix: unique("e2e"),
             redis_url,
@@ -684,8 +718,10 @@ impl Api {
             .send()
             .await
             .unwrap();
-        assert_eq!(resp.status(), 200);
-        resp.json().await.unwrap()
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(status, 200, "GET /v1/jobs/{id}: {body}");
+        body
     }
 
     /// Polls the job until `done` says so, or panics after `within` with `why()`.

@@ -377,6 +377,19 @@ pub(crate) struct Link {
     pub(crate) names: Arc<Names>,
 }
 
+/// The wait before reconnect attempt `attempts`: none for the first, then
+/// doubling from 50 ms up to [`RECONNECT_MAX`].
+fn reconnect_delay(attempts: usize) -> Duration {
+    if attempts <= 1 {
+        return Duration::ZERO;
+    }
+    let doubled = 50u64 << attempts.min(8);
+    Duration::from_millis(doubled).min(RECONNECT_MAX)
+}
+
+/// The longest wait between reconnect attempts.
+const RECONNECT_MAX: Duration = Duration::from_millis(500);
+
 impl Link {
     /// `Unavailable` at once while the connection is down, instead of buffering
     /// a request that can only time out.
@@ -444,6 +457,10 @@ impl Nats {
             .name("trawl")
             .connection_timeout(config.request_timeout)
             .request_timeout(Some(config.request_timeout))
+            // At most half a second between attempts (the client's default
+            // grows to 4 s): a server back from an outage is in use again,
+            // and the roles ready, within a probe's time.
+            .reconnect_delay_callback(reconnect_delay)
             .event_callback(move |event| {
                 let up = Arc::clone(&events_up);
                 async move {

@@ -165,6 +165,9 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
     ),
 ];
 
+/// A pooled connection idle this long is pinged before it is used.
+const PING_IF_IDLE: Duration = Duration::from_millis(50);
+
 /// A job's counts: the sum of its counter rows (at most one per stripe), whatever
 /// the job's size; no row of `slices` is read. No row: the job is unknown.
 pub(crate) const COUNTS: &str = "\
@@ -289,10 +292,21 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(CONNECT_TIMEOUT)
-            // No ping before each use: it is a round trip per call. A connection
-            // that broke while idle fails the one call that takes it (unavailable,
-            // so the caller tries again) and is replaced.
+            // No ping before each use: it is a round trip per call. Only a
+            // connection idle for a while is pinged first: one that broke while
+            // idle (the database restarted) is replaced then, instead of failing
+            // the first request after the restart. Busy connections are never
+            // idle that long, so a loaded pool pays nothing.
             .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE {
+                        use sqlx::Connection as _;
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|e| cannot_connect(url, e))?;

@@ -529,13 +529,18 @@ impl SliceQueue for NatsQueue {
 
     /// A round trip to the server within the request timeout.
     /// A flush of the connection; when that fails, once more after the client
-    /// has had a request timeout to reconnect: after a server restart the first
-    /// flush may meet the old, dead connection while the server answers.
+    /// has had a moment to reconnect (it tries at least every half second):
+    /// after a server restart the first flush may meet the old, dead
+    /// connection while the server answers. Within 2 s in all, a probe's time.
     async fn ping(&self) -> Result<(), PortError> {
+        const FLUSH: Duration = Duration::from_millis(500);
+        const RECONNECT: Duration = Duration::from_millis(750);
         let link = self.link();
         let flush = || async {
             link.check_up()?;
-            match tokio::time::timeout(link.config.request_timeout, link.client.flush()).await {
+            match tokio::time::timeout(FLUSH.min(link.config.request_timeout), link.client.flush())
+                .await
+            {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(unavailable("ping", e)),
                 Err(_) => Err(unavailable("ping", "timed out")),
@@ -544,7 +549,7 @@ impl SliceQueue for NatsQueue {
         if flush().await.is_ok() {
             return Ok(());
         }
-        let _ = tokio::time::timeout(link.config.request_timeout, link.restored()).await;
+        let _ = tokio::time::timeout(RECONNECT, link.restored()).await;
         flush().await
     }
 }
