@@ -14,8 +14,12 @@
 //! | `redis_down` | Redis stopped for the outage, started again |
 //! | `postgres_restarted` | an immediate stop of Postgres, started again at once |
 //! | `postgres_down` | Postgres stopped (immediate) for the outage, started again |
-//! | `upstream_faults` | the simulator answers 429, 502 and not at all, throughout |
+//! | `upstream_faults` | the simulator answers 429, 502 and not at all, more often |
 //!
+//! In every scenario the simulator also answers a few requests with 429, 502 or
+//! not at all, and the job's pages are cached: a slice delivered again after a
+//! fault may find its page in the cache, filled by the attempt whose outcome was
+//! lost, and takes over the single-flight lock of a worker that was killed.
 //! Each checks: the job ends `succeeded`; every page is one item or one
 //! rejection, none twice; no slice is open; the ledger (the cost rows in
 //! Postgres, and the job's `cost_micros`) equals what the simulator billed (its
@@ -68,14 +72,14 @@ fn outage() -> Duration {
         .unwrap_or(Duration::from_secs(5))
 }
 
-/// A job of `n` distinct pages (US), no cache: every page is fetched upstream.
+/// A job of `n` distinct pages (US), cached: each page is fetched upstream once
+/// unless an attempt is lost.
 fn job_yaml(name: &str, n: usize) -> String {
     let urls: Vec<String> = (0..n)
         .map(|i| format!("\"https://shop.example/p/{name}-{i}\""))
         .collect();
     format!(
-        "name: {name}\npages:\n  urls: [{}]\n  geos: [us]\n{EXTRACT}cache: {{max_age: 0}}\n\
-         retries: {{max_attempts: 4}}\n",
+        "name: {name}\npages:\n  urls: [{}]\n  geos: [us]\n{EXTRACT}retries: {{max_attempts: 4}}\n",
         urls.join(", ")
     )
 }
@@ -265,9 +269,12 @@ async fn scenario(name: &str, sim: SimConfig, fault: impl AsyncFnOnce(&mut Stack
     scenario_with(name, sim, 0, fault).await;
 }
 
-/// The simulator of every scenario: slow enough that a fault lands mid-job.
+/// The simulator of every scenario: slow enough that a fault lands mid-job,
+/// and failing now and then, as an upstream does.
 fn sim() -> SimConfig {
-    SimConfig::default().with_latency(Duration::from_millis(100))
+    SimConfig::default()
+        .with_latency(Duration::from_millis(100))
+        .with_faults(Faults::parse("429=0.01,502=0.01,timeout=0.005").unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
