@@ -299,8 +299,10 @@ impl SpecFormat {
         }
     }
 
-    /// The document in a body, then the spec in the document.
+    /// The document in a body, then the spec in the document. A UTF-8
+    /// byte-order mark at the start is skipped.
     fn read(self, body: &[u8]) -> Result<JobSpec, ApiError> {
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
         let doc: Value = match self {
             SpecFormat::Json => serde_json::from_slice(body)
                 .map_err(|e| ApiError::MalformedBody(format!("not a JSON document: {e}")))?,
