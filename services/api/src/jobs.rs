@@ -314,10 +314,16 @@ impl SpecFormat {
 }
 
 /// The longest `Idempotency-Key` accepted.
-const MAX_IDEMPOTENCY_KEY: usize = 255;
+pub(crate) const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-/// The request's `Idempotency-Key`, scoped to its caller. The draft makes the value
-/// a Structured Fields string (`"…"`); a bare value is taken as it is.
+/// What an `Idempotency-Key` is: visible ASCII characters (1 to
+/// [`MAX_IDEMPOTENCY_KEY`] of them), as the OpenAPI document says.
+pub(crate) const IDEMPOTENCY_KEY_PATTERN: &str = r"^[\x21-\x7E]+$";
+
+/// The request's `Idempotency-Key`, scoped to its caller: 1 to
+/// [`MAX_IDEMPOTENCY_KEY`] visible ASCII characters. The draft makes the value a
+/// Structured Fields string (`"…"`), whose quotes are not part of the key; a
+/// bare value is taken as it is.
 fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
     let Some(value) = values.next() else {
@@ -331,17 +337,19 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
     if values.next().is_some() {
         return Err(bad());
     }
-    let raw = value.to_str().map_err(|_| bad())?.trim();
-    let key = raw
-        .strip_prefix('"')
-        .and_then(|r| r.strip_suffix('"'))
-        .unwrap_or(raw);
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY
-        || !key.bytes().all(|b| (0x20..0x7f).contains(&b))
+    let raw = value.as_bytes();
+    if raw.is_empty()
+        || raw.len() > MAX_IDEMPOTENCY_KEY
+        || !raw.iter().all(|b| (0x21..=0x7e).contains(b))
     {
         return Err(bad());
     }
+    let raw = value.to_str().map_err(|_| bad())?;
+    let key = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .filter(|k| !k.is_empty())
+        .unwrap_or(raw);
     Ok(Some(format!("{}/{key}", caller.label)))
 }
 
@@ -589,14 +597,24 @@ mod tests {
             scopes: None,
             admin: false,
         };
+        let (k255, k256) = ("x".repeat(255), "x".repeat(256));
         let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
         assert_eq!(
             key("\"8e03978e-40d5\"").unwrap().as_deref(),
             Some("key-0123abcd/8e03978e-40d5")
         );
         assert_eq!(key("abc").unwrap().as_deref(), Some("key-0123abcd/abc"));
-        assert!(key("\"\"").is_err());
-        assert!(key(&"x".repeat(256)).is_err());
+        // Two quotes are a key of two characters, not an empty one.
+        assert_eq!(key("\"\"").unwrap().as_deref(), Some("key-0123abcd/\"\""));
+        assert!(key(&k255).is_ok());
+        assert!(key(&k256).is_err());
+        assert!(key("a b").is_err(), "a space is not visible");
+        assert!(key("caf\u{e9}").is_err());
+        let pattern = regex::Regex::new(IDEMPOTENCY_KEY_PATTERN).unwrap();
+        for k in ["abc", "\"q\"", "\"\"", "~!", "a b", "\t", "x\u{7f}"] {
+            let ok = HeaderValue::from_str(k).is_ok_and(|_| key(k).is_ok());
+            assert_eq!(pattern.is_match(k), ok, "{k:?}");
+        }
         assert_eq!(idempotency_key(&HeaderMap::new(), &caller).unwrap(), None);
     }
 

@@ -27,14 +27,14 @@ use crate::state::{ApiState, Caller};
 
 /// Rows per page when the client does not say.
 pub const DEFAULT_LIMIT: u32 = 100;
-/// The most rows a page holds; a larger `limit` is lowered to this.
+/// The most rows a page holds; a larger `limit` is refused.
 pub const MAX_LIMIT: u32 = 1000;
 
 /// Which page to read.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
-    /// Rows per page: 1 to 1000, default 100 (more is read as 1000).
+    /// Rows per page: 1 to 1000, default 100.
     pub limit: Option<u32>,
     /// Where to resume: the `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -44,10 +44,10 @@ impl PageQuery {
     fn limit(&self) -> Result<u32, ApiError> {
         match self.limit {
             None => Ok(DEFAULT_LIMIT),
-            Some(0) => Err(ApiError::BadRequest(format!(
+            Some(n @ 1..=MAX_LIMIT) => Ok(n),
+            Some(_) => Err(ApiError::BadRequest(format!(
                 "limit must be from 1 to {MAX_LIMIT}"
             ))),
-            Some(n) => Ok(n.min(MAX_LIMIT)),
         }
     }
 }
@@ -425,7 +425,8 @@ mod tests {
             cursor: None,
         };
         assert_eq!(q(None).limit().unwrap(), DEFAULT_LIMIT);
-        assert_eq!(q(Some(5000)).limit().unwrap(), MAX_LIMIT);
+        assert_eq!(q(Some(MAX_LIMIT)).limit().unwrap(), MAX_LIMIT);
+        assert!(q(Some(MAX_LIMIT + 1)).limit().is_err());
         assert!(q(Some(0)).limit().is_err());
     }
 }
