@@ -176,6 +176,7 @@ fn limit_parameter(param: &mut Value) {
     let schema = match param["name"].as_str() {
         Some("limit") => json!({"type": "integer", "minimum": 1, "maximum": rows::MAX_LIMIT,
                                 "default": rows::DEFAULT_LIMIT}),
+        Some("cursor") => json!({"type": "string", "pattern": rows::CURSOR_PATTERN}),
         Some("Idempotency-Key") => json!({"type": "string", "minLength": 1,
             "maxLength": jobs::MAX_IDEMPOTENCY_KEY, "pattern": jobs::IDEMPOTENCY_KEY_PATTERN}),
         _ => return,

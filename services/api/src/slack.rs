@@ -274,6 +274,12 @@ pub(crate) async fn interactions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
+    // An unsigned request is refused as such, configured or not.
+    for name in [SLACK_TIMESTAMP, SLACK_SIGNATURE] {
+        if headers.get(name).is_none_or(|v| v.is_empty()) {
+            return Err(ApiError::BadSignature(format!("no {name} header")));
+        }
+    }
     let Some(slack) = state.slack.clone() else {
         return Err(ApiError::NotFound(
             "Slack integration: TRAWL_SLACK_SIGNING_SECRET is not set".to_owned(),
