@@ -22,7 +22,7 @@ use tracing::{instrument, warn};
 use trawl_core::cost::Micros;
 use trawl_core::model::{JobCounts, JobId, JobStatus};
 use trawl_core::ports::{Idempotency, JobRecord, PortError, Store};
-use trawl_core::spec::JobSpec;
+use trawl_core::spec::{JobSpec, read_yaml};
 use trawl_scheduler::{Submission, SubmitError};
 use utoipa::ToSchema;
 
@@ -306,7 +306,7 @@ impl SpecFormat {
         let doc: Value = match self {
             SpecFormat::Json => serde_json::from_slice(body)
                 .map_err(|e| ApiError::MalformedBody(format!("not a JSON document: {e}")))?,
-            SpecFormat::Yaml => serde_yaml_ng::from_slice(body)
+            SpecFormat::Yaml => read_yaml(body)
                 .map_err(|e| ApiError::MalformedBody(format!("not a YAML document: {e}")))?,
         };
         JobSpec::from_value(doc).map_err(ApiError::InvalidSpec)
@@ -616,6 +616,32 @@ mod tests {
             assert_eq!(pattern.is_match(k), ok, "{k:?}");
         }
         assert_eq!(idempotency_key(&HeaderMap::new(), &caller).unwrap(), None);
+    }
+
+    /// Schemathesis's ST202: a YAML body with an integer beyond 64 bits was a
+    /// 400 `malformed-body`; it is read as JSON reads it (a float), so the spec
+    /// is judged by the checker, the same in either format.
+    #[test]
+    fn integers_beyond_64_bits_are_read_alike_in_yaml_and_json() {
+        let spec = |schema: &str, follow_top: &str| {
+            format!(
+                r#"{{"name": "x", "searches": {{"queries": ["q"], "geos": ["us"], "follow_top": {follow_top}}},
+                    "extract": {{"fields": {{"t": {{"css": "h1"}}}}}}, "schema": {schema}}}"#
+            )
+        };
+        let big = "-43966217626396508160";
+        let inside_schema = spec(&format!(r#"{{"type": "object", "maximum": {big}}}"#), "1");
+        let in_a_count = spec(r#"{"type": "object"}"#, big);
+        for format in [SpecFormat::Json, SpecFormat::Yaml] {
+            let read = format.read(inside_schema.as_bytes());
+            assert!(read.is_ok(), "{format:?}: {read:?}");
+            match format.read(in_a_count.as_bytes()) {
+                Err(ApiError::InvalidSpec(errors)) => {
+                    assert_eq!(errors.paths(), ["searches.follow_top"], "{format:?}");
+                }
+                other => panic!("{format:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

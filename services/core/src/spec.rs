@@ -18,10 +18,12 @@ use crate::retry::MAX_ATTEMPTS_CEILING;
 
 mod browse;
 pub mod schema;
+mod yaml;
 
 pub use browse::{
     Action, Browse, DEFAULT_STEP_TIMEOUT, FillValue, RowsExtract, ScrollUntil, Step, WaitFor,
 };
+pub use yaml::read_yaml;
 
 /// No job plans more slices than this by default (followed pages counted at their
 /// maximum); deployments set their own (`TRAWL_MAX_SLICES`).
@@ -239,7 +241,7 @@ impl SpecErrors {
 impl JobSpec {
     /// Parses a YAML or JSON document (JSON is valid YAML).
     pub fn parse(text: &str) -> Result<JobSpec, SpecErrors> {
-        let value: Value = serde_yaml_ng::from_str(strip_bom(text)).map_err(|e| {
+        let value = read_yaml(strip_bom(text).as_bytes()).map_err(|e| {
             SpecErrors(vec![SpecError {
                 path: String::new(),
                 reason: format!("not a valid YAML or JSON document: {e}"),
