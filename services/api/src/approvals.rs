@@ -74,6 +74,7 @@ pub struct Decision {
 #[utoipa::path(
     get,
     path = "/v1/approvals",
+    operation_id = "list_approvals",
     tag = "approvals",
     params(ApprovalsQuery),
     responses(

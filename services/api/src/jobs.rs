@@ -406,8 +406,25 @@ async fn replay(job: &JobRecord, digest: &str) -> Result<Response, ApiError> {
             description = "Makes retries safe: the same key with the same body answers with the first job; with another body, 422."),
     ),
     responses(
+        // The operations that apply to every job, so a client (and
+        // schemathesis's stateful phase) can follow them from here. Not the
+        // report: only a research job has one (404 for any other).
         (status = 202, description = "Stored; the scheduler plans it next.", body = JobAccepted,
-            headers(("Location" = String, description = "The job's URL."))),
+            headers(("Location" = String, description = "The job's URL.")),
+            links(
+                ("get_job" = (operation_id = "get_job", parameters(("id" = "$response.body#/job_id")),
+                    description = "The job: its status, counts and spend.")),
+                ("cancel_job" = (operation_id = "cancel_job", parameters(("id" = "$response.body#/job_id")),
+                    description = "Cancel the job.")),
+                ("items" = (operation_id = "items", parameters(("id" = "$response.body#/job_id")),
+                    description = "The items the job found.")),
+                ("rejections" = (operation_id = "rejections", parameters(("id" = "$response.body#/job_id")),
+                    description = "The items the job rejected.")),
+                ("trace" = (operation_id = "trace", parameters(("id" = "$response.body#/job_id")),
+                    description = "What the job did.")),
+                ("list_artifacts" = (operation_id = "list_artifacts", parameters(("id" = "$response.body#/job_id")),
+                    description = "The files the job produced.")),
+            )),
         (status = 400, description = "The body is not JSON or YAML, or a header is malformed.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit.", body = Problem, content_type = "application/problem+json"),

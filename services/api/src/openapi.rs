@@ -451,6 +451,71 @@ mod tests {
         assert_eq!(key["schema"]["pattern"], r"^[\x21-\x7E]+$");
     }
 
+    /// The links of a submitted job lead to the operations that apply to any
+    /// job, each found by a unique operation id and given every path
+    /// parameter; the report (research jobs only) is not among them.
+    #[test]
+    fn a_submitted_job_links_to_what_applies_to_every_job() {
+        let doc = document();
+        let mut ops = std::collections::HashMap::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let id = op["operationId"].as_str().unwrap().to_owned();
+                let dup = ops.insert(id.clone(), (method.clone(), path.clone(), op.clone()));
+                assert!(dup.is_none(), "operationId {id} is not unique");
+            }
+        }
+        let res = &doc["paths"]["/v1/jobs"]["post"]["responses"]["202"];
+        let body = &doc["components"]["schemas"]["JobAccepted"];
+        let links = res["links"].as_object().unwrap();
+        let mut targets = Vec::new();
+        for (name, link) in links {
+            let target = link["operationId"].as_str().unwrap();
+            let (method, path, op) = &ops[target];
+            targets.push(format!("{method} {path}"));
+            let path_params: Vec<&str> = op["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["in"] == "path")
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            let given: Vec<&str> = link["parameters"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(given, path_params, "{name}");
+            for expr in link["parameters"].as_object().unwrap().values() {
+                let member = expr
+                    .as_str()
+                    .unwrap()
+                    .strip_prefix("$response.body#/")
+                    .unwrap();
+                assert!(
+                    body["required"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!(member)),
+                    "{name}: {member}"
+                );
+            }
+        }
+        targets.sort_unstable();
+        assert_eq!(
+            targets,
+            [
+                "get /v1/jobs/{id}",
+                "get /v1/jobs/{id}/artifacts",
+                "get /v1/jobs/{id}/items",
+                "get /v1/jobs/{id}/rejections",
+                "get /v1/jobs/{id}/trace",
+                "post /v1/jobs/{id}/cancel",
+            ]
+        );
+    }
+
     #[test]
     fn job_submission_documents_its_rate_limit() {
         let doc = serde_json::to_value(ApiDoc::openapi()).unwrap();
