@@ -39,7 +39,18 @@ const LIST_LIMIT: u32 = 1000;
 #[into_params(parameter_in = Query)]
 pub struct ApprovalsQuery {
     /// `pending` (the default) or `all`.
-    pub status: Option<String>,
+    pub status: Option<StatusFilter>,
+}
+
+/// The approvals a list shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusFilter {
+    /// Those still waiting for a decision.
+    #[default]
+    Pending,
+    /// Every one, decided or not.
+    All,
 }
 
 /// A list of approvals.
@@ -63,6 +74,7 @@ pub struct Decision {
 #[utoipa::path(
     get,
     path = "/v1/approvals",
+    operation_id = "list_approvals",
     tag = "approvals",
     params(ApprovalsQuery),
     responses(
@@ -78,15 +90,7 @@ pub(crate) async fn list(
     query: Result<Query<ApprovalsQuery>, QueryRejection>,
 ) -> Result<Json<ApprovalsList>, ApiError> {
     let Query(query) = query.map_err(|r| ApiError::BadRequest(r.body_text()))?;
-    let pending_only = match query.status.as_deref() {
-        None | Some("pending") => true,
-        Some("all") => false,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "status must be pending or all, not {other:?}"
-            )));
-        }
-    };
+    let pending_only = query.status.unwrap_or_default() == StatusFilter::Pending;
     let mut approvals = state.store.approvals(pending_only, LIST_LIMIT).await?;
     if !caller.decides() {
         // Only the approvals of jobs the caller may see; tool approvals are the

@@ -93,6 +93,7 @@ fn encode_segment(s: &str) -> String {
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/artifacts",
+    operation_id = "list_artifacts",
     tag = "rows",
     params(("id" = String, Path, description = "The job id.")),
     responses(
@@ -119,6 +120,7 @@ pub(crate) async fn list(
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/artifacts/{name}",
+    operation_id = "get_artifact",
     tag = "rows",
     params(
         ("id" = String, Path, description = "The job id."),

@@ -22,7 +22,7 @@ use tracing::{instrument, warn};
 use trawl_core::cost::Micros;
 use trawl_core::model::{JobCounts, JobId, JobStatus};
 use trawl_core::ports::{Idempotency, JobRecord, PortError, Store};
-use trawl_core::spec::JobSpec;
+use trawl_core::spec::{JobSpec, read_yaml};
 use trawl_scheduler::{Submission, SubmitError};
 use utoipa::ToSchema;
 
@@ -299,12 +299,14 @@ impl SpecFormat {
         }
     }
 
-    /// The document in a body, then the spec in the document.
+    /// The document in a body, then the spec in the document. A UTF-8
+    /// byte-order mark at the start is skipped.
     fn read(self, body: &[u8]) -> Result<JobSpec, ApiError> {
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
         let doc: Value = match self {
             SpecFormat::Json => serde_json::from_slice(body)
                 .map_err(|e| ApiError::MalformedBody(format!("not a JSON document: {e}")))?,
-            SpecFormat::Yaml => serde_yaml_ng::from_slice(body)
+            SpecFormat::Yaml => read_yaml(body)
                 .map_err(|e| ApiError::MalformedBody(format!("not a YAML document: {e}")))?,
         };
         JobSpec::from_value(doc).map_err(ApiError::InvalidSpec)
@@ -312,10 +314,16 @@ impl SpecFormat {
 }
 
 /// The longest `Idempotency-Key` accepted.
-const MAX_IDEMPOTENCY_KEY: usize = 255;
+pub(crate) const MAX_IDEMPOTENCY_KEY: usize = 255;
 
-/// The request's `Idempotency-Key`, scoped to its caller. The draft makes the value
-/// a Structured Fields string (`"…"`); a bare value is taken as it is.
+/// What an `Idempotency-Key` is: visible ASCII characters (1 to
+/// [`MAX_IDEMPOTENCY_KEY`] of them), as the OpenAPI document says.
+pub(crate) const IDEMPOTENCY_KEY_PATTERN: &str = r"^[\x21-\x7E]+$";
+
+/// The request's `Idempotency-Key`, scoped to its caller: 1 to
+/// [`MAX_IDEMPOTENCY_KEY`] visible ASCII characters. The draft makes the value a
+/// Structured Fields string (`"…"`), whose quotes are not part of the key; a
+/// bare value is taken as it is.
 fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
     let Some(value) = values.next() else {
@@ -329,17 +337,19 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
     if values.next().is_some() {
         return Err(bad());
     }
-    let raw = value.to_str().map_err(|_| bad())?.trim();
-    let key = raw
-        .strip_prefix('"')
-        .and_then(|r| r.strip_suffix('"'))
-        .unwrap_or(raw);
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY
-        || !key.bytes().all(|b| (0x20..0x7f).contains(&b))
+    let raw = value.as_bytes();
+    if raw.is_empty()
+        || raw.len() > MAX_IDEMPOTENCY_KEY
+        || !raw.iter().all(|b| (0x21..=0x7e).contains(b))
     {
         return Err(bad());
     }
+    let raw = value.to_str().map_err(|_| bad())?;
+    let key = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .filter(|k| !k.is_empty())
+        .unwrap_or(raw);
     Ok(Some(format!("{}/{key}", caller.label)))
 }
 
@@ -396,8 +406,25 @@ async fn replay(job: &JobRecord, digest: &str) -> Result<Response, ApiError> {
             description = "Makes retries safe: the same key with the same body answers with the first job; with another body, 422."),
     ),
     responses(
+        // The operations that apply to every job, so a client (and
+        // schemathesis's stateful phase) can follow them from here. Not the
+        // report: only a research job has one (404 for any other).
         (status = 202, description = "Stored; the scheduler plans it next.", body = JobAccepted,
-            headers(("Location" = String, description = "The job's URL."))),
+            headers(("Location" = String, description = "The job's URL.")),
+            links(
+                ("get_job" = (operation_id = "get_job", parameters(("id" = "$response.body#/job_id")),
+                    description = "The job: its status, counts and spend.")),
+                ("cancel_job" = (operation_id = "cancel_job", parameters(("id" = "$response.body#/job_id")),
+                    description = "Cancel the job.")),
+                ("items" = (operation_id = "items", parameters(("id" = "$response.body#/job_id")),
+                    description = "The items the job found.")),
+                ("rejections" = (operation_id = "rejections", parameters(("id" = "$response.body#/job_id")),
+                    description = "The items the job rejected.")),
+                ("trace" = (operation_id = "trace", parameters(("id" = "$response.body#/job_id")),
+                    description = "What the job did.")),
+                ("list_artifacts" = (operation_id = "list_artifacts", parameters(("id" = "$response.body#/job_id")),
+                    description = "The files the job produced.")),
+            )),
         (status = 400, description = "The body is not JSON or YAML, or a header is malformed.", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit.", body = Problem, content_type = "application/problem+json"),
@@ -587,15 +614,51 @@ mod tests {
             scopes: None,
             admin: false,
         };
+        let (k255, k256) = ("x".repeat(255), "x".repeat(256));
         let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
         assert_eq!(
             key("\"8e03978e-40d5\"").unwrap().as_deref(),
             Some("key-0123abcd/8e03978e-40d5")
         );
         assert_eq!(key("abc").unwrap().as_deref(), Some("key-0123abcd/abc"));
-        assert!(key("\"\"").is_err());
-        assert!(key(&"x".repeat(256)).is_err());
+        // Two quotes are a key of two characters, not an empty one.
+        assert_eq!(key("\"\"").unwrap().as_deref(), Some("key-0123abcd/\"\""));
+        assert!(key(&k255).is_ok());
+        assert!(key(&k256).is_err());
+        assert!(key("a b").is_err(), "a space is not visible");
+        assert!(key("caf\u{e9}").is_err());
+        let pattern = regex::Regex::new(IDEMPOTENCY_KEY_PATTERN).unwrap();
+        for k in ["abc", "\"q\"", "\"\"", "~!", "a b", "\t", "x\u{7f}"] {
+            let ok = HeaderValue::from_str(k).is_ok_and(|_| key(k).is_ok());
+            assert_eq!(pattern.is_match(k), ok, "{k:?}");
+        }
         assert_eq!(idempotency_key(&HeaderMap::new(), &caller).unwrap(), None);
+    }
+
+    /// Schemathesis's ST202: a YAML body with an integer beyond 64 bits was a
+    /// 400 `malformed-body`; it is read as JSON reads it (a float), so the spec
+    /// is judged by the checker, the same in either format.
+    #[test]
+    fn integers_beyond_64_bits_are_read_alike_in_yaml_and_json() {
+        let spec = |schema: &str, follow_top: &str| {
+            format!(
+                r#"{{"name": "x", "searches": {{"queries": ["q"], "geos": ["us"], "follow_top": {follow_top}}},
+                    "extract": {{"fields": {{"t": {{"css": "h1"}}}}}}, "schema": {schema}}}"#
+            )
+        };
+        let big = "-43966217626396508160";
+        let inside_schema = spec(&format!(r#"{{"type": "object", "maximum": {big}}}"#), "1");
+        let in_a_count = spec(r#"{"type": "object"}"#, big);
+        for format in [SpecFormat::Json, SpecFormat::Yaml] {
+            let read = format.read(inside_schema.as_bytes());
+            assert!(read.is_ok(), "{format:?}: {read:?}");
+            match format.read(in_a_count.as_bytes()) {
+                Err(ApiError::InvalidSpec(errors)) => {
+                    assert_eq!(errors.paths(), ["searches.follow_top"], "{format:?}");
+                }
+                other => panic!("{format:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

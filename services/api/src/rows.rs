@@ -2,7 +2,7 @@
 //! time.
 //!
 //! Pages follow the store's order (slice, then position in the slice) and resume
-//! after an opaque cursor: the base64url of `<slice id>:<seq>` of the last row
+//! after a cursor: `<slice id in hex>.<seq>` of the last row
 //! given. A page is asked for one row longer than it is, so the last page says so
 //! (`next_cursor: null`, no `Link`) instead of sending the client for an empty one.
 //! Asked for `application/x-ndjson` (or `application/jsonl`), a page is one JSON
@@ -13,8 +13,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use tracing::instrument;
 use trawl_core::model::{Item, Rejection, SliceId, TraceStep};
@@ -27,14 +25,14 @@ use crate::state::{ApiState, Caller};
 
 /// Rows per page when the client does not say.
 pub const DEFAULT_LIMIT: u32 = 100;
-/// The most rows a page holds; a larger `limit` is lowered to this.
+/// The most rows a page holds; a larger `limit` is refused.
 pub const MAX_LIMIT: u32 = 1000;
 
 /// Which page to read.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
-    /// Rows per page: 1 to 1000, default 100 (more is read as 1000).
+    /// Rows per page: 1 to 1000, default 100.
     pub limit: Option<u32>,
     /// Where to resume: the `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -44,28 +42,44 @@ impl PageQuery {
     fn limit(&self) -> Result<u32, ApiError> {
         match self.limit {
             None => Ok(DEFAULT_LIMIT),
-            Some(0) => Err(ApiError::BadRequest(format!(
+            Some(n @ 1..=MAX_LIMIT) => Ok(n),
+            Some(_) => Err(ApiError::BadRequest(format!(
                 "limit must be from 1 to {MAX_LIMIT}"
             ))),
-            Some(n) => Ok(n.min(MAX_LIMIT)),
         }
     }
 }
 
+/// What a cursor is: the slice id of the last row in lower-case hex (visible
+/// ASCII, two digits a character), a dot, and its sequence number (a `u32`,
+/// written without leading zeros). The OpenAPI document says so, and
+/// [`decode_cursor`] takes exactly these.
+pub const CURSOR_PATTERN: &str = "^(2[1-9a-f]|[3-6][0-9a-f]|7[0-9a-e])+\\.(0|[1-9][0-9]{0,8}|[1-3][0-9]{9}|4[01][0-9]{8}|42[0-8][0-9]{7}|429[0-3][0-9]{6}|4294[0-8][0-9]{5}|42949[0-5][0-9]{4}|429496[0-6][0-9]{3}|4294967[01][0-9]{2}|42949672[0-8][0-9]|429496729[0-5])$";
+
 /// A cursor as the client sees it.
 pub fn encode_cursor(c: &RowCursor) -> String {
-    URL_SAFE_NO_PAD.encode(format!("{}:{}", c.0, c.1))
+    format!("{}.{}", hex::encode(c.0.as_str()), c.1)
 }
 
-/// A cursor the client sent back; `None` if it is not one we made.
+/// A cursor the client sent back; `None` if it is not one of
+/// [`CURSOR_PATTERN`]'s. A well-formed cursor naming no row resumes after
+/// where that row would be.
 pub fn decode_cursor(s: &str) -> Option<RowCursor> {
-    let bytes = URL_SAFE_NO_PAD.decode(s).ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (slice, seq) = text.rsplit_once(':')?;
-    if slice.is_empty() || !slice.bytes().all(|b| b.is_ascii_graphic()) {
+    let (slice, seq) = s.split_once('.')?;
+    let bytes = hex::decode(slice).ok()?;
+    if bytes.is_empty()
+        || !bytes.iter().all(u8::is_ascii_graphic)
+        || slice.bytes().any(|b| b.is_ascii_uppercase())
+        || !seq.bytes().all(|b| b.is_ascii_digit())
+    {
         return None;
     }
-    Some((SliceId::from_stored(slice.to_owned()), seq.parse().ok()?))
+    let n: u32 = seq.parse().ok()?;
+    if n.to_string() != seq {
+        return None;
+    }
+    let slice = String::from_utf8(bytes).ok()?;
+    Some((SliceId::from_stored(slice), n))
 }
 
 /// A page of valid items.
@@ -386,19 +400,31 @@ mod tests {
     fn cursors_round_trip_and_garbage_is_refused() {
         let c = (SliceId::from_stored("s_0123456789abcdef0123".into()), 42);
         let s = encode_cursor(&c);
-        assert!(
-            s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        );
         assert_eq!(decode_cursor(&s), Some(c));
-        for bad in [
-            "",
-            "!!!",
-            "czpfMA",
-            &URL_SAFE_NO_PAD.encode("s_1:x"),
-            &URL_SAFE_NO_PAD.encode(":1"),
+        let pattern = regex::Regex::new(CURSOR_PATTERN).unwrap();
+        assert!(pattern.is_match(&s), "{s}");
+        // The pattern and the decoder agree.
+        for (text, ok) in [
+            (s.as_str(), true),
+            ("733a.0", true),
+            ("7e.4294967295", true),
+            ("7e.4294967296", false),
+            ("7e.007", false),
+            ("", false),
+            ("!!!", false),
+            ("czpfMA", false),
+            ("733A.1", false),
+            ("20.1", false),
+            ("7f.1", false),
+            ("73.", false),
+            (".1", false),
+            ("73.x", false),
+            ("73.-1", false),
+            ("733.1", false),
+            ("73.12345678901", false),
         ] {
-            assert_eq!(decode_cursor(bad), None, "{bad}");
+            assert_eq!(decode_cursor(text).is_some(), ok, "{text}");
+            assert_eq!(pattern.is_match(text), ok, "{text}");
         }
     }
 
@@ -425,7 +451,8 @@ mod tests {
             cursor: None,
         };
         assert_eq!(q(None).limit().unwrap(), DEFAULT_LIMIT);
-        assert_eq!(q(Some(5000)).limit().unwrap(), MAX_LIMIT);
+        assert_eq!(q(Some(MAX_LIMIT)).limit().unwrap(), MAX_LIMIT);
+        assert!(q(Some(MAX_LIMIT + 1)).limit().is_err());
         assert!(q(Some(0)).limit().is_err());
     }
 }

@@ -275,6 +275,13 @@ pub(crate) async fn interactions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Some(slack) = state.slack.clone() else {
+        // An unsigned request is refused as such (as it is when Slack is
+        // configured), before being told there is no integration.
+        for name in [SLACK_TIMESTAMP, SLACK_SIGNATURE] {
+            if headers.get(name).is_none_or(|v| v.is_empty()) {
+                return Err(ApiError::BadSignature(format!("no {name} header")));
+            }
+        }
         return Err(ApiError::NotFound(
             "Slack integration: TRAWL_SLACK_SIGNING_SECRET is not set".to_owned(),
         ));

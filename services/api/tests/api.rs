@@ -299,6 +299,40 @@ async fn a_yaml_spec_is_accepted_under_each_yaml_media_type() {
 }
 
 #[tokio::test]
+async fn a_body_that_starts_with_a_byte_order_mark_is_read_after_it() {
+    let app = spawn_app().await;
+    for (ct, spec, name) in [
+        ("application/json", SPEC_JSON, "prices"),
+        ("application/yaml", SPEC_YAML, "serps"),
+    ] {
+        let mut body = b"\xEF\xBB\xBF".to_vec();
+        body.extend_from_slice(spec.as_bytes());
+        let a = app.submit(ct, body).await;
+        let id = app.accepted(&a);
+        assert_eq!(
+            app.store.job(&id).await.unwrap().unwrap().name,
+            name,
+            "{ct}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn control_characters_in_a_spec_are_refused_with_their_field() {
+    let app = spawn_app().await;
+    let nul = SPEC_JSON.replace(r#""name": "prices""#, r#""name": "pri\u0000ces""#);
+    let a = app.submit("application/json", nul).await;
+    let p = a.problem(422, "invalid-spec");
+    assert_eq!(p["errors"][0]["path"], "name", "{p}");
+    assert_eq!(p["errors"].as_array().unwrap().len(), 1, "{p}");
+    let esc = "name: \"a\\x1bb\"\nresearch: {question: q}\n";
+    let a = app.submit("application/yaml", esc).await;
+    let p = a.problem(422, "invalid-spec");
+    assert_eq!(p["errors"][0]["path"], "name", "{p}");
+    assert!(app.all_jobs().await.is_empty(), "nothing is stored");
+}
+
+#[tokio::test]
 async fn the_job_view_shows_status_estimate_and_counts() {
     let app = spawn_app().await;
     let id = app.accepted(&app.submit("application/json", SPEC_JSON).await);
@@ -535,8 +569,9 @@ async fn every_bad_request_answers_a_problem_and_stores_nothing() {
         .await
         .problem(413, "payload-too-large");
 
-    // A malformed Idempotency-Key.
-    app.submit_with_key("\"\"", SPEC_JSON)
+    // A malformed Idempotency-Key (a space is not visible ASCII; `""` is a
+    // key of two characters, as the document's pattern says).
+    app.submit_with_key("a b", SPEC_JSON)
         .await
         .problem(400, "bad-request");
 

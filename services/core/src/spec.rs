@@ -17,10 +17,13 @@ use crate::model::{Engine, normalize_query, normalize_url};
 use crate::retry::MAX_ATTEMPTS_CEILING;
 
 mod browse;
+pub mod schema;
+mod yaml;
 
 pub use browse::{
     Action, Browse, DEFAULT_STEP_TIMEOUT, FillValue, RowsExtract, ScrollUntil, Step, WaitFor,
 };
+pub use yaml::read_yaml;
 
 /// No job plans more slices than this by default (followed pages counted at their
 /// maximum); deployments set their own (`TRAWL_MAX_SLICES`).
@@ -28,6 +31,69 @@ pub const DEFAULT_MAX_SLICES: u64 = 1_000_000;
 
 /// The shortest retention a job may ask for.
 pub const MIN_RETENTION: Duration = Duration::from_secs(3600);
+
+/// What a text field of a spec holds, as a regular expression (ECMA-262, as
+/// JSON Schema's `pattern`): something other than white space, and no control
+/// character but tab, newline and carriage return.
+pub const TEXT_PATTERN: &str =
+    r"^[^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x08\x0B\x0C\x0E-\x1F\x7F]*$";
+
+/// What a one-line field (the name, a model) holds: [`TEXT_PATTERN`] without
+/// tab, newline or carriage return.
+pub const LINE_PATTERN: &str = r"^[^\x00-\x1F\x7F]*[^\s\x00-\x1F\x7F][^\x00-\x1F\x7F]*$";
+
+/// The members of each mapping of a spec: the checker refuses any other, and
+/// the spec's JSON Schema ([`schema`]) lists exactly these.
+pub mod fields {
+    pub const JOB: &[&str] = &[
+        "name",
+        "searches",
+        "pages",
+        "research",
+        "browse",
+        "extract",
+        "schema",
+        "cache",
+        "retries",
+        "budget",
+        "retention",
+    ];
+    pub const CACHE: &[&str] = &["max_age"];
+    pub const RETRIES: &[&str] = &["max_attempts"];
+    pub const BUDGET: &[&str] = &["max_usd", "approve_above_usd"];
+    pub const SEARCHES: &[&str] = &["queries", "geos", "engine", "follow_top"];
+    pub const PAGES: &[&str] = &["urls", "geos"];
+    pub const RESEARCH: &[&str] = &[
+        "question",
+        "geo",
+        "max_subagents",
+        "max_tool_calls_per_agent",
+        "model",
+        "max_tokens",
+        "report",
+        "tool_search",
+        "code_execution",
+    ];
+    pub const EXTRACT: &[&str] = &["fields"];
+    pub const FIELD: &[&str] = &["jsonld", "css", "regex", "attr", "type"];
+    pub const BROWSE: &[&str] = &[
+        "urls",
+        "geos",
+        "steps",
+        "step_timeout",
+        "model",
+        "max_tokens",
+    ];
+    pub const FILL: &[&str] = &["selector", "value", "secret"];
+    pub const SELECT: &[&str] = &["selector", "value"];
+    pub const WAIT_FOR: &[&str] = &["selector", "text", "timeout"];
+    pub const SCROLL: &[&str] = &["until", "times"];
+    pub const ROWS_EXTRACT: &[&str] = &["rows", "fields", "next", "max_pages"];
+    pub const SELECTOR: &[&str] = &["selector"];
+    pub const SCREENSHOT: &[&str] = &["name"];
+    /// What may stand next to a step's action.
+    pub const STEP_EXTRA: &[&str] = &["timeout", "schema"];
+}
 
 /// A checked job spec.
 #[derive(Clone, Debug)]
@@ -112,6 +178,21 @@ pub enum CodeExecution {
 }
 
 pub const MAX_SUBAGENTS: u64 = 20;
+/// The longest name of a job, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+/// The longest search query, in characters.
+pub const MAX_QUERY_CHARS: usize = 2048;
+/// The most organic results a search follows.
+pub const MAX_FOLLOW_TOP: u64 = 100;
+/// The longest research question, in characters (white space around it aside).
+pub const MAX_QUESTION_CHARS: usize = 4000;
+/// The longest model name, in characters.
+pub const MAX_MODEL_CHARS: usize = 200;
+/// The fewest and most output tokens per model turn a spec may ask for.
+pub const MIN_MAX_TOKENS: u64 = 256;
+pub const MAX_MAX_TOKENS: u64 = 64_000;
+/// Dollar amounts of a budget are below this.
+pub const MAX_USD: f64 = 1e9;
 pub const MAX_TOOL_CALLS_PER_AGENT: u64 = 100;
 
 #[derive(Clone, Debug)]
@@ -160,7 +241,7 @@ impl SpecErrors {
 impl JobSpec {
     /// Parses a YAML or JSON document (JSON is valid YAML).
     pub fn parse(text: &str) -> Result<JobSpec, SpecErrors> {
-        let value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
+        let value = read_yaml(strip_bom(text).as_bytes()).map_err(|e| {
             SpecErrors(vec![SpecError {
                 path: String::new(),
                 reason: format!("not a valid YAML or JSON document: {e}"),
@@ -305,8 +386,17 @@ impl Checker {
         })
     }
 
+    /// A non-blank string without control characters other than tab, newline
+    /// and carriage return: those are refused, never altered.
     fn string(&mut self, v: &Value, path: &str) -> Option<String> {
         match v.as_str() {
+            Some(s) if s.chars().any(is_refused_control) => {
+                self.err(
+                    path,
+                    "must not contain control characters (U+0000 to U+001F other than tab, newline and carriage return, or U+007F)",
+                );
+                None
+            }
             Some(s) if !s.trim().is_empty() => Some(s.to_owned()),
             Some(_) => {
                 self.err(path, "must not be empty");
@@ -317,6 +407,17 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// A [`Checker::string`] on one line: no tab, newline or carriage return
+    /// either.
+    fn line(&mut self, v: &Value, path: &str) -> Option<String> {
+        let s = self.string(v, path)?;
+        if s.contains(['\t', '\n', '\r']) {
+            self.err(path, "must be one line: no tab, newline or carriage return");
+            return None;
+        }
+        Some(s)
     }
 
     fn list<'a>(&mut self, v: &'a Value, path: &str) -> Option<&'a Vec<Value>> {
@@ -348,7 +449,7 @@ impl Checker {
 
     fn usd(&mut self, v: &Value, path: &str) -> Option<Micros> {
         match v.as_f64() {
-            Some(x) if (0.0..1e9).contains(&x) => Some(Micros::from_usd(x)),
+            Some(x) if (0.0..MAX_USD).contains(&x) => Some(Micros::from_usd(x)),
             Some(x) => {
                 self.err(path, format!("must be a dollar amount from 0 up, not {x}"));
                 None
@@ -415,29 +516,19 @@ impl Checker {
     }
 
     fn job(&mut self, v: &Value) -> Option<JobSpec> {
-        const KNOWN: &[&str] = &[
-            "name",
-            "searches",
-            "pages",
-            "research",
-            "browse",
-            "extract",
-            "schema",
-            "cache",
-            "retries",
-            "budget",
-            "retention",
-        ];
-        let f = self.object(v, "", KNOWN)?;
+        let f = self.object(v, "", fields::JOB)?;
         let name = match f.get("name") {
-            Some(v) => self.string(v, "name").unwrap_or_default(),
+            Some(v) => self.line(v, "name").unwrap_or_default(),
             None => {
                 self.err("name", "required");
                 String::new()
             }
         };
-        if name.chars().count() > 200 {
-            self.err("name", "must be at most 200 characters");
+        if name.chars().count() > MAX_NAME_CHARS {
+            self.err(
+                "name",
+                format!("must be at most {MAX_NAME_CHARS} characters"),
+            );
         }
         let searches = f.get("searches").and_then(|v| self.searches(v));
         let pages = f.get("pages").and_then(|v| self.pages(v));
@@ -448,14 +539,14 @@ impl Checker {
         let max_age = f
             .get("cache")
             .map_or(Some(Duration::from_secs(24 * 3600)), |v| {
-                let c = self.object(v, "cache", &["max_age"])?;
+                let c = self.object(v, "cache", fields::CACHE)?;
                 match c.get("max_age") {
                     Some(m) => self.duration(m, "cache.max_age"),
                     None => Some(Duration::from_secs(24 * 3600)),
                 }
             });
         let max_attempts = f.get("retries").map_or(Some(3), |v| {
-            let r = self.object(v, "retries", &["max_attempts"])?;
+            let r = self.object(v, "retries", fields::RETRIES)?;
             match r.get("max_attempts") {
                 Some(m) => self
                     .uint(
@@ -469,7 +560,7 @@ impl Checker {
             }
         });
         let budget = f.get("budget").map_or(Some(Budget::default()), |v| {
-            let b = self.object(v, "budget", &["max_usd", "approve_above_usd"])?;
+            let b = self.object(v, "budget", fields::BUDGET)?;
             let max = b.get("max_usd").and_then(|m| self.usd(m, "budget.max_usd"));
             let approve_above = b
                 .get("approve_above_usd")
@@ -526,7 +617,7 @@ impl Checker {
     }
 
     fn searches(&mut self, v: &Value) -> Option<Searches> {
-        let f = self.object(v, "searches", &["queries", "geos", "engine", "follow_top"])?;
+        let f = self.object(v, "searches", fields::SEARCHES)?;
         let mut queries: Vec<String> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         match f.get("queries") {
@@ -539,8 +630,11 @@ impl Checker {
                     for (i, q) in list.iter().enumerate() {
                         let p = format!("searches.queries[{i}]");
                         if let Some(s) = self.string(q, &p) {
-                            if s.len() > 2048 {
-                                self.err(p, "must be at most 2048 bytes");
+                            if s.chars().count() > MAX_QUERY_CHARS {
+                                self.err(
+                                    p,
+                                    format!("must be at most {MAX_QUERY_CHARS} characters"),
+                                );
                             } else if seen.insert(normalize_query(&s)) {
                                 queries.push(s.trim().to_owned());
                             }
@@ -569,7 +663,9 @@ impl Checker {
         };
         let follow_top = f
             .get("follow_top")
-            .map_or(Some(0), |n| self.uint(n, "searches.follow_top", 0, 100))
+            .map_or(Some(0), |n| {
+                self.uint(n, "searches.follow_top", 0, MAX_FOLLOW_TOP)
+            })
             .unwrap_or(0) as u32;
         Some(Searches {
             queries,
@@ -580,18 +676,7 @@ impl Checker {
     }
 
     fn research(&mut self, v: &Value) -> Option<Research> {
-        const KNOWN: &[&str] = &[
-            "question",
-            "geo",
-            "max_subagents",
-            "max_tool_calls_per_agent",
-            "model",
-            "max_tokens",
-            "report",
-            "tool_search",
-            "code_execution",
-        ];
-        let f = self.object(v, "research", KNOWN)?;
+        let f = self.object(v, "research", fields::RESEARCH)?;
         let question = match f.get("question") {
             None => {
                 self.err("research.question", "required: the question to research");
@@ -603,8 +688,11 @@ impl Checker {
                     .unwrap_or_default()
                     .trim()
                     .to_owned();
-                if q.chars().count() > 4000 {
-                    self.err("research.question", "must be at most 4000 characters");
+                if q.chars().count() > MAX_QUESTION_CHARS {
+                    self.err(
+                        "research.question",
+                        format!("must be at most {MAX_QUESTION_CHARS} characters"),
+                    );
                 }
                 q
             }
@@ -638,15 +726,18 @@ impl Checker {
             )
         });
         let model = f.get("model").and_then(|m| {
-            let m = self.string(m, "research.model")?;
-            if m.trim().is_empty() || m.len() > 200 {
-                self.err("research.model", "must be a model name of 1 to 200 bytes");
+            let m = self.line(m, "research.model")?;
+            if m.trim().is_empty() || m.chars().count() > MAX_MODEL_CHARS {
+                self.err(
+                    "research.model",
+                    format!("must be a model name of 1 to {MAX_MODEL_CHARS} characters"),
+                );
                 return None;
             }
             Some(m.trim().to_owned())
         });
         let max_tokens = f.get("max_tokens").map_or(Some(4096), |n| {
-            self.uint(n, "research.max_tokens", 256, 64_000)
+            self.uint(n, "research.max_tokens", MIN_MAX_TOKENS, MAX_MAX_TOKENS)
         });
         let report = match f.get("report") {
             None => true,
@@ -696,7 +787,7 @@ impl Checker {
     }
 
     fn pages(&mut self, v: &Value) -> Option<Pages> {
-        let f = self.object(v, "pages", &["urls", "geos"])?;
+        let f = self.object(v, "pages", fields::PAGES)?;
         let mut urls: Vec<String> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         match f.get("urls") {
@@ -708,7 +799,7 @@ impl Checker {
                     }
                     for (i, u) in list.iter().enumerate() {
                         let p = format!("pages.urls[{i}]");
-                        if let Some(s) = self.string(u, &p) {
+                        if let Some(s) = self.line(u, &p) {
                             match normalize_url(&s) {
                                 Ok(n) => {
                                     if seen.insert(n.clone()) {
@@ -727,7 +818,7 @@ impl Checker {
     }
 
     fn extract(&mut self, v: &Value) -> Option<ExtractSpec> {
-        let f = self.object(v, "extract", &["fields"])?;
+        let f = self.object(v, "extract", fields::EXTRACT)?;
         self.extract_fields(f.get("fields"), "extract.fields")
     }
 
@@ -762,7 +853,7 @@ impl Checker {
     }
 
     fn field(&mut self, v: &Value, path: &str) -> Option<FieldSpec> {
-        let f = self.object(v, path, &["jsonld", "css", "regex", "attr", "type"])?;
+        let f = self.object(v, path, fields::FIELD)?;
         let sources: Vec<&str> = ["jsonld", "css", "regex"]
             .into_iter()
             .filter(|k| f.get(k).is_some())
@@ -780,6 +871,7 @@ impl Checker {
                 }
             },
         };
+        let attr = f.get("attr").and_then(|a| self.line(a, &f.path("attr")));
         if f.get("attr").is_some() && !sources.contains(&"css") {
             self.err(f.path("attr"), "attr only goes with a css source");
         }
@@ -794,13 +886,11 @@ impl Checker {
             [one] => {
                 let p = f.path(one);
                 let raw = f.get(one).and_then(|v| self.string(v, &p));
-                raw.and_then(|raw| {
-                    match Source::compile(one, &raw, f.get("attr").and_then(Value::as_str)) {
-                        Ok(s) => Some(s),
-                        Err(e) => {
-                            self.err(p, e);
-                            None
-                        }
+                raw.and_then(|raw| match Source::compile(one, &raw, attr.as_deref()) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        self.err(p, e);
+                        None
                     }
                 })
             }
@@ -838,6 +928,21 @@ impl Checker {
             }
         }
     }
+}
+
+/// The control characters no string field of a spec may hold: C0 but tab,
+/// newline and carriage return, and DEL. [`TEXT_PATTERN`] says the same.
+fn is_refused_control(c: char) -> bool {
+    (c.is_ascii_control() && !matches!(c, '\t' | '\n' | '\r')) || c == '\u{7f}'
+}
+
+/// The byte-order mark a UTF-8 document may start with.
+const BOM: char = '\u{feff}';
+
+/// `text` without the UTF-8 byte-order mark it may start with (editors on some
+/// systems write one); a spec is read from what follows it.
+pub fn strip_bom(text: &str) -> &str {
+    text.strip_prefix(BOM).unwrap_or(text)
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -1018,6 +1123,86 @@ budget: {max_usd: 5.00, approve_above_usd: 1.00}
                 .contains("pages.geos[0]: \"US\" must be lower case ISO 3166-1 alpha-2 (\"us\")"),
             "{errs}"
         );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let yaml = "\u{feff}name: x\npages: {urls: [\"https://a.example/\"], geos: [us]}\nextract: {fields: {t: {css: h1}}}\n";
+        assert_eq!(JobSpec::parse(yaml).unwrap().name, "x");
+        let json = "\u{feff}{\"name\": \"j\", \"research\": {\"question\": \"q?\"}}";
+        assert_eq!(JobSpec::parse(json).unwrap().name, "j");
+        // Only one, and only at the start.
+        assert!(JobSpec::parse(&format!("\u{feff}{yaml}")).is_err());
+    }
+
+    #[test]
+    fn control_characters_are_refused_not_altered() {
+        let with_name = |name: &str| {
+            JobSpec::from_value(serde_json::json!({
+                "name": name, "research": {"question": "what?"}}))
+        };
+        for bad in [
+            "a\u{0}b",
+            "a\u{1b}[31m",
+            "tab\there",
+            "two\nlines",
+            "del\u{7f}",
+        ] {
+            let e = with_name(bad).unwrap_err();
+            assert_eq!(e.paths(), vec!["name"], "{bad:?}: {e}");
+        }
+        assert_eq!(
+            with_name("caf\u{e9} \u{2014} ok").unwrap().name,
+            "caf\u{e9} \u{2014} ok"
+        );
+        // A multi-line field keeps its newlines and tabs, but not a NUL.
+        let q = |question: &str| {
+            JobSpec::from_value(
+                serde_json::json!({"name": "r", "research": {"question": question}}),
+            )
+        };
+        assert_eq!(
+            q("line one\n\tline two")
+                .unwrap()
+                .research
+                .unwrap()
+                .question,
+            "line one\n\tline two"
+        );
+        assert_eq!(q("a\u{0}").unwrap_err().paths(), vec!["research.question"]);
+        let e = JobSpec::from_value(serde_json::json!({"name": "x",
+            "searches": {"queries": ["ok", "nul\u{0}"], "geos": ["us"]}}))
+        .unwrap_err();
+        assert_eq!(e.paths(), vec!["searches.queries[1]"], "{e}");
+    }
+
+    #[test]
+    fn the_text_patterns_say_what_the_checker_does() {
+        let text = regex::Regex::new(TEXT_PATTERN).unwrap();
+        let line = regex::Regex::new(LINE_PATTERN).unwrap();
+        for (s, in_text, in_line) in [
+            ("x", true, true),
+            ("  x  ", true, true),
+            ("", false, false),
+            ("   ", false, false),
+            ("\t", false, false),
+            ("a\nb", true, false),
+            ("a\tb\r", true, false),
+            ("a\u{0}", false, false),
+            ("a\u{1f}", false, false),
+            ("a\u{7f}", false, false),
+            ("\u{a0}", false, false),
+            ("\u{e9}", true, true),
+        ] {
+            assert_eq!(text.is_match(s), in_text, "{s:?}");
+            assert_eq!(line.is_match(s), in_line, "{s:?}");
+            let checked =
+                JobSpec::from_value(serde_json::json!({"name": "n", "research": {"question": s}}));
+            assert_eq!(checked.is_ok(), in_text, "{s:?}");
+            let named =
+                JobSpec::from_value(serde_json::json!({"name": s, "research": {"question": "q"}}));
+            assert_eq!(named.is_ok(), in_line, "{s:?}");
+        }
     }
 
     #[test]

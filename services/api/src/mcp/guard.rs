@@ -44,9 +44,9 @@ impl http_body::Body for Tracked {
 /// What a POST body to `/mcp` is, as far as the guard needs to know.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Rpc {
-    /// A JSON-RPC message (request, notification or response), with its method,
-    /// for `tools/call` its tool, and its id as JSON text (`5`, `"a"`; `None`
-    /// when absent or null).
+    /// A JSON-RPC message (request, notification or response) that rmcp reads as
+    /// what it says it is, with its method, for `tools/call` its tool, and its id
+    /// as JSON text (`5`, `"a"`; `None` when absent).
     Message {
         method: Option<String>,
         tool: Option<String>,
@@ -56,48 +56,164 @@ pub enum Rpc {
     Batch,
     /// Not JSON at all (JSON-RPC -32700).
     NotJson,
-    /// JSON, but not a JSON-RPC 2.0 message (JSON-RPC -32600).
-    Invalid,
+    /// JSON, but not a JSON-RPC 2.0 message as MCP has them (JSON-RPC -32600):
+    /// the text says what is wrong.
+    Invalid(String),
+    /// A request for one of MCP's methods whose `params` do not fit it
+    /// (JSON-RPC -32602), answered with the request's id (JSON text). rmcp would
+    /// take it for an unknown custom request.
+    InvalidParams {
+        id: String,
+        method: String,
+        reason: String,
+    },
+}
+
+/// The requests a client may send, by method: one that names a method here
+/// but that rmcp cannot read as that request has invalid params.
+const CLIENT_REQUESTS: &[&str] = &[
+    "ping",
+    "initialize",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "subscriptions/listen",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "skills/list",
+    "skills/get",
+    "resources/directory/read",
+];
+
+/// Why `params` do not fit `method`, in serde's words where trawl knows the
+/// type rmcp reads them into.
+#[allow(deprecated)] // `logging/setLevel`: part of 2025-11-25.
+fn params_misfit(method: &str, params: Option<&Value>) -> String {
+    use rmcp::model::{
+        CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams,
+        InitializeRequestParams, ReadResourceRequestParams, SetLevelRequestParams,
+        SubscribeRequestParams, UnsubscribeRequestParams,
+    };
+    fn fit<T: serde::de::DeserializeOwned>(params: Option<&Value>) -> Option<String> {
+        let Some(p) = params else {
+            return Some("params are required".to_owned());
+        };
+        serde_json::from_value::<T>(p.clone())
+            .err()
+            .map(|e| e.to_string())
+    }
+    let why = match method {
+        "initialize" => fit::<InitializeRequestParams>(params),
+        "tools/call" => fit::<CallToolRequestParams>(params),
+        "logging/setLevel" => fit::<SetLevelRequestParams>(params).map(|e| {
+            format!("{e} (levels: debug, info, notice, warning, error, critical, alert, emergency)")
+        }),
+        "prompts/get" => fit::<GetPromptRequestParams>(params),
+        "resources/read" => fit::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => fit::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => fit::<UnsubscribeRequestParams>(params),
+        "completion/complete" => fit::<CompleteRequestParams>(params),
+        _ => None,
+    };
+    why.unwrap_or_else(|| "they do not fit the method".to_owned())
+}
+
+/// Whether `id` is an id JSON-RPC and MCP allow: a string or an integer (MCP
+/// forbids `null`; JSON-RPC discourages fractions, and rmcp reads none).
+fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
 }
 
 /// Reads a POST body to `/mcp` without trusting it (public for the fuzz target).
+/// The one place a body is checked before rmcp sees it: the JSON-RPC 2.0 shape,
+/// then the message as rmcp reads it, so that every body rmcp is handed is one
+/// it reads as what it says it is.
 pub fn read_rpc(body: &[u8]) -> Rpc {
-    #[derive(serde::Deserialize)]
-    struct Params {
-        name: Option<Value>,
+    use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+    let doc: Value = match serde_json::from_slice(body) {
+        Ok(doc) => doc,
+        Err(_) => return Rpc::NotJson,
+    };
+    let invalid = |why: &str| Rpc::Invalid(format!("Invalid Request: {why}"));
+    let msg = match &doc {
+        Value::Array(_) => return Rpc::Batch,
+        Value::Object(m) => m,
+        _ => return invalid("a JSON-RPC message is a JSON object"),
+    };
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid("jsonrpc must be \"2.0\"");
     }
-    #[derive(serde::Deserialize)]
-    struct Message {
-        jsonrpc: Option<Value>,
-        method: Option<Value>,
-        params: Option<Params>,
-        id: Option<Value>,
+    let id = match msg.get("id") {
+        None => None,
+        Some(id) if valid_id(id) => Some(id.to_string()),
+        Some(_) => return invalid("id must be a string or an integer (not null)"),
+    };
+    let method = match msg.get("method") {
+        None => None,
+        Some(Value::String(m)) => Some(m.clone()),
+        Some(_) => return invalid("method must be a string"),
+    };
+    let params = msg.get("params");
+    match (&method, params) {
+        (Some(_), None | Some(Value::Object(_))) => {}
+        (Some(_), Some(_)) => return invalid("params must be an object"),
+        (None, _) if id.is_none() => {
+            return invalid("a request or notification needs a method, a response an id");
+        }
+        (None, _) if msg.contains_key("result") == msg.contains_key("error") => {
+            return invalid("a message without a method is a response: result or error");
+        }
+        (None, _) => {}
     }
-    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
-            Rpc::Batch
-        } else {
-            Rpc::NotJson
+    let parsed = match serde_json::from_value::<ClientJsonRpcMessage>(doc.clone()) {
+        Ok(m) => m,
+        Err(e) => return invalid(&format!("not a message of an MCP client: {e}")),
+    };
+    if let (ClientJsonRpcMessage::Request(r), Some(id), Some(m)) = (&parsed, &id, &method)
+        && let ClientRequest::CustomRequest(_) = &r.request
+        && CLIENT_REQUESTS.contains(&m.as_str())
+    {
+        return Rpc::InvalidParams {
+            id: id.clone(),
+            method: m.clone(),
+            reason: params_misfit(m, params),
         };
     }
-    match serde_json::from_slice::<Message>(body) {
-        Ok(m) if m.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0") => {
-            let method = match m.method {
-                None => None,
-                Some(Value::String(s)) => Some(s),
-                Some(_) => return Rpc::Invalid,
-            };
-            let tool = m
-                .params
-                .and_then(|p| p.name)
-                .and_then(|n| n.as_str().map(str::to_owned));
-            let id = m.id.filter(|v| !v.is_null()).map(|v| v.to_string());
-            Rpc::Message { method, tool, id }
-        }
-        Ok(_) => Rpc::Invalid,
-        Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => Rpc::Invalid,
-        Err(_) => Rpc::NotJson,
-    }
+    let tool = match &parsed {
+        ClientJsonRpcMessage::Request(r) => match &r.request {
+            ClientRequest::CallToolRequest(call) => Some(call.params.name.to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    Rpc::Message { method, tool, id }
+}
+
+/// The JSON-RPC error answering the request `id` (JSON text) with `code`:
+/// HTTP 200 with the error as its one JSON object, as Streamable HTTP answers a
+/// request. The request never reached rmcp.
+pub(super) fn rpc_answer(id: &str, code: i64, message: &str) -> Response {
+    let id = serde_json::from_str::<Value>(id).unwrap_or(Value::Null);
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    (
+        axum::http::StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// A JSON-RPC error with no id, as MCP's Streamable HTTP transport lets a server
@@ -224,11 +340,20 @@ pub(super) async fn guarded(
                     ));
                 }
                 Rpc::NotJson => return Ok(rpc_error(-32700, "Parse error: the body is not JSON")),
-                Rpc::Invalid => {
-                    return Ok(rpc_error(
-                        -32600,
-                        "Invalid Request: not a JSON-RPC 2.0 message",
-                    ));
+                Rpc::Invalid(why) => return Ok(rpc_error(-32600, &why)),
+                Rpc::InvalidParams { id, method, reason } => {
+                    // Outside a live session, rmcp's answer (400 or 404) comes first.
+                    let live = match &session {
+                        Some(s) => state.sessions.is_open(s).await,
+                        None => method == "initialize",
+                    };
+                    if live {
+                        return Ok(rpc_answer(
+                            &id,
+                            -32602,
+                            &format!("Invalid params for {method}: {reason}"),
+                        ));
+                    }
                 }
             }
         }
@@ -242,6 +367,11 @@ pub(super) async fn guarded(
     match (&session, initialize) {
         (None, true) => return open_session(state, &caller, req, next).await,
         (Some(s), _) if delete => {
+            // rmcp answers 202 to closing a session it does not have.
+            if !state.sessions.is_open(s).await {
+                state.sessions.forget(s);
+                return Err(ApiError::NotFound("such MCP session".to_owned()));
+            }
             let res = next.run(req).await;
             if res.status().is_success() {
                 state.sessions.forget(s);

@@ -1729,20 +1729,69 @@ mod tests {
                 id: Some(r#""a""#.to_owned()),
             }
         );
-        assert_eq!(
-            read_rpc(br#"{"jsonrpc":"2.0","id":null,"method":"x","params":{"name":7}}"#),
-            Rpc::Message {
-                method: Some("x".to_owned()),
-                tool: None,
-                id: None,
-            }
-        );
         assert_eq!(read_rpc(b" [1,2]"), Rpc::Batch);
         assert_eq!(read_rpc(b"[1,"), Rpc::NotJson);
         assert_eq!(read_rpc(b"not json"), Rpc::NotJson);
-        assert_eq!(read_rpc(br#"{"method":"ping"}"#), Rpc::Invalid);
-        assert_eq!(read_rpc(br#"{"jsonrpc":"2.0","method":7}"#), Rpc::Invalid);
-        assert_eq!(read_rpc(b"42"), Rpc::Invalid);
+        let invalid = |body: &[u8]| matches!(read_rpc(body), Rpc::Invalid(why) if why.starts_with("Invalid Request: "));
+        for body in [
+            &br#"{"method":"ping"}"#[..],
+            br#"{"jsonrpc":"2.0","method":7}"#,
+            b"42",
+            br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}"#,
+            br#"{"jsonrpc":"2.0","id":1}"#,
+            br#"{"jsonrpc":"2.0","params":{}}"#,
+            br#"{"id":1,"method":"ping"}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#,
+        ] {
+            assert!(
+                invalid(body),
+                "{}: {:?}",
+                String::from_utf8_lossy(body),
+                read_rpc(body)
+            );
+        }
+        let bad_params = |body: &[u8], want: &str| match read_rpc(body) {
+            Rpc::InvalidParams { id, method, reason } => {
+                assert_eq!((id.as_str(), method.as_str()), ("7", want), "{reason}");
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(body)),
+        };
+        bad_params(br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":42}}"#, "tools/call");
+        bad_params(
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{}}}"#,
+            "tools/call",
+        );
+        bad_params(
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":5}}"#,
+            "tools/call",
+        );
+        bad_params(
+            br#"{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+            "logging/setLevel",
+        );
+        bad_params(
+            br#"{"jsonrpc":"2.0","id":7,"method":"initialize"}"#,
+            "initialize",
+        );
+        // Fitting params, and a method MCP does not have (rmcp answers -32601).
+        assert!(matches!(
+            read_rpc(br#"{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"level":"error"}}"#),
+            Rpc::Message { .. }
+        ));
+        assert_eq!(
+            read_rpc(br#"{"jsonrpc":"2.0","id":"q","method":"no/such"}"#),
+            Rpc::Message {
+                method: Some("no/such".to_owned()),
+                tool: None,
+                id: Some(r#""q""#.to_owned()),
+            }
+        );
     }
 
     #[test]

@@ -211,6 +211,12 @@ impl SessionOwners {
         }
     }
 
+    /// Whether rmcp has `session` open: a session it never issued, or one
+    /// already deleted, closed or expired, is not.
+    pub(crate) async fn is_open(&self, session: &str) -> bool {
+        self.manager.sessions.read().await.contains_key(session)
+    }
+
     /// Forgets `session` (deleted, closed, expired).
     pub(crate) fn forget(&self, session: &str) {
         let mut g = self.lock();

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Checker, ExtractSpec, kind};
+use super::{Checker, ExtractSpec, MAX_MAX_TOKENS, MAX_MODEL_CHARS, MIN_MAX_TOKENS, fields, kind};
 use crate::geo::Geo;
 use crate::model::normalize_url;
 
@@ -160,6 +160,12 @@ pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_STEP_TIMEOUT: Duration = Duration::from_secs(300);
 pub const MAX_STEPS: usize = 100;
 pub const MAX_PAGES: u64 = 1000;
+/// The most page heights a `scroll` step scrolls.
+pub const MAX_SCROLL_TIMES: u64 = 1000;
+/// The longest screenshot name.
+pub const MAX_SCREENSHOT_NAME: usize = 64;
+/// The longest instruction of a model step, in characters.
+pub const MAX_INSTRUCTION_CHARS: usize = 2000;
 
 const ACTIONS: &[&str] = &[
     "goto",
@@ -176,15 +182,7 @@ const ACTIONS: &[&str] = &[
 
 impl Checker {
     pub(super) fn browse(&mut self, v: &Value) -> Option<Browse> {
-        const KNOWN: &[&str] = &[
-            "urls",
-            "geos",
-            "steps",
-            "step_timeout",
-            "model",
-            "max_tokens",
-        ];
-        let f = self.object(v, "browse", KNOWN)?;
+        let f = self.object(v, "browse", fields::BROWSE)?;
         let mut urls: Vec<String> = Vec::new();
         match f.get("urls") {
             None => self.err("browse.urls", "required: the pages each session starts on"),
@@ -195,7 +193,7 @@ impl Checker {
                     }
                     for (i, u) in list.iter().enumerate() {
                         let p = format!("browse.urls[{i}]");
-                        if let Some(s) = self.string(u, &p) {
+                        if let Some(s) = self.line(u, &p) {
                             match normalize_url(&s) {
                                 Ok(n) if !urls.contains(&n) => urls.push(n),
                                 Ok(_) => {}
@@ -212,9 +210,12 @@ impl Checker {
             .and_then(|t| self.step_timeout(t, "browse.step_timeout"))
             .unwrap_or(DEFAULT_STEP_TIMEOUT);
         let model = f.get("model").and_then(|m| {
-            let m = self.string(m, "browse.model")?;
-            if m.len() > 200 {
-                self.err("browse.model", "must be a model name of 1 to 200 bytes");
+            let m = self.line(m, "browse.model")?;
+            if m.chars().count() > MAX_MODEL_CHARS {
+                self.err(
+                    "browse.model",
+                    format!("must be a model name of 1 to {MAX_MODEL_CHARS} characters"),
+                );
                 return None;
             }
             Some(m.trim().to_owned())
@@ -222,7 +223,7 @@ impl Checker {
         let max_tokens = f
             .get("max_tokens")
             .map_or(Some(1024), |n| {
-                self.uint(n, "browse.max_tokens", 256, 64_000)
+                self.uint(n, "browse.max_tokens", MIN_MAX_TOKENS, MAX_MAX_TOKENS)
             })
             .unwrap_or(1024) as u32;
         let mut steps = Vec::new();
@@ -341,7 +342,7 @@ impl Checker {
         let at = format!("{path}.{name}");
         let action = match name {
             "goto" => {
-                let url = self.string(body, &at)?;
+                let url = self.line(body, &at)?;
                 match normalize_url(&url) {
                     Ok(url) => Action::Goto { url },
                     Err(e) => {
@@ -351,11 +352,18 @@ impl Checker {
                 }
             }
             "fill" => {
-                let f = self.object(body, &at, &["selector", "value", "secret"])?;
+                let f = self.object(body, &at, fields::FILL)?;
                 let selector = self.selector(f.get("selector"), &f.path("selector"))?;
                 let value = match (f.get("value"), f.get("secret")) {
                     (Some(v), None) => {
                         let text = match v.as_str() {
+                            Some(s) if s.chars().any(super::is_refused_control) => {
+                                self.err(
+                                    f.path("value"),
+                                    "must not contain control characters (U+0000 to U+001F other than tab, newline and carriage return, or U+007F)",
+                                );
+                                return None;
+                            }
                             Some(s) => s.to_owned(),
                             None => {
                                 self.err(
@@ -400,7 +408,7 @@ impl Checker {
                 selector: self.selector_or_mapping(body, &at)?,
             },
             "select" => {
-                let f = self.object(body, &at, &["selector", "value"])?;
+                let f = self.object(body, &at, fields::SELECT)?;
                 let selector = self.selector(f.get("selector"), &f.path("selector"))?;
                 let value = match f.get("value") {
                     Some(v) => self.string(v, &f.path("value"))?,
@@ -415,7 +423,7 @@ impl Checker {
                 if body.is_string() {
                     Action::WaitFor(WaitFor::Selector(self.selector(Some(body), &at)?))
                 } else {
-                    let f = self.object(body, &at, &["selector", "text", "timeout"])?;
+                    let f = self.object(body, &at, fields::WAIT_FOR)?;
                     if let Some(t) = f.get("timeout") {
                         wait_timeout = self.step_timeout(t, &f.path("timeout"));
                     }
@@ -434,16 +442,18 @@ impl Checker {
                 }
             }
             "scroll" => {
-                let f = self.object(body, &at, &["until", "times"])?;
+                let f = self.object(body, &at, fields::SCROLL)?;
                 match (f.get("until"), f.get("times")) {
                     (Some(s), None) => Action::Scroll(ScrollUntil::Selector(
                         self.selector(Some(s), &f.path("until"))?,
                     )),
-                    (None, Some(n)) => {
-                        Action::Scroll(ScrollUntil::Times(
-                            self.uint(n, &f.path("times"), 1, 1000)? as u32
-                        ))
-                    }
+                    (None, Some(n)) => Action::Scroll(ScrollUntil::Times(self.uint(
+                        n,
+                        &f.path("times"),
+                        1,
+                        MAX_SCROLL_TIMES,
+                    )?
+                        as u32)),
                     _ => {
                         self.err(&at, "give exactly one of until (a selector) or times");
                         return None;
@@ -468,7 +478,7 @@ impl Checker {
                 }
             }
             "extract" => {
-                let f = self.object(body, &at, &["rows", "fields", "next", "max_pages"])?;
+                let f = self.object(body, &at, fields::ROWS_EXTRACT)?;
                 let rows = match f.get("rows") {
                     Some(r) => Some(self.selector(Some(r), &f.path("rows"))?),
                     None => None,
@@ -494,20 +504,23 @@ impl Checker {
                 let name = match body {
                     Value::Null => "screenshot".to_owned(),
                     Value::String(s) => s.clone(),
-                    other => match other.get("name") {
-                        Some(n) => self.string(n, &format!("{at}.name"))?,
-                        None => "screenshot".to_owned(),
-                    },
+                    other => {
+                        let f = self.object(other, &at, fields::SCREENSHOT)?;
+                        match f.get("name") {
+                            Some(n) => self.string(n, &f.path("name"))?,
+                            None => "screenshot".to_owned(),
+                        }
+                    }
                 };
                 if name.is_empty()
-                    || name.len() > 64
+                    || name.len() > MAX_SCREENSHOT_NAME
                     || !name
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
                 {
                     self.err(
                         at,
-                        "a screenshot's name has 1 to 64 letters, digits, _ and -",
+                        format!("a screenshot's name has 1 to {MAX_SCREENSHOT_NAME} letters, digits, _ and -"),
                     );
                     return None;
                 }
@@ -529,8 +542,11 @@ impl Checker {
 
     fn instruction(&mut self, v: &Value, path: &str) -> Option<String> {
         let s = self.string(v, path)?;
-        if s.chars().count() > 2000 {
-            self.err(path, "must be at most 2000 characters");
+        if s.chars().count() > MAX_INSTRUCTION_CHARS {
+            self.err(
+                path,
+                format!("must be at most {MAX_INSTRUCTION_CHARS} characters"),
+            );
             return None;
         }
         Some(s.trim().to_owned())
@@ -541,7 +557,7 @@ impl Checker {
         if v.is_string() {
             return self.selector(Some(v), path);
         }
-        let f = self.object(v, path, &["selector"])?;
+        let f = self.object(v, path, fields::SELECTOR)?;
         self.selector(f.get("selector"), &f.path("selector"))
     }
 
