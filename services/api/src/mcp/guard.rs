@@ -342,10 +342,15 @@ pub(super) async fn guarded(
                 Rpc::NotJson => return Ok(rpc_error(-32700, "Parse error: the body is not JSON")),
                 Rpc::Invalid(why) => return Ok(rpc_error(-32600, &why)),
                 Rpc::InvalidParams { id, method, reason } => {
-                    // Outside a live session, rmcp's answer (400 or 404) comes first.
+                    // Outside a live session, rmcp's answer (400 or 404) comes first:
+                    // a request naming its protocol version without a session is
+                    // a stateless (2026-07-28) one, where `initialize` is a
+                    // removed method (404, -32601), not one opening a session.
                     let live = match &session {
                         Some(s) => state.sessions.is_open(s).await,
-                        None => method == "initialize",
+                        None => {
+                            method == "initialize" && !headers.contains_key("mcp-protocol-version")
+                        }
                     };
                     if live {
                         return Ok(rpc_answer(
