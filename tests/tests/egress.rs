@@ -419,25 +419,12 @@ async fn an_allowed_destination_is_browsed() {
 /// with 422, naming the field; a public one is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_refuses_internal_browse_urls_at_submission() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(trawl_store::SqliteStore::memory().await.unwrap());
-    let queue = Arc::new(trawl_queue::EmbeddedQueue::new(
-        trawl_queue::QueueConfig::default(),
-    ));
-    let (events, _rx) = trawl_queue::InProcessEvents::channel();
-    let cache = Arc::new(
-        trawl_cache::SqliteCache::open(&dir.path().join("c.db"))
-            .await
-            .unwrap(),
-    );
-    let state = trawl_api::ApiState::new(
-        store,
-        Arc::new(events),
-        queue,
-        cache,
-        Default::default(),
-        trawl_api::Auth::Keys(vec![secrecy::SecretString::from("k").into()]),
-    );
+    let api = trawl_api::testing::EmbeddedApi::new(trawl_api::Auth::Keys(vec![
+        secrecy::SecretString::from("k").into(),
+    ]))
+    .await
+    .unwrap();
+    let state = api.state.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {

@@ -26,12 +26,13 @@
 //! successful answers at the page price); and every role answers its first
 //! readiness probe after the fault ends.
 //!
-//! Size: `TRAWL_FAULT_SLICES` pages per job (default 300) and
-//! `TRAWL_FAULT_OUTAGE` per outage (default 5s), so the test command runs a
-//! CI-sized suite. The benchmark is the same suite at full size
-//! (docs/benchmarks.md): `TRAWL_FAULT_SLICES=6000 TRAWL_FAULT_OUTAGE=30s cargo
-//! test --release -p trawl-tests --test faults -- --nocapture --test-threads 1`;
-//! each scenario prints how long its job took.
+//! Size: `TRAWL_FAULT_SLICES` pages per job (default 300),
+//! `TRAWL_FAULT_OUTAGE` per outage (default 5s) and `TRAWL_FAULT_KILLS` rounds
+//! of `workers_killed` (default 1), so the test command runs a CI-sized suite.
+//! The benchmark is the same suite at full size (docs/benchmarks.md):
+//! `TRAWL_FAULT_SLICES=6000 TRAWL_FAULT_OUTAGE=30s cargo test --release -p
+//! trawl-tests --test faults -- --nocapture --test-threads 1`; each scenario
+//! prints how long its job took.
 //!
 //! Scenarios run one at a time (a lock), each on servers of its own.
 
@@ -65,6 +66,15 @@ fn slices() -> usize {
         .unwrap_or(300)
 }
 
+/// Rounds of kills in `workers_killed`.
+fn kills() -> u64 {
+    std::env::var("TRAWL_FAULT_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 fn outage() -> Duration {
     std::env::var("TRAWL_FAULT_OUTAGE")
         .ok()
@@ -94,6 +104,8 @@ struct Stack {
     scheduler: Role,
     workers: Vec<Role>,
     client: Api,
+    /// The scenario's job, once submitted.
+    job: String,
 }
 
 impl Stack {
@@ -123,6 +135,7 @@ impl Stack {
             scheduler,
             workers,
             client,
+            job: String::new(),
         }
     }
 
@@ -250,6 +263,7 @@ async fn scenario_with(
     let mut s = Stack::start(sim).await;
     let started = Instant::now();
     let id = s.client.submit_yaml(&job_yaml(name, n)).await;
+    s.job = id.clone();
     s.wait_done(&id, (n / 4) as u64).await;
     let fault_at = started.elapsed();
     fault(&mut s).await;
@@ -286,12 +300,24 @@ async fn clean() {
 async fn workers_killed() {
     // Each killed worker runs 8 slices at a time: an answer it got in the last
     // milliseconds, before its outcome was written, is billed and unrecorded.
-    scenario_with("workers_killed", sim(), 2 * 8, async |s: &mut Stack| {
-        for i in [0, 1] {
-            s.workers[i].kill();
-            s.workers[i] = s.d.spawn("worker", &format!("worker-{}", i + 1));
-        }
-    })
+    // Rounds after the first come evenly over the middle half of the job.
+    let rounds = kills();
+    let step = slices() as u64 / 2 / rounds;
+    scenario_with(
+        "workers_killed",
+        sim(),
+        rounds * 2 * 8,
+        async |s: &mut Stack| {
+            let first = slices() as u64 / 4;
+            for round in 0..rounds {
+                s.wait_done(&s.job.clone(), first + round * step).await;
+                for i in [0, 1] {
+                    s.workers[i].kill();
+                    s.workers[i] = s.d.spawn("worker", &format!("worker-{}", i + 1));
+                }
+            }
+        },
+    )
     .await;
 }
 

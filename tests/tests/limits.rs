@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -20,11 +19,8 @@ use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+use trawl_api::testing::EmbeddedApi;
 use trawl_api::{ApiState, Auth, HttpLimits, McpConfig, RateLimit, RateLimits};
-use trawl_cache::SqliteCache;
-use trawl_core::cost::PriceTable;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_store::SqliteStore;
 
 const KEY_A: &str = "limits-key-a-0123456789";
 const KEY_B: &str = "limits-key-b-0123456789";
@@ -52,31 +48,19 @@ impl Served {
     #[allow(clippy::useless_conversion)] // See `Auth::Keys` below.
     async fn start(mcp: McpConfig, rates: RateLimits, http: HttpLimits) -> Served {
         trawl_brightdata::ensure_crypto_provider();
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SqliteStore::memory().await.unwrap());
-        let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
-        let (events, rx) = InProcessEvents::channel();
-        let cache = Arc::new(
-            SqliteCache::open(&dir.path().join("cache.db"))
-                .await
-                .unwrap(),
-        );
+        // `.into()`: the key type of `Auth::Keys` may grow (names, admin).
+        let api = EmbeddedApi::new(Auth::Keys(vec![
+            SecretString::from(KEY_A).into(),
+            SecretString::from(KEY_B).into(),
+        ]))
+        .await
+        .unwrap();
         let shutdown = CancellationToken::new();
-        let state = ApiState::new(
-            store,
-            Arc::new(events),
-            queue,
-            cache,
-            PriceTable::default(),
-            // `.into()`: the key type of `Auth::Keys` may grow (names, admin).
-            Auth::Keys(vec![
-                SecretString::from(KEY_A).into(),
-                SecretString::from(KEY_B).into(),
-            ]),
-        )
-        .with_mcp(mcp)
-        .with_rate_limits(rates)
-        .with_shutdown(shutdown.clone());
+        let state = api
+            .state
+            .with_mcp(mcp)
+            .with_rate_limits(rates)
+            .with_shutdown(shutdown.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(trawl_api::serve_with(
@@ -90,8 +74,8 @@ impl Served {
             state,
             shutdown,
             server: Some(server),
-            _events: rx,
-            _dir: dir,
+            _events: api.events,
+            _dir: api.dir,
         }
     }
 

@@ -29,6 +29,8 @@
 //!   body read timeouts and connections per address ([`HttpLimits`], enforced by
 //!   [`serve_with`]), request rates per caller ([`RateLimits`]); `/mcp`'s
 //!   session limits are [`mcp::SessionLimits`].
+//! - `testing` (feature `testing`): the state over the embedded adapters, for
+//!   tests.
 //!
 //! The API only stores and reads: a submitted job is stored `pending` and the
 //! scheduler plans it; every change is followed by an event, and a lost event only
@@ -48,6 +50,8 @@ mod rows;
 pub mod server;
 pub mod slack;
 pub mod state;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use approvals::{ApprovalLinks, ApprovalView, ApprovalsList, Decision};
 pub use artifacts::{ArtifactView, ArtifactsList, artifact_url};

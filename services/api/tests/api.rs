@@ -22,6 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+use trawl_api::testing::EmbeddedApi;
 use trawl_api::{ApiKey, ApiState, Auth, router, serve};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::{Micros, PriceTable};
@@ -35,7 +36,7 @@ use trawl_core::ports::{
     ToolError,
 };
 use trawl_core::spec::JobSpec;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_queue::{EmbeddedQueue, QueueConfig};
 use trawl_store::SqliteStore;
 
 // ---------------------------------------------------------------------------
@@ -106,27 +107,13 @@ async fn spawn_app_tweaked(
     cache: Option<Arc<dyn ContentCache>>,
     tweak: impl FnOnce(ApiState) -> ApiState,
 ) -> App {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::memory().await.unwrap());
-    let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
-    let (event_port, events) = InProcessEvents::channel();
-    let event_port = Arc::new(event_port);
-    let cache = match cache {
-        Some(c) => c,
-        None => Arc::new(
-            SqliteCache::open(&dir.path().join("cache.db"))
-                .await
-                .unwrap(),
-        ),
-    };
-    let state = ApiState::new(
-        store.clone(),
-        event_port,
-        queue.clone(),
-        cache,
-        PriceTable::default(),
-        auth,
-    );
+    let EmbeddedApi {
+        state,
+        store,
+        queue,
+        events,
+        dir,
+    } = EmbeddedApi::with_cache(auth, cache).await.unwrap();
     App {
         router: router(tweak(state)),
         store,
@@ -654,18 +641,9 @@ async fn every_bad_request_answers_a_problem_and_stores_nothing() {
 
 #[tokio::test]
 async fn a_smaller_body_limit_is_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::memory().await.unwrap());
-    let (events, _rx) = InProcessEvents::channel();
-    let state = ApiState::new(
-        store.clone(),
-        Arc::new(events),
-        Arc::new(EmbeddedQueue::new(QueueConfig::default())),
-        Arc::new(SqliteCache::open(&dir.path().join("c.db")).await.unwrap()),
-        PriceTable::default(),
-        Auth::Open,
-    )
-    .with_body_limit(64);
+    let api = EmbeddedApi::new(Auth::Open).await.unwrap();
+    let store = api.store.clone();
+    let state = api.state.clone().with_body_limit(64);
     let res = router(state)
         .oneshot(
             Request::post("/v1/jobs")

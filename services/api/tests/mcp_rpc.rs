@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -15,11 +14,8 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tower::ServiceExt;
-use trawl_api::{ApiKey, ApiState, Auth, router};
-use trawl_cache::SqliteCache;
-use trawl_core::cost::PriceTable;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_store::SqliteStore;
+use trawl_api::testing::EmbeddedApi;
+use trawl_api::{ApiKey, Auth, router};
 
 const KEY: &str = "test-key-mcp-0123456789";
 
@@ -71,26 +67,14 @@ impl Answer {
 }
 
 async fn spawn_app() -> App {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::memory().await.unwrap());
-    let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
-    let (events, _) = InProcessEvents::channel();
-    let cache = Arc::new(
-        SqliteCache::open(&dir.path().join("cache.db"))
-            .await
-            .unwrap(),
-    );
-    let state = ApiState::new(
-        store,
-        Arc::new(events),
-        queue,
-        cache,
-        PriceTable::default(),
-        Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
-    );
+    let api = EmbeddedApi::new(Auth::Keys(vec![
+        ApiKey::from(SecretString::from(KEY)).admin(),
+    ]))
+    .await
+    .unwrap();
     App {
-        router: router(state),
-        _dir: dir,
+        router: router(api.state),
+        _dir: api.dir,
     }
 }
 

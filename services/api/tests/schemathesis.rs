@@ -10,15 +10,11 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 
 use secrecy::SecretString;
 use tokio_util::sync::CancellationToken;
-use trawl_api::{ApiKey, ApiState, Auth, RateLimit, RateLimits, router, serve};
-use trawl_cache::SqliteCache;
-use trawl_core::cost::PriceTable;
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
-use trawl_store::SqliteStore;
+use trawl_api::testing::EmbeddedApi;
+use trawl_api::{ApiKey, Auth, RateLimit, RateLimits, router, serve};
 
 const KEY: &str = "schemathesis-key-0123456789";
 
@@ -44,26 +40,17 @@ async fn schemathesis_finds_nothing_wrong_with_the_api_or_its_document() {
         bin.display()
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::memory().await.unwrap());
-    let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
-    let (events, _rx) = InProcessEvents::channel();
-    let cache = Arc::new(
-        SqliteCache::open(&dir.path().join("cache.db"))
-            .await
-            .unwrap(),
-    );
-    let state = ApiState::new(
-        store,
-        Arc::new(events),
-        queue,
-        cache,
-        PriceTable::default(),
-        Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
-    )
-    // Submissions at schemathesis's pace: at the default rate most would be
-    // 429 and the checks of the spec behind it would go untested.
-    .with_rate_limits(RateLimits::default().with_jobs(RateLimit::per_second(100_000, 100_000)));
+    let api = EmbeddedApi::new(Auth::Keys(vec![
+        ApiKey::from(SecretString::from(KEY)).admin(),
+    ]))
+    .await
+    .unwrap();
+    let state = api
+        .state
+        .clone()
+        // Submissions at schemathesis's pace: at the default rate most would be
+        // 429 and the checks of the spec behind it would go untested.
+        .with_rate_limits(RateLimits::default().with_jobs(RateLimit::per_second(100_000, 100_000)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
@@ -97,7 +84,7 @@ async fn schemathesis_finds_nothing_wrong_with_the_api_or_its_document() {
             "--no-shrink",
         ])
         .arg("--report-dir")
-        .arg(dir.path().join("report"))
+        .arg(api.dir.path().join("report"))
         .env("NO_COLOR", "1")
         .env("SCHEMATHESIS_TELEMETRY", "false")
         .stdin(Stdio::null())

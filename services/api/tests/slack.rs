@@ -18,16 +18,15 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tower::ServiceExt;
-use trawl_api::{ApiKey, ApiState, Auth, SlackConfig, router};
-use trawl_cache::SqliteCache;
-use trawl_core::cost::PriceTable;
+use trawl_api::testing::EmbeddedApi;
+use trawl_api::{ApiKey, Auth, SlackConfig, router};
 use trawl_core::model::{JobId, JobStatus, now_ms};
 use trawl_core::ports::{
     ApprovalRecord, ApprovalStore, Event, JobStore, PinChange, PinStatus, ToolStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_notify::{ResponseHosts, sign_slack};
-use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
+use trawl_queue::EmbeddedQueue;
 use trawl_store::SqliteStore;
 
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -82,25 +81,18 @@ async fn spawn_app(slack: bool) -> App {
 }
 
 async fn spawn_app_with(slack: Option<SlackConfig>) -> App {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::memory().await.unwrap());
-    let queue = Arc::new(EmbeddedQueue::new(QueueConfig::default()));
-    let (event_port, events) = InProcessEvents::channel();
-    let event_port = Arc::new(event_port);
-    let cache = Arc::new(
-        SqliteCache::open(&dir.path().join("cache.db"))
-            .await
-            .unwrap(),
-    );
-    let mut state = ApiState::new(
-        store.clone(),
-        event_port,
-        queue.clone(),
-        cache,
-        PriceTable::default(),
+    let EmbeddedApi {
+        mut state,
+        store,
+        queue,
+        events,
+        dir,
+    } = EmbeddedApi::new(
         // An admin key: it decides approvals over REST.
         Auth::Keys(vec![ApiKey::from(SecretString::from(KEY)).admin()]),
-    );
+    )
+    .await
+    .unwrap();
     if let Some(slack) = slack {
         state = state.with_slack(slack);
     }

@@ -856,6 +856,48 @@ mod tests {
         })
     }
 
+    /// What `get_or_load` answers, from a task.
+    type LoadTask = JoinHandle<Result<(Vec<u8>, Served), ToolError>>;
+
+    /// `pod`'s load of key "k", in a task, through a [`gated`] load: it has
+    /// started (and holds the lock) when this returns, and finishes with
+    /// `result` when `gate` is notified.
+    struct GatedLoad {
+        task: LoadTask,
+        gate: Arc<Notify>,
+    }
+
+    async fn start_gated(
+        pod: &Arc<RedisCache>,
+        result: Result<&'static [u8], &'static str>,
+    ) -> GatedLoad {
+        let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::default());
+        let load = gated(&runs, &started, &gate, result);
+        let pod = pod.clone();
+        let task = tokio::spawn(async move { pod.get_or_load(&key("k"), MINUTE, load).await });
+        started.notified().await;
+        GatedLoad { task, gate }
+    }
+
+    /// `pod`'s get of key "k", in a task, with a load that counts its runs
+    /// and answers `body`; returns once the pod waits on another's lock.
+    async fn wait_behind(pod: &Arc<RedisCache>, body: &'static [u8]) -> (LoadTask, Arc<AtomicU32>) {
+        let runs = Arc::new(AtomicU32::new(0));
+        let load: LoadFuture<'static> = {
+            let runs = runs.clone();
+            Box::pin(async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok(body.to_vec())
+            })
+        };
+        let task = {
+            let pod = pod.clone();
+            tokio::spawn(async move { pod.get_or_load(&key("k"), MINUTE, load).await })
+        };
+        pod.waiting.notified().await;
+        (task, runs)
+    }
+
     #[tokio::test]
     async fn loads_once_then_hits() {
         let h = Harness::new("hit").await;
@@ -1000,28 +1042,15 @@ mod tests {
     async fn two_pods_loading_one_key_run_one_load() {
         let h = Harness::new("pods").await;
         let (a, b) = (Arc::new(h.pod().await), Arc::new(h.pod().await));
-        let (runs_a, started, gate) = (Arc::default(), Arc::default(), Arc::default());
-        let load_a = gated(&runs_a, &started, &gate, Ok(b"from a"));
-        let task_a = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load_a).await })
-        };
         // A holds the lock and is loading.
-        started.notified().await;
-        let runs_b = Arc::new(AtomicU32::new(0));
-        let load_b = gated(&runs_b, &Arc::default(), &Arc::default(), Ok(b"from b"));
-        let task_b = {
-            let b = b.clone();
-            tokio::spawn(async move { b.get_or_load(&key("k"), MINUTE, load_b).await })
-        };
+        let load_a = start_gated(&a, Ok(b"from a")).await;
         // B found the lock taken and waits for A.
-        b.waiting.notified().await;
-        gate.notify_one();
-        let (va, sa) = task_a.await.unwrap().unwrap();
+        let (task_b, runs_b) = wait_behind(&b, b"from b").await;
+        load_a.gate.notify_one();
+        let (va, sa) = load_a.task.await.unwrap().unwrap();
         let (vb, sb) = task_b.await.unwrap().unwrap();
         assert_eq!((va.as_slice(), sa), (&b"from a"[..], Served::Loaded));
         assert_eq!((vb.as_slice(), sb), (&b"from a"[..], Served::Coalesced));
-        assert_eq!(runs_a.load(Ordering::SeqCst), 1);
         assert_eq!(runs_b.load(Ordering::SeqCst), 0);
         h.cleanup().await;
     }
@@ -1030,28 +1059,10 @@ mod tests {
     async fn when_the_loader_fails_a_waiting_pod_takes_over() {
         let h = Harness::new("takeover").await;
         let (a, b) = (Arc::new(h.pod().await), Arc::new(h.pod().await));
-        let (runs_a, started, gate) = (Arc::default(), Arc::default(), Arc::default());
-        let load_a = gated(&runs_a, &started, &gate, Err("http_503"));
-        let task_a = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load_a).await })
-        };
-        started.notified().await;
-        let runs_b = Arc::new(AtomicU32::new(0));
-        let load_b: LoadFuture<'static> = {
-            let runs_b = runs_b.clone();
-            Box::pin(async move {
-                runs_b.fetch_add(1, Ordering::SeqCst);
-                Ok(b"from b".to_vec())
-            })
-        };
-        let task_b = {
-            let b = b.clone();
-            tokio::spawn(async move { b.get_or_load(&key("k"), MINUTE, load_b).await })
-        };
-        b.waiting.notified().await;
-        gate.notify_one();
-        assert_eq!(task_a.await.unwrap().unwrap_err().code, "http_503");
+        let load_a = start_gated(&a, Err("http_503")).await;
+        let (task_b, runs_b) = wait_behind(&b, b"from b").await;
+        load_a.gate.notify_one();
+        assert_eq!(load_a.task.await.unwrap().unwrap_err().code, "http_503");
         let (vb, sb) = task_b.await.unwrap().unwrap();
         assert_eq!((vb.as_slice(), sb), (&b"from b"[..], Served::Loaded));
         assert_eq!(runs_b.load(Ordering::SeqCst), 1);
@@ -1070,20 +1081,14 @@ mod tests {
         let b = RedisCache::connect(h.config.clone().with_wait_limit(Duration::from_millis(100)))
             .await
             .unwrap();
-        let (runs_a, started, gate) = (Arc::default(), Arc::default(), Arc::default());
-        let load_a = gated(&runs_a, &started, &gate, Ok(b"from a"));
-        let task_a = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load_a).await })
-        };
-        started.notified().await;
+        let load_a = start_gated(&a, Ok(b"from a")).await;
         let (vb, sb) = b
             .get_or_load(&key("k"), MINUTE, answer(b"from b"))
             .await
             .unwrap();
         assert_eq!((vb.as_slice(), sb), (&b"from b"[..], Served::Loaded));
-        gate.notify_one();
-        let (va, sa) = task_a.await.unwrap().unwrap();
+        load_a.gate.notify_one();
+        let (va, sa) = load_a.task.await.unwrap().unwrap();
         assert_eq!((va.as_slice(), sa), (&b"from a"[..], Served::Loaded));
         assert_eq!(h.raw(&h.lkey(&key("k"))).await, None);
         h.cleanup().await;
@@ -1093,13 +1098,7 @@ mod tests {
     async fn a_lock_is_released_only_by_its_holder() {
         let h = Harness::new("holder").await;
         let a = Arc::new(h.pod().await);
-        let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::default());
-        let load = gated(&runs, &started, &gate, Ok(b"from a"));
-        let task = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load).await })
-        };
-        started.notified().await;
+        let load = start_gated(&a, Ok(b"from a")).await;
         // A's lock "expired" during its load and another pod took it.
         let lkey = h.lkey(&key("k"));
         let _: () = h
@@ -1108,8 +1107,8 @@ mod tests {
             .pset_ex(&lkey, "other", 60_000)
             .await
             .unwrap();
-        gate.notify_one();
-        let (v, s) = task.await.unwrap().unwrap();
+        load.gate.notify_one();
+        let (v, s) = load.task.await.unwrap().unwrap();
         assert_eq!((v.as_slice(), s), (&b"from a"[..], Served::Loaded));
         assert_eq!(h.raw(&lkey).await.as_deref(), Some(&b"other"[..]));
         assert_eq!(
@@ -1141,15 +1140,9 @@ mod tests {
                 .await
                 .unwrap(),
         );
-        let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::<Notify>::default());
-        let load = gated(&runs, &started, &gate, Ok(b"never"));
-        let task = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load).await })
-        };
-        started.notified().await;
-        task.abort();
-        assert!(task.await.unwrap_err().is_cancelled());
+        let load = start_gated(&a, Ok(b"never")).await;
+        load.task.abort();
+        assert!(load.task.await.unwrap_err().is_cancelled());
         // Without the release B would wait out the minute's lock TTL.
         let b = h.pod().await;
         let (v, s) = tokio::time::timeout(
@@ -1169,26 +1162,8 @@ mod tests {
         let short = h.config.clone().with_lock_ttl(Duration::from_millis(300));
         let a = Arc::new(RedisCache::connect(short.clone()).await.unwrap());
         let b = Arc::new(RedisCache::connect(short).await.unwrap());
-        let (runs, started, gate) = (Arc::default(), Arc::default(), Arc::default());
-        let load_a = gated(&runs, &started, &gate, Ok(b"from a"));
-        let task_a = {
-            let a = a.clone();
-            tokio::spawn(async move { a.get_or_load(&key("k"), MINUTE, load_a).await })
-        };
-        started.notified().await;
-        let runs_b = Arc::new(AtomicU32::new(0));
-        let load_b: LoadFuture<'static> = {
-            let runs_b = runs_b.clone();
-            Box::pin(async move {
-                runs_b.fetch_add(1, Ordering::SeqCst);
-                Ok(b"from b".to_vec())
-            })
-        };
-        let task_b = {
-            let b = b.clone();
-            tokio::spawn(async move { b.get_or_load(&key("k"), MINUTE, load_b).await })
-        };
-        b.waiting.notified().await;
+        let load_a = start_gated(&a, Ok(b"from a")).await;
+        let (task_b, runs_b) = wait_behind(&b, b"from b").await;
         // A loads for more than three lock lifetimes: unrenewed, its lock would
         // have lapsed and B would have loaded on its own.
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1196,8 +1171,8 @@ mod tests {
             h.raw(&h.lkey(&key("k"))).await.is_some(),
             "the lock lapsed mid-load"
         );
-        gate.notify_one();
-        assert_eq!(task_a.await.unwrap().unwrap().1, Served::Loaded);
+        load_a.gate.notify_one();
+        assert_eq!(load_a.task.await.unwrap().unwrap().1, Served::Loaded);
         let (vb, sb) = task_b.await.unwrap().unwrap();
         assert_eq!((vb.as_slice(), sb), (&b"from a"[..], Served::Coalesced));
         assert_eq!(runs_b.load(Ordering::SeqCst), 0);

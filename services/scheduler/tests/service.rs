@@ -24,20 +24,16 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout};
 use tokio_util::sync::CancellationToken;
 use trawl_core::cost::{Micros, PriceTable};
-use trawl_core::model::{
-    Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceError, SliceId, SliceOutcome,
-    SliceSpec, TraceStep, now_ms,
-};
+use trawl_core::model::{JobId, JobStatus, SliceError, SliceId, SliceOutcome, now_ms};
 use trawl_core::plan::{follow_ups, plan};
 use trawl_core::ports::{
-    ApprovalRecord, ApprovalStore, ArtifactStore, DeadLetter, Delivery, Event, Events, FailedSlice,
-    Forward, JobRecord, JobStore, PortError, Recorded, RowCursor, SliceFinished, SliceMessage,
-    SliceQueue, SliceStore, ToolStore, WorkerStore,
+    ApprovalRecord, ApprovalStore, DeadLetter, Delivery, Event, Events, JobRecord, JobStore,
+    PortError, SliceFinished, SliceMessage, SliceQueue, SliceStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, InProcessEvents, QueueConfig};
 use trawl_scheduler::{ScheduleError, Service, ServiceConfig};
-use trawl_store::SqliteStore;
+use trawl_store::testing::FaultyStore;
 
 /// A reconcile period no test outlives: only its first tick, at start, runs.
 const NEVER_AGAIN: Duration = Duration::from_secs(3600);
@@ -122,154 +118,9 @@ impl SliceQueue for Counting {
 /// What a cancel over the API writes.
 const API_CANCEL: &str = "cancelled over the API";
 
-/// The store, with one hook: the first `counts` of an armed job cancels it first,
-/// as a cancel over the API landing while the scheduler finishes the job would.
-struct Hooked {
-    inner: SqliteStore,
-    cancel_on_counts: Mutex<Option<JobId>>,
-}
-
-#[async_trait]
-impl SliceStore for Hooked {
-    async fn open_slices_page(
-        &self,
-        id: &JobId,
-        after: Option<&SliceId>,
-        limit: u32,
-    ) -> Result<Vec<SliceSpec>, PortError> {
-        self.inner.open_slices_page(id, after, limit).await
-    }
-    async fn record_outcome(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        outcome: &SliceOutcome,
-    ) -> Result<Recorded, PortError> {
-        self.inner.record_outcome(job, slice, outcome).await
-    }
-    async fn record_costs(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        costs: &[trawl_core::model::CostEntry],
-        calls: u64,
-    ) -> Result<u64, PortError> {
-        self.inner.record_costs(job, slice, costs, calls).await
-    }
-    async fn save_progress(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        progress: &Progress,
-    ) -> Result<(), PortError> {
-        self.inner.save_progress(job, slice, progress).await
-    }
-    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
-        self.inner.progress(job, slice).await
-    }
-    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
-        let armed = self
-            .cancel_on_counts
-            .lock()
-            .unwrap()
-            .take_if(|j| j == id)
-            .is_some();
-        if armed {
-            self.inner
-                .end_job(id, JobStatus::Cancelled, Some(API_CANCEL))
-                .await?;
-        }
-        self.inner.counts(id).await
-    }
-    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
-        self.inner.items(id).await
-    }
-    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError> {
-        self.inner.rejections(id).await
-    }
-    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
-        self.inner.failed_slices(id, limit).await
-    }
-    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
-        self.inner.add_slices(id, slices).await
-    }
-    async fn slices_to_publish(
-        &self,
-        id: &JobId,
-        stale_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<SliceSpec>, PortError> {
-        self.inner
-            .slices_to_publish(id, stale_before_ms, limit)
-            .await
-    }
-    async fn mark_published(
-        &self,
-        id: &JobId,
-        slices: &[SliceId],
-        at_ms: i64,
-    ) -> Result<(), PortError> {
-        self.inner.mark_published(id, slices, at_ms).await
-    }
-    async fn items_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<Item>, PortError> {
-        self.inner.items_page(id, after, limit).await
-    }
-    async fn rejections_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<Rejection>, PortError> {
-        self.inner.rejections_page(id, after, limit).await
-    }
-    async fn trace_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<TraceStep>, PortError> {
-        self.inner.trace_page(id, after, limit).await
-    }
-}
-
-impl Forward<dyn JobStore> for Hooked {
-    fn to(&self) -> &(dyn JobStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ApprovalStore> for Hooked {
-    fn to(&self) -> &(dyn ApprovalStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ToolStore> for Hooked {
-    fn to(&self) -> &(dyn ToolStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ArtifactStore> for Hooked {
-    fn to(&self) -> &(dyn ArtifactStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn WorkerStore> for Hooked {
-    fn to(&self) -> &(dyn WorkerStore + 'static) {
-        &self.inner
-    }
-}
-
 /// One scheduler with its own store, queue and event channels.
 struct Sys {
-    store: Arc<Hooked>,
+    store: Arc<FaultyStore>,
     queue: Arc<Counting>,
     /// Where the test sends events, as the API and workers do.
     events: InProcessEvents,
@@ -284,10 +135,7 @@ struct Sys {
 
 impl Sys {
     async fn new(reconcile_every: Duration, queue: QueueConfig) -> Sys {
-        let store = Arc::new(Hooked {
-            inner: SqliteStore::memory().await.unwrap(),
-            cancel_on_counts: Mutex::new(None),
-        });
+        let store = Arc::new(FaultyStore::memory().await.unwrap());
         let queue = Arc::new(Counting {
             inner: EmbeddedQueue::new(queue),
             published: Mutex::new(Vec::new()),
@@ -726,10 +574,11 @@ async fn a_cancel_landing_while_the_job_is_finished_is_not_overwritten() {
         sys.record(&id, &slice, None).await;
     }
     // The pass reads the job as running, then the cancel lands before it ends it.
-    *sys.store.cancel_on_counts.lock().unwrap() = Some(id.clone());
+    *sys.store.end_on_counts.lock().unwrap() =
+        Some((id.clone(), JobStatus::Cancelled, API_CANCEL.to_owned()));
     sys.service.reconcile().await.unwrap();
     assert!(
-        sys.store.cancel_on_counts.lock().unwrap().is_none(),
+        sys.store.end_on_counts.lock().unwrap().is_none(),
         "the hook fired"
     );
     let job = sys.job(&id).await;

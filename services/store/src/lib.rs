@@ -6,7 +6,7 @@
 //! # Layout
 //!
 //! - [`sqlite`]: the embedded adapter, one SQLite file through sqlx. Its schema is
-//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 13),
+//!   `src/sqlite.sql` (version 1) and `src/sqlite_v<N>.sql` (version N, up to 14),
 //!   applied at open and versioned with `PRAGMA user_version`. Everything goes
 //!   through a single connection: SQLite has one writer, and queueing in the
 //!   process is cheaper than contending through busy handlers. Concurrent `record_outcome` calls are
@@ -24,6 +24,8 @@
 //!   by what the caller can do next; shared by both adapters.
 //! - `conformance` (tests only): the behaviour every adapter must have, one suite
 //!   run against each.
+//! - `testing` (feature `testing`): a store with faults and hooks for the tests
+//!   of the roles that use one.
 //!
 //! # Invariants
 //!
@@ -57,6 +59,8 @@ mod decode;
 mod error;
 pub mod postgres;
 pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod vector;
 
 pub use postgres::PgStore;

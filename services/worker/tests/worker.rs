@@ -11,7 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,20 +22,16 @@ use tokio_util::sync::CancellationToken;
 use trawl_brightdata::{BrightData, BrightDataConfig};
 use trawl_cache::SqliteCache;
 use trawl_core::cost::{Micros, PriceTable};
-use trawl_core::model::{
-    CostEntry, Item, JobCounts, JobId, JobStatus, Progress, Rejection, SliceId, SliceOutcome,
-    SliceSpec, TraceStep, now_ms,
-};
+use trawl_core::model::{JobId, JobStatus, SliceId, SliceSpec, now_ms};
 use trawl_core::plan::plan;
 use trawl_core::ports::{
-    Acker, ApprovalStore, ArtifactStore, DeadLetter, Delivery, Event, Events, FailedSlice, Forward,
-    JobRecord, JobStore, PortError, Recorded, RowCursor, SliceMessage, SliceQueue, SliceStore,
-    ToolStore, WorkerStore,
+    Acker, DeadLetter, Delivery, Event, Events, JobRecord, JobStore, PortError, SliceMessage,
+    SliceQueue, SliceStore,
 };
 use trawl_core::spec::JobSpec;
 use trawl_queue::{EmbeddedQueue, QueueConfig};
 use trawl_sim::{DOWN_HOST_SUFFIX, SimConfig, SimHandle};
-use trawl_store::SqliteStore;
+use trawl_store::testing::FaultyStore;
 use trawl_telemetry::testing::CapturedLogs;
 use trawl_tools::ToolLayer;
 use trawl_worker::{Worker, WorkerConfig};
@@ -172,177 +168,16 @@ impl Events for RecordingEvents {
     }
 }
 
-/// The store with faults the test turns on: outcomes lost (not written, or
-/// written with the answer lost, as when the connection drops after the commit)
-/// and writes refused while it is "down". Reads always work.
-struct Faulty {
-    inner: SqliteStore,
-    /// The next this many `record_outcome` calls fail without writing.
-    lose_outcomes: AtomicU32,
-    /// The next this many `record_outcome` calls write, then fail.
-    lose_answers: AtomicU32,
-    /// Every outcome and cost write fails.
-    down: AtomicBool,
-}
-
-impl Faulty {
-    fn refuse(&self) -> Result<(), PortError> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(PortError::Unavailable("the store is down (test)".into()));
-        }
-        Ok(())
-    }
-}
-
 /// Takes one from `n` if it is above 0.
 fn take_one(n: &AtomicU32) -> bool {
     n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
         .is_ok()
 }
 
-#[async_trait]
-impl SliceStore for Faulty {
-    async fn open_slices_page(
-        &self,
-        id: &JobId,
-        after: Option<&SliceId>,
-        limit: u32,
-    ) -> Result<Vec<SliceSpec>, PortError> {
-        self.inner.open_slices_page(id, after, limit).await
-    }
-    async fn record_outcome(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        outcome: &SliceOutcome,
-    ) -> Result<Recorded, PortError> {
-        self.refuse()?;
-        if take_one(&self.lose_outcomes) {
-            return Err(PortError::Unavailable("connection reset (test)".into()));
-        }
-        let recorded = self.inner.record_outcome(job, slice, outcome).await?;
-        if take_one(&self.lose_answers) {
-            return Err(PortError::Unavailable(
-                "connection reset after commit (test)".into(),
-            ));
-        }
-        Ok(recorded)
-    }
-    async fn record_costs(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        costs: &[CostEntry],
-        calls: u64,
-    ) -> Result<u64, PortError> {
-        self.refuse()?;
-        self.inner.record_costs(job, slice, costs, calls).await
-    }
-    async fn save_progress(
-        &self,
-        job: &JobId,
-        slice: &SliceId,
-        progress: &Progress,
-    ) -> Result<(), PortError> {
-        self.refuse()?;
-        self.inner.save_progress(job, slice, progress).await
-    }
-    async fn progress(&self, job: &JobId, slice: &SliceId) -> Result<Option<Progress>, PortError> {
-        self.inner.progress(job, slice).await
-    }
-    async fn counts(&self, id: &JobId) -> Result<JobCounts, PortError> {
-        self.inner.counts(id).await
-    }
-    async fn items(&self, id: &JobId) -> Result<Vec<Item>, PortError> {
-        self.inner.items(id).await
-    }
-    async fn rejections(&self, id: &JobId) -> Result<Vec<Rejection>, PortError> {
-        self.inner.rejections(id).await
-    }
-    async fn failed_slices(&self, id: &JobId, limit: u32) -> Result<Vec<FailedSlice>, PortError> {
-        self.inner.failed_slices(id, limit).await
-    }
-    async fn add_slices(&self, id: &JobId, slices: &[SliceSpec]) -> Result<u64, PortError> {
-        self.inner.add_slices(id, slices).await
-    }
-    async fn slices_to_publish(
-        &self,
-        id: &JobId,
-        stale_before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<SliceSpec>, PortError> {
-        self.inner
-            .slices_to_publish(id, stale_before_ms, limit)
-            .await
-    }
-    async fn mark_published(
-        &self,
-        id: &JobId,
-        slices: &[SliceId],
-        at_ms: i64,
-    ) -> Result<(), PortError> {
-        self.inner.mark_published(id, slices, at_ms).await
-    }
-    async fn items_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<Item>, PortError> {
-        self.inner.items_page(id, after, limit).await
-    }
-    async fn rejections_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<Rejection>, PortError> {
-        self.inner.rejections_page(id, after, limit).await
-    }
-    async fn trace_page(
-        &self,
-        id: &JobId,
-        after: Option<&RowCursor>,
-        limit: u32,
-    ) -> Result<Vec<TraceStep>, PortError> {
-        self.inner.trace_page(id, after, limit).await
-    }
-}
-
-impl Forward<dyn JobStore> for Faulty {
-    fn to(&self) -> &(dyn JobStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ApprovalStore> for Faulty {
-    fn to(&self) -> &(dyn ApprovalStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ToolStore> for Faulty {
-    fn to(&self) -> &(dyn ToolStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn ArtifactStore> for Faulty {
-    fn to(&self) -> &(dyn ArtifactStore + 'static) {
-        &self.inner
-    }
-}
-
-impl Forward<dyn WorkerStore> for Faulty {
-    fn to(&self) -> &(dyn WorkerStore + 'static) {
-        &self.inner
-    }
-}
-
 /// One worker with its own simulator, store, queue and cache.
 struct Rig {
     sim: SimHandle,
-    store: Arc<Faulty>,
+    store: Arc<FaultyStore>,
     queue: Arc<Recording>,
     log: Log,
     /// `slice.finished` events to refuse.
@@ -366,12 +201,7 @@ impl Rig {
             .await
             .unwrap();
         let tools = Arc::new(ToolLayer::new(Arc::new(provider), Arc::new(cache)));
-        let store = Arc::new(Faulty {
-            inner: SqliteStore::memory().await.unwrap(),
-            lose_outcomes: AtomicU32::new(0),
-            lose_answers: AtomicU32::new(0),
-            down: AtomicBool::new(false),
-        });
+        let store = Arc::new(FaultyStore::memory().await.unwrap());
         let log = Log::default();
         let queue = Arc::new(Recording {
             inner: EmbeddedQueue::new(queue),
