@@ -59,27 +59,29 @@ const PAGE: Micros = Micros(1_500);
 /// One scenario at a time: each starts three servers and five roles.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn slices() -> usize {
-    std::env::var("TRAWL_FAULT_SLICES")
+/// A size from the environment, `default` when unset or unreadable.
+fn setting<T>(name: &str, parse: impl FnOnce(&str) -> Option<T>, default: T) -> T {
+    std::env::var(name)
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300)
+        .and_then(|v| parse(&v))
+        .unwrap_or(default)
+}
+
+fn slices() -> usize {
+    setting("TRAWL_FAULT_SLICES", |v| v.parse().ok(), 300)
 }
 
 /// Rounds of kills in `workers_killed`.
 fn kills() -> u64 {
-    std::env::var("TRAWL_FAULT_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1)
-        .max(1)
+    setting("TRAWL_FAULT_KILLS", |v| v.parse().ok(), 1).max(1)
 }
 
 fn outage() -> Duration {
-    std::env::var("TRAWL_FAULT_OUTAGE")
-        .ok()
-        .and_then(|v| humantime::parse_duration(&v).ok())
-        .unwrap_or(Duration::from_secs(5))
+    setting(
+        "TRAWL_FAULT_OUTAGE",
+        |v| humantime::parse_duration(v).ok(),
+        Duration::from_secs(5),
+    )
 }
 
 /// A job of `n` distinct pages (US), cached: each page is fetched upstream once
