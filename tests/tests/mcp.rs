@@ -234,6 +234,33 @@ async fn tokens_for_trawl_pass_and_every_other_token_is_refused() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::OK, "{}", t.role.log());
+    // An approver's token (`approvals:decide` alone, as the README says)
+    // lists and decides approvals (none is pending here: 404, not 403), and
+    // submits nothing.
+    let approver = auth.token("approver", &resource, "approvals:decide").await;
+    let res = http
+        .get(format!("{}/v1/approvals", t.base))
+        .bearer_auth(&approver)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK, "{}", t.role.log());
+    let res = http
+        .post(format!("{}/v1/approvals/4096/approve", t.base))
+        .bearer_auth(&approver)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::NOT_FOUND);
+    let res = http
+        .post(format!("{}/v1/jobs", t.base))
+        .bearer_auth(&approver)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FORBIDDEN);
     let res = mcp_post(&http, &t, Some(&good))
         .body(initialize().to_string())
         .send()

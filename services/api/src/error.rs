@@ -47,6 +47,21 @@ pub enum ApiError {
     /// The body's media type is not one the route reads.
     #[error("unsupported media type {0:?}")]
     UnsupportedMediaType(Option<String>),
+    /// A state-changing request with a media type a page may send cross-site
+    /// without a preflight (`text/plain`, a form): refused on JSON routes.
+    #[error("a form or text/plain body ({0}) on a JSON route")]
+    FormContentType(String),
+    /// The `Host` is not one this server answers as (DNS rebinding, or a
+    /// reverse proxy's name not configured in `TRAWL_ALLOWED_HOSTS`).
+    #[error("foreign Host {0:?}")]
+    ForeignHost(String),
+    /// A browser request from another site that would change state.
+    #[error("cross-site request: {0}")]
+    CrossSite(String),
+    /// A refusal answered in plain text below the handlers (an extractor's,
+    /// rmcp's), given its problem+json with the same status and words.
+    #[error("refused ({status}): {detail}")]
+    Refused { status: StatusCode, detail: String },
     /// The body is larger than the limit (in bytes).
     #[error("body larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -158,11 +173,15 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::MalformedBody(_) | ApiError::TokenInQuery => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::InsufficientScope(_) => StatusCode::FORBIDDEN,
+            ApiError::InsufficientScope(_) | ApiError::ForeignHost(_) | ApiError::CrossSite(_) => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse | ApiError::Unrunnable(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::UnsupportedMediaType(_) | ApiError::FormContentType(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized { .. } | ApiError::BadSignature(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -172,6 +191,7 @@ impl ApiError {
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) | ApiError::NotReady(..) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Refused { status, .. } => *status,
         }
     }
 
@@ -192,6 +212,18 @@ impl ApiError {
                 "unsupported-media-type",
                 "The body's media type is not supported",
             ),
+            ApiError::FormContentType(_) => (
+                "unsupported-media-type",
+                "The body's media type is not supported",
+            ),
+            ApiError::ForeignHost(_) => (
+                "foreign-host",
+                "The request names a host this server does not answer as",
+            ),
+            ApiError::CrossSite(_) => (
+                "cross-site",
+                "A page of another site may not change anything here",
+            ),
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "The body is too large"),
             ApiError::Unauthorized { .. } => ("unauthorized", "Authentication is required"),
             ApiError::InsufficientScope(_) => ("insufficient-scope", "The token lacks a scope"),
@@ -211,6 +243,18 @@ impl ApiError {
             ApiError::Unavailable(_) => ("unavailable", "A backend is unavailable"),
             ApiError::NotReady(..) => ("not-ready", "The service is not ready"),
             ApiError::Internal(_) => ("internal", "Internal server error"),
+            ApiError::Refused { status, .. } => match status.as_u16() {
+                400 => ("bad-request", "The request is not valid"),
+                404 => ("not-found", "Not found"),
+                405 => ("method-not-allowed", "Method not allowed"),
+                406 => ("not-acceptable", "No answer in an accepted media type"),
+                415 => (
+                    "unsupported-media-type",
+                    "The body's media type is not supported",
+                ),
+                422 => ("unprocessable", "The request cannot be processed"),
+                _ => ("refused", "The request was refused"),
+            },
         }
     }
 
@@ -236,6 +280,18 @@ impl ApiError {
             ApiError::PayloadTooLarge(limit) => {
                 format!("the body is larger than the limit of {limit} bytes")
             }
+            ApiError::FormContentType(got) => format!(
+                "a request that changes state takes application/json (or a job spec as \
+                 application/yaml), not {got}: a browser form or text/plain body is refused \
+                 so that no other site can act here; nothing was done"
+            ),
+            ApiError::ForeignHost(host) => format!(
+                "this server does not answer as {host:?}; if it is reached by that name \
+                 (a reverse proxy, a public name), add it to TRAWL_ALLOWED_HOSTS; nothing was done"
+            ),
+            ApiError::CrossSite(why) => format!(
+                "{why}; add the page's origin to TRAWL_ALLOWED_ORIGINS if it is yours; nothing was done"
+            ),
             ApiError::Unauthorized {
                 presented: false, ..
             } => "send an access token or API key as `Authorization: Bearer <token>`".to_owned(),
@@ -261,6 +317,7 @@ impl ApiError {
             ApiError::Internal(_) => {
                 "something went wrong on our side; it has been logged".to_owned()
             }
+            ApiError::Refused { detail, .. } => detail.clone(),
         }
     }
 

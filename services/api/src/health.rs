@@ -30,7 +30,18 @@ pub struct Ready {
     /// Each backend (`store`, `queue`, `cache`) and `ok`.
     #[schema(value_type = Object)]
     pub checks: serde_json::Value,
+    /// How callers are let in (the API's `/readyz` only): `open` (no
+    /// credential asked for, loopback only), `keys`, or `oauth`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<&'static str>,
+    /// What an operator should know about how the API is served: an open API
+    /// says so here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<&'static str>,
 }
+
+/// What `/readyz` of an open API says.
+pub const OPEN_WARNING: &str = "open deployment: no API key or OAuth is configured, so any program that can reach this loopback address can submit jobs and approve spend (browser pages cannot: Host and Origin are checked); set TRAWL_API_KEYS or OAuth";
 
 /// Liveness: the process answers. No backend is asked.
 #[utoipa::path(
@@ -54,12 +65,23 @@ pub(crate) async fn healthz() -> Json<Health> {
     ),
 )]
 pub(crate) async fn readyz(State(state): State<ApiState>) -> Result<Json<Ready>, ApiError> {
-    ready(
+    let mut ready = ready(
         state.store.as_ref(),
         state.queue.as_ref(),
         Some(state.cache.as_ref()),
     )
-    .await
+    .await?;
+    ready.auth = Some(if state.is_open() {
+        "open"
+    } else if state.oauth().is_some() {
+        "oauth"
+    } else {
+        "keys"
+    });
+    if state.is_open() {
+        ready.warning = Some(OPEN_WARNING);
+    }
+    Ok(ready)
 }
 
 /// Pings the store, the queue and, when the role uses it, the cache, together.
@@ -93,6 +115,8 @@ pub(crate) async fn ready(
         Ok(Json(Ready {
             status: "ok",
             checks: checks.into(),
+            auth: None,
+            warning: None,
         }))
     } else {
         Err(ApiError::NotReady(failed, checks.into()))

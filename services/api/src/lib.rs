@@ -25,6 +25,8 @@
 //! - [`mcp`]: `/mcp`, trawl as an MCP server (rmcp, Streamable HTTP): the
 //!   research tools, `tool_search` and the federated upstream tools.
 //! - [`server`]: [`router`] and [`serve`] (graceful shutdown with a deadline).
+//! - [`site`]: the `Host` and `Origin` check in front of every route (DNS
+//!   rebinding, cross-site forms and `text/plain` posts), in every mode.
 //! - [`limits`]: what keeps one client from exhausting the server: header and
 //!   body read timeouts and connections per address ([`HttpLimits`], enforced by
 //!   [`serve_with`]), request rates per caller ([`RateLimits`]); `/mcp`'s
@@ -48,6 +50,7 @@ pub mod openapi;
 pub mod ops;
 mod rows;
 pub mod server;
+pub mod site;
 pub mod slack;
 pub mod state;
 #[cfg(feature = "testing")]
@@ -69,5 +72,6 @@ pub use openapi::ApiDoc;
 pub use ops::{OpsBackends, metrics, ops_router, with_metrics};
 pub use rows::{DEFAULT_LIMIT, ItemsPage, MAX_LIMIT, RejectionsPage, TracePage};
 pub use server::{DRAIN_DEADLINE, router, serve, serve_with};
+pub use site::{LocalAddr, SiteConfig};
 pub use slack::SlackConfig;
 pub use state::{ApiKey, ApiState, Auth};

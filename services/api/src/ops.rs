@@ -31,9 +31,17 @@ pub fn ops_router(backends: OpsBackends) -> Router {
 }
 
 /// `router` with `GET /metrics` added (the API's own port, when no ops
-/// listener serves it).
-pub fn with_metrics(router: Router) -> Router {
-    router.route("/metrics", get(metrics))
+/// listener serves it), behind an admin credential (an admin key, a token with
+/// `research:admin`; anyone on an open API, which is loopback only): the
+/// metrics name tools, models and what was spent.
+pub fn with_metrics(router: Router, state: &crate::ApiState) -> Router {
+    router.route(
+        "/metrics",
+        get(metrics).route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::state::require_admin,
+        )),
+    )
 }
 
 async fn readyz(State(b): State<OpsBackends>) -> Response {

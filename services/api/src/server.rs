@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::limits::{ConnectionsPerIp, HttpLimits, TimedBody};
+use crate::site::LocalAddr;
 use crate::state::{ApiState, Caller, require_key};
 use crate::{approvals, artifacts, health, jobs, openapi, rows};
 
@@ -54,7 +55,7 @@ pub fn router(state: ApiState) -> Router {
     let mcp = Router::new()
         .route_service(
             "/mcp",
-            crate::mcp::service(&state, &state.mcp, state.shutdown.child_token()),
+            crate::mcp::service(&state, state.shutdown.child_token()),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -82,6 +83,11 @@ pub fn router(state: ApiState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.body_limit))
+        .layer(middleware::from_fn(problem_for_every_refusal))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::site::guard,
+        ))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
 }
@@ -113,6 +119,55 @@ async fn limit_jobs(State(state): State<ApiState>, req: Request, next: Next) -> 
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     }
+}
+
+/// Answers that are refusals (4xx) without a body of their own kind become
+/// problem+json: what axum's extractors and rmcp answer in plain text (a
+/// `Content-Type` that does not parse, a path that does not fit its route)
+/// keeps its status and says the same in problem+json. JSON answers (`/mcp`'s
+/// JSON-RPC errors) and problem+json ones pass as they are.
+async fn problem_for_every_refusal(req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    let status = res.status();
+    if !status.is_client_error() {
+        return res;
+    }
+    let json = res
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            let ct = ct.to_ascii_lowercase();
+            ct.starts_with(crate::error::PROBLEM_JSON)
+                || ct.starts_with("application/json")
+                || ct.starts_with("text/event-stream")
+        });
+    if json {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let detail = String::from_utf8_lossy(&text)
+        .trim()
+        .chars()
+        .take(500)
+        .collect::<String>();
+    let mut out = ApiError::Refused {
+        status,
+        detail: if detail.is_empty() {
+            status.canonical_reason().unwrap_or("refused").to_owned()
+        } else {
+            detail
+        },
+    }
+    .into_response();
+    // Headers the refusal carried (`Retry-After`, `Allow`, a challenge) stay.
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 async fn not_found() -> ApiError {
@@ -218,6 +273,8 @@ pub async fn serve_with(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
+        // A `Host` naming the address the client connected to is the server's own.
+        let local = tcp.local_addr().ok();
         let svc = hyper::service::service_fn({
             let router = router.clone();
             let within = limits.body_read_timeout;
@@ -225,7 +282,11 @@ pub async fn serve_with(
                 let router = router.clone();
                 async move {
                     let timed_out = Arc::new(AtomicBool::new(false));
-                    let req = req.map(|b| Body::new(TimedBody::new(b, within, timed_out.clone())));
+                    let mut req =
+                        req.map(|b| Body::new(TimedBody::new(b, within, timed_out.clone())));
+                    if let Some(local) = local {
+                        req.extensions_mut().insert(LocalAddr(local));
+                    }
                     let res = match router.oneshot(req).await {
                         Ok(res) => res,
                         Err(never) => match never {},

@@ -155,6 +155,9 @@ pub struct ApiState {
     pub(crate) browse_egress: Arc<trawl_core::egress::EgressPolicy>,
     /// Jobs that can have more slices are refused at submission (422).
     pub(crate) max_slices: u64,
+    /// The `Host`s this server answers as and the origins that may change
+    /// state ([`crate::site`]).
+    pub(crate) site: Arc<crate::site::SiteConfig>,
 }
 
 impl fmt::Debug for ApiState {
@@ -203,6 +206,7 @@ impl ApiState {
             limiters: Arc::default(),
             browse_egress: Arc::default(),
             max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
+            site: Arc::default(),
         }
     }
 
@@ -220,6 +224,19 @@ impl ApiState {
     pub fn with_reads(mut self, reads: Arc<dyn Store>) -> ApiState {
         self.reads = reads;
         self
+    }
+
+    /// The `Host`s (besides loopback and the connection's own address) and
+    /// browser origins (besides the server's own) accepted; see [`crate::site`].
+    pub fn with_site(mut self, site: crate::site::SiteConfig) -> ApiState {
+        self.site = Arc::new(site);
+        self
+    }
+
+    /// Whether no credential is asked for (no API key, no OAuth): said at
+    /// start-up and in `/readyz`.
+    pub fn is_open(&self) -> bool {
+        self.keys.keys.is_none() && self.oauth.is_none()
     }
 
     /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
@@ -520,11 +537,20 @@ pub(crate) async fn require_key(
 ) -> Response {
     // The body is not `Sync`: what the check needs is copied out first.
     let (headers, safe) = (req.headers().clone(), req.method().is_safe());
+    // Approvals are the approvers' (`approvals:decide`) as well as their
+    // jobs' owners': an approver need neither read nor submit jobs. Who may
+    // decide is the handler's check, which audits a refusal.
+    let approvals = req.uri().path().starts_with("/v1/approvals");
     let query_refused = refuse_query_token(req.uri());
     let checked = async {
         query_refused?;
         let caller = state.authenticate(&headers).await?;
         let need = if safe { SCOPE_READ } else { SCOPE_WRITE };
+        let need = if approvals && caller.allows(SCOPE_DECIDE) {
+            SCOPE_DECIDE
+        } else {
+            need
+        };
         if !caller.allows(need) {
             return Err(ApiError::InsufficientScope(need));
         }
@@ -536,6 +562,31 @@ pub(crate) async fn require_key(
             req.extensions_mut().insert(caller);
             next.run(req).await
         }
+        Err(e) => state.challenge(e),
+    }
+}
+
+/// Middleware of the operations routes on the API's port (`/metrics`): only
+/// an admin (an admin key, a token with `research:admin`, an open API's one
+/// operator).
+pub(crate) async fn require_admin(
+    State(state): State<ApiState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    // The body is not `Sync`: the headers are looked at from a copy.
+    let (headers, query) = (req.headers().clone(), refuse_query_token(req.uri()));
+    let checked = async {
+        query?;
+        let caller = state.authenticate(&headers).await?;
+        if !caller.admin || !caller.allows(SCOPE_ADMIN) {
+            return Err(ApiError::InsufficientScope(SCOPE_ADMIN));
+        }
+        Ok(())
+    }
+    .await;
+    match checked {
+        Ok(()) => next.run(req).await,
         Err(e) => state.challenge(e),
     }
 }

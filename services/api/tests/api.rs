@@ -1367,7 +1367,7 @@ async fn health_and_readiness_answer_without_a_key() {
     );
     assert_eq!(
         r.json(),
-        json!({"status": "ok", "checks": {"store": "ok", "queue": "ok", "cache": "ok"}})
+        json!({"status": "ok", "checks": {"store": "ok", "queue": "ok", "cache": "ok"}, "auth": "keys"})
     );
 }
 
@@ -1869,4 +1869,115 @@ fn api_keys_parse_with_names_and_refuse_bad_ones() {
         ApiKey::parse("b:same-secret").unwrap(),
     ];
     assert!(!ApiKey::distinct(&twice));
+}
+
+#[tokio::test]
+async fn metrics_on_the_api_port_answer_admins_only() {
+    let mut app = spawn_owned_app().await;
+    let EmbeddedApi { state, .. } = EmbeddedApi::new(Auth::Keys(vec![
+        ApiKey::parse(&format!("alice:{ALICE}")).unwrap(),
+        ApiKey::parse(&format!("ops:{OPS}")).unwrap().admin(),
+    ]))
+    .await
+    .unwrap();
+    app.router = trawl_api::with_metrics(router(state.clone()), &state);
+    let no_key = app
+        .send(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    no_key.problem(401, "unauthorized");
+    app.as_(ALICE, Method::GET, "/metrics")
+        .await
+        .problem(403, "insufficient-scope");
+    let ops = app.as_(OPS, Method::GET, "/metrics").await;
+    assert_eq!(ops.status, StatusCode::OK);
+    assert!(
+        ops.header("content-type")
+            .is_some_and(|c| c.starts_with("text/plain")),
+        "{:?}",
+        ops.headers
+    );
+    // An open API (loopback only) has one operator, who is its admin.
+    let EmbeddedApi { state, .. } = EmbeddedApi::new(Auth::Open).await.unwrap();
+    app.router = trawl_api::with_metrics(router(state.clone()), &state);
+    let open = app
+        .send(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(open.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn refusals_below_the_handlers_are_problem_json_too() {
+    let app = spawn_app().await;
+    // A Content-Type that is not text, and rmcp's own plain-text refusals
+    // (an Accept it cannot answer, a media type it does not read).
+    let bad_type = app
+        .send(
+            request(Method::POST, "/v1/jobs")
+                .header(
+                    header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_bytes(b"application/\xffjson").unwrap(),
+                )
+                .body(Body::from(SPEC_JSON))
+                .unwrap(),
+        )
+        .await;
+    bad_type.problem(415, "unsupported-media-type");
+    let not_acceptable = app
+        .send(
+            request(Method::POST, "/mcp")
+                .header(header::HOST, "localhost")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "text/html")
+                .body(Body::from(
+                    r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                ))
+                .unwrap(),
+        )
+        .await;
+    not_acceptable.problem(406, "not-acceptable");
+    let html = app
+        .send(
+            request(Method::POST, "/mcp")
+                .header(header::HOST, "localhost")
+                .header(header::CONTENT_TYPE, "text/html")
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await;
+    html.problem(415, "unsupported-media-type");
+    let bad_limit = app.get("/v1/approvals?status=everything").await;
+    bad_limit.problem(400, "bad-request");
+    let every = [
+        app.get("/v1/jobs/not-a-job").await,
+        app.get("/v1/jobs/job_00000000000000000000000000/items?limit=x")
+            .await,
+        app.get("/no/such/route").await,
+        app.send(
+            request(Method::PUT, "/v1/jobs")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await,
+    ];
+    for a in every {
+        assert!(a.status.is_client_error(), "{}", a.status);
+        assert_eq!(
+            a.header("content-type"),
+            Some("application/problem+json"),
+            "{} {}",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        );
+    }
 }

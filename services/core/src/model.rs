@@ -9,6 +9,29 @@ use serde_json::Value;
 use crate::cost::Micros;
 use crate::geo::Geo;
 
+/// 64 bits from the operating system's random source (`getrandom`), for ids a
+/// caller must not be able to guess from ids it has seen: jobs, approvals. A
+/// process-local generator (`fastrand`) is predictable from its outputs.
+pub fn unguessable_u64() -> Result<u64, UnguessableUnavailable> {
+    getrandom::u64().map_err(|e| UnguessableUnavailable(e.to_string()))
+}
+
+/// The operating system's random source did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the operating system's random source failed: {0}")]
+pub struct UnguessableUnavailable(pub String);
+
+/// The smallest approval id: every id has at least 33 bits, so none reads as
+/// a small count.
+pub const APPROVAL_ID_MIN: i64 = 1 << 32;
+
+/// An approval's id from 64 random bits: 52 of them above [`APPROVAL_ID_MIN`],
+/// so ids are below 2^53 (exact as JSON numbers in every client) and one
+/// caller's cannot be guessed from another's.
+pub fn approval_id(random: u64) -> i64 {
+    APPROVAL_ID_MIN + (random & ((1 << 52) - 1)) as i64
+}
+
 /// A job run. Random: submitting the same spec twice makes two jobs.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -635,6 +658,21 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn approval_ids_are_large_distinct_and_exact_in_json() {
+        assert_eq!(approval_id(0), APPROVAL_ID_MIN);
+        assert!(approval_id(u64::MAX) < 1 << 53);
+        let ids: std::collections::HashSet<i64> = (0..1000)
+            .map(|_| approval_id(unguessable_u64().unwrap()))
+            .collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| (APPROVAL_ID_MIN..1 << 53).contains(id)));
+        // Not in sequence: no two of a thousand are neighbours.
+        let mut sorted: Vec<i64> = ids.into_iter().collect();
+        sorted.sort_unstable();
+        assert!(sorted.windows(2).all(|w| w[1] - w[0] > 1));
+    }
 
     #[test]
     fn job_ids_round_trip_and_reject_garbage() {

@@ -194,14 +194,26 @@ impl PriceList {
     /// The price of `model`: exact name, else the longest listed prefix, else
     /// `None` (an unknown, presumably self-hosted model).
     pub fn get(&self, model: &str) -> Option<&ModelPrice> {
-        if let Some(p) = self.prices.get(model) {
-            return Some(p);
+        self.listed(model).map(|(_, p)| p)
+    }
+
+    /// The name the list knows `model` by (`claude-sonnet-4-5` for
+    /// `claude-sonnet-4-5-20250929`), if it lists it: one of a bounded set of
+    /// names, fit for a metric label.
+    pub fn listed_name(&self, model: &str) -> Option<&str> {
+        self.listed(model).map(|(name, _)| name)
+    }
+
+    /// The entry of `model`: exact name, else the longest listed prefix.
+    fn listed(&self, model: &str) -> Option<(&str, &ModelPrice)> {
+        if let Some((name, p)) = self.prices.get_key_value(model) {
+            return Some((name.as_str(), p));
         }
         self.prices
             .iter()
             .filter(|(name, _)| model.starts_with(name.as_str()))
             .max_by_key(|(name, _)| name.len())
-            .map(|(_, p)| p)
+            .map(|(name, p)| (name.as_str(), p))
     }
 
     /// The cost of `usage` on `model`; zero for unknown models.

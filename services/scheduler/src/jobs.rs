@@ -132,8 +132,12 @@ pub async fn submit(
         trawl_core::workers::can_run(&spec, &workers).map_err(SubmitError::Unrunnable)?;
     }
     let created_ms = now_ms();
+    // From the operating system's source: a caller who has seen its own job
+    // ids cannot work out another's.
+    let random =
+        trawl_core::model::unguessable_u64().map_err(|e| PortError::Unavailable(e.to_string()))?;
     let record = JobRecord {
-        id: JobId::generate(created_ms, fastrand::u64(..)),
+        id: JobId::generate(created_ms, random),
         name: spec.name.clone(),
         spec: spec.document.clone(),
         status: JobStatus::Pending,

@@ -1096,6 +1096,12 @@ pub(crate) async fn approvals_are_listed_newest_first_and_read_by_id(f: &dyn Fix
     assert_eq!(ra.decided_ms, None);
     let ids: HashSet<i64> = all.iter().map(|r| r.id).collect();
     assert_eq!(ids.len(), 3);
+    // Random ids, not a count a caller could walk through.
+    assert!(
+        ids.iter()
+            .all(|id| *id >= trawl_core::model::APPROVAL_ID_MIN && *id < 1 << 53),
+        "{ids:?}"
+    );
     let unknown = ids.iter().max().unwrap() + 1_000;
     assert_eq!(store.approval(unknown).await.unwrap(), None);
 
@@ -2181,13 +2187,14 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
     let (job_b, b) = awaiting(&*store, 2, 6_000).await;
     let now = trawl_core::model::now_ms();
     let lease = 1_000;
-    let ids = |v: &[ApprovalRecord]| v.iter().map(|r| r.id).collect::<Vec<_>>();
+    // As a set: two requests in one millisecond have no order (ids are random).
+    let ids = |v: &[ApprovalRecord]| v.iter().map(|r| r.id).collect::<HashSet<_>>();
 
     let claimed = store
         .claim_approval_notices(now, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&claimed), vec![a.id, b.id]);
+    assert_eq!(ids(&claimed), HashSet::from([a.id, b.id]));
     assert!(
         claimed
             .iter()
@@ -2212,7 +2219,11 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .claim_approval_notices(now + lease, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&again), vec![a.id, b.id], "not lost with its claimer");
+    assert_eq!(
+        ids(&again),
+        HashSet::from([a.id, b.id]),
+        "not lost with its claimer"
+    );
 
     // Delivered: never claimed again for its request.
     store
@@ -2239,7 +2250,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .claim_approval_notices(now + 5_000, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&retried), vec![b.id]);
+    assert_eq!(ids(&retried), HashSet::from([b.id]));
     store.approval_notice_failed(b.id, now).await.unwrap();
 
     // Decided after its request went out: the outcome is due, once.
@@ -2258,7 +2269,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .claim_approval_notices(now, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&decided), vec![a.id]);
+    assert_eq!(ids(&decided), HashSet::from([a.id]));
     assert_eq!(decided[0].notice(), Some(ApprovalNotice::Decided));
     assert_eq!(decided[0].status(), "approved");
     store
@@ -2279,7 +2290,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .claim_approval_notices(now, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&got), vec![c.id]);
+    assert_eq!(ids(&got), HashSet::from([c.id]));
     store
         .approval_notice_sent(c.id, ApprovalNotice::Requested, now)
         .await
@@ -2292,7 +2303,7 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .claim_approval_notices(now + lease, lease, None, 10)
         .await
         .unwrap();
-    assert_eq!(ids(&got), vec![c.id]);
+    assert_eq!(ids(&got), HashSet::from([c.id]));
     assert_eq!(
         (got[0].notice(), got[0].status()),
         (Some(ApprovalNotice::Decided), "expired")
@@ -2311,7 +2322,9 @@ pub(crate) async fn approval_notices_are_claimed_once_and_kept_until_delivered(f
         .await
         .unwrap();
     assert_eq!((first.len(), rest.len()), (3, 1));
-    assert!(first.iter().all(|r| r.id < rest[0].id));
+    // Oldest by request time; ids (random) break ties.
+    let age = |r: &ApprovalRecord| (r.requested_ms, r.id);
+    assert!(first.iter().all(|r| age(r) < age(&rest[0])));
 }
 
 pub(crate) async fn concurrent_claims_of_approval_notices_never_overlap(f: &dyn Fixture) {

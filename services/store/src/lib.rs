@@ -46,6 +46,8 @@
 //! - An artifact is keyed by (job, name): storing a name again replaces it. Its
 //!   data is at most `MAX_ARTIFACT_BYTES`; more is refused before anything is
 //!   written.
+//! - An approval's id is random (52 bits above 2^32, from the operating
+//!   system's source), never a sequence.
 //! - An approval is decided once, and only while pending and before its expiry;
 //!   an expired one is closed `approved = false, expired`. Its notices (Slack, the
 //!   outgoing webhook) go out through the row itself, claimed with a lease, and
@@ -65,3 +67,13 @@ mod vector;
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+
+/// The id of an approval about to be stored: random, from the operating
+/// system's source ([`trawl_core::model::approval_id`]), so a page or a caller
+/// cannot guess a pending approval's id from ids it has seen. An upsert onto a
+/// pending approval keeps that one's id.
+pub(crate) fn new_approval_id() -> Result<i64, trawl_core::ports::PortError> {
+    trawl_core::model::unguessable_u64()
+        .map(trawl_core::model::approval_id)
+        .map_err(|e| trawl_core::ports::PortError::Unavailable(e.to_string()))
+}

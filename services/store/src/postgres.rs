@@ -163,6 +163,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "cost_attempts",
         include_str!("../../../migrations/0015_cost_attempts.sql"),
     ),
+    (
+        16,
+        "approval_ids",
+        include_str!("../../../migrations/0016_approval_ids.sql"),
+    ),
 ];
 
 /// A pooled connection idle this long is pinged before it is used.
@@ -911,8 +916,8 @@ impl ApprovalStore for PgStore {
     #[instrument(skip_all, fields(job_id = %approval.job_id))]
     async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
         sqlx::query(
-            "INSERT INTO approvals (job_id, amount, reason, requested_ms) \
-             VALUES ($1, $2, $3, $4) \
+            "INSERT INTO approvals (id, job_id, amount, reason, requested_ms) \
+             VALUES ($5, $1, $2, $3, $4) \
              ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
              amount = EXCLUDED.amount, reason = EXCLUDED.reason, \
              requested_ms = EXCLUDED.requested_ms, \
@@ -925,6 +930,7 @@ impl ApprovalStore for PgStore {
         .bind(approval.amount.0)
         .bind(text(&approval.reason))
         .bind(now_ms())
+        .bind(crate::new_approval_id()?)
         .execute(&self.pool)
         .await
         .port()?;

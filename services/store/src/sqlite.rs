@@ -701,7 +701,7 @@ impl ApprovalStore for SqliteStore {
     #[instrument(skip_all, fields(job_id = %approval.job_id))]
     async fn request_approval(&self, approval: &Approval) -> Result<(), PortError> {
         sqlx::query(
-            "INSERT INTO approvals (job_id, amount, reason, requested_ms) VALUES (?, ?, ?, ?) \
+            "INSERT INTO approvals (job_id, amount, reason, requested_ms, id) VALUES (?, ?, ?, ?, ?) \
              ON CONFLICT (job_id) WHERE approved IS NULL DO UPDATE SET \
              amount = excluded.amount, reason = excluded.reason, \
              requested_ms = excluded.requested_ms, \
@@ -714,6 +714,7 @@ impl ApprovalStore for SqliteStore {
         .bind(approval.amount.0)
         .bind(approval.reason.as_str())
         .bind(now_ms())
+        .bind(crate::new_approval_id()?)
         .execute(&mut *self.conn().await?)
         .await
         .port()?;

@@ -327,7 +327,7 @@ pub struct Found<'a> {
 #[serde(deny_unknown_fields)]
 pub struct ToolSearchArgs {
     /// What the tool should do, in a few words.
-    #[schema(min_length = 1)]
+    #[schema(min_length = 1, max_length = 1000)]
     pub query: String,
     /// How many tools to return.
     #[schema(minimum = 1, maximum = 20, default = 5)]
@@ -337,6 +337,9 @@ pub struct ToolSearchArgs {
 impl ToolSearchArgs {
     /// Tools returned when the caller does not say.
     pub const DEFAULT_LIMIT: usize = 5;
+    /// The longest query, in characters (the schema's `maxLength`): a query
+    /// is a few words, and each one is tokenized and embedded.
+    pub const MAX_QUERY_CHARS: usize = 1000;
 }
 
 /// The definition of the `tool_search` meta-tool, the one tool an agent starts with.

@@ -1031,9 +1031,14 @@ fn tool_search_args(args: &Value) -> Result<crate::catalog::ToolSearchArgs, Tool
         .as_ref()
         .map_err(|e| ToolError::permanent("internal", e.clone()))?;
     if let Some(e) = validator.iter_errors(args).next() {
+        // Masked: the message names the rule, not the (maybe huge) value.
         return Err(ToolError::permanent(
             "bad_arguments",
-            format!("arguments of tool_search: {e}"),
+            format!(
+                "arguments of tool_search: {} at {}",
+                e.masked(),
+                e.instance_path()
+            ),
         ));
     }
     serde_json::from_value(args.clone()).map_err(|e| {
@@ -1158,5 +1163,32 @@ fn strip_strings(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(strip_strings),
         Value::Object(m) => m.values_mut().for_each(strip_strings),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_search_queries_are_bounded() {
+        let max = crate::catalog::ToolSearchArgs::MAX_QUERY_CHARS;
+        let at = tool_search_args(&json!({"query": "é".repeat(max)})).unwrap();
+        assert_eq!(at.query.chars().count(), max);
+        let e = tool_search_args(&json!({"query": "a".repeat(200_000)})).unwrap_err();
+        assert_eq!(e.code, "bad_arguments");
+        assert!(
+            e.message.contains("longer than 1000 characters"),
+            "{}",
+            e.message
+        );
+        assert!(
+            e.message.len() < 300,
+            "the value is not echoed: {}",
+            e.message
+        );
+        let e = tool_search_args(&json!({"query": ""})).unwrap_err();
+        assert_eq!(e.code, "bad_arguments");
     }
 }

@@ -303,14 +303,18 @@ struct DeployArgs {
     /// OpenID Connect discovery from there.
     #[arg(long, env = "TRAWL_OAUTH_ISSUER", requires = "resource_uri")]
     oauth_issuer: Option<String>,
-    /// `Host` values `/mcp` answers besides loopback names, comma-separated
-    /// (DNS-rebinding protection); the resource URI's host is added.
-    #[arg(long, env = "TRAWL_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
-    mcp_allowed_hosts: Vec<String>,
-    /// Browser `Origin`s `/mcp` accepts besides loopback ones, comma-separated
-    /// (`https://app.example.com:443`, `http://localhost:*`).
-    #[arg(long, env = "TRAWL_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
-    mcp_allowed_origins: Vec<String>,
+    /// `Host` values the API answers as besides loopback names and the address
+    /// a client connected to, comma-separated (`trawl.example.com`,
+    /// `proxy:8443`): the names a reverse proxy or a public URL reaches it by
+    /// (DNS-rebinding protection, every route). The OAuth resource URI's and
+    /// the Slack public URL's hosts are added.
+    #[arg(long, env = "TRAWL_ALLOWED_HOSTS", value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// Browser origins besides the server's own that may change state,
+    /// comma-separated (`https://console.example.com`, `http://localhost:*`);
+    /// `/mcp` also takes loopback origins on any port.
+    #[arg(long, env = "TRAWL_ALLOWED_ORIGINS", value_delimiter = ',')]
+    allowed_origins: Vec<String>,
     /// The API closes a connection whose request line and headers take longer.
     #[arg(long, env = "TRAWL_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     http_header_timeout: Duration,
@@ -499,18 +503,11 @@ impl DeployArgs {
             browse_egress,
             tools_refresh: self.tools_refresh,
             oauth,
-            mcp_allowed_hosts: self
-                .mcp_allowed_hosts
-                .iter()
-                .filter(|h| !h.is_empty())
-                .cloned()
-                .collect(),
-            mcp_allowed_origins: self
-                .mcp_allowed_origins
-                .iter()
-                .filter(|o| !o.is_empty())
-                .cloned()
-                .collect(),
+            site: trawl_api::SiteConfig::new()
+                .with_hosts(&self.allowed_hosts)
+                .map_err(|e| anyhow::anyhow!("TRAWL_ALLOWED_HOSTS: {e}"))?
+                .with_origins(&self.allowed_origins)
+                .map_err(|e| anyhow::anyhow!("TRAWL_ALLOWED_ORIGINS: {e}"))?,
             notify,
             slack,
             http_limits: trawl_api::HttpLimits::default()

@@ -63,10 +63,11 @@ pub struct Settings {
     /// OAuth access tokens for `/mcp` and the REST API (`TRAWL_RESOURCE_URI`,
     /// `TRAWL_OAUTH_ISSUER`).
     pub oauth: Option<trawl_api::OAuthConfig>,
-    /// `Host` values `/mcp` answers besides loopback names.
-    pub mcp_allowed_hosts: Vec<String>,
-    /// Browser `Origin`s `/mcp` accepts besides loopback ones.
-    pub mcp_allowed_origins: Vec<String>,
+    /// The `Host`s the API answers as besides loopback names and the address
+    /// a client connected to, and the browser origins besides its own that may
+    /// change state (`TRAWL_ALLOWED_HOSTS`, `TRAWL_ALLOWED_ORIGINS`); the OAuth
+    /// resource's and Slack's public host are added when those are set.
+    pub site: trawl_api::SiteConfig,
     /// Approvals in Slack and the outgoing webhook, and their TTL: the notifier
     /// of `trawl scheduler` and `trawl dev`.
     pub notify: trawl_notify::NotifyConfig,
@@ -213,19 +214,18 @@ async fn api_state(
     tools: Arc<ToolLayer>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<ApiState> {
-    let mut hosts = s.mcp_allowed_hosts.clone();
+    let mut site = s.site.clone();
     let mut state = state
         .with_tools(tools)
         .with_shutdown(cancel.clone())
         .with_browse_egress(s.browse_egress.clone())
         .with_max_slices(s.roles.max_slices);
     if let Some(config) = &s.oauth {
-        if let Some(host) = url::Url::parse(config.resource.as_str())
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_owned))
-        {
-            hosts.push(host);
-        }
+        let (host, origin) = public_host(config.resource.as_str());
+        site = site
+            .with_hosts(host)
+            .and_then(|s| s.with_origins(origin))
+            .map_err(|e| anyhow::anyhow!("TRAWL_RESOURCE_URI: {e}"))?;
         let rs = trawl_api::ResourceServer::new(config.clone())
             .context("building the OAuth resource server")?;
         match rs.warm_up().await {
@@ -250,6 +250,11 @@ async fn api_state(
             Some((token, base)) => config.with_directory(token.clone(), base.clone()),
             None => config,
         };
+        if let Some(url) = &slack.public_url {
+            site = site
+                .with_hosts(public_host(url.as_str()).0)
+                .map_err(|e| anyhow::anyhow!("the Slack public URL: {e}"))?;
+        }
         let config = config
             .with_approvers(slack.approvers.iter().cloned())
             .map_err(|e| anyhow::anyhow!("TRAWL_SLACK_APPROVERS: {e}"))?;
@@ -266,13 +271,30 @@ async fn api_state(
         }
     }
     let sessions = s.mcp_sessions;
-    Ok(state.with_rate_limits(s.rate_limits).with_mcp(
-        trawl_api::McpConfig::new(hosts, s.mcp_allowed_origins.clone()).with_session_limits(
+    Ok(state
+        .with_rate_limits(s.rate_limits)
+        .with_site(site)
+        .with_mcp(trawl_api::McpConfig::default().with_session_limits(
             sessions.per_caller,
             sessions.total,
             sessions.idle,
-        ),
-    ))
+        )))
+}
+
+/// The `Host` (`name` or `name:port`) and origin a public URL is reached by.
+fn public_host(url: &str) -> (Option<String>, Option<String>) {
+    let Ok(u) = url::Url::parse(url) else {
+        return (None, None);
+    };
+    let Some(host) = u.host_str() else {
+        return (None, None);
+    };
+    let authority = match u.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
+    let origin = format!("{}://{authority}", u.scheme());
+    (Some(authority), Some(origin))
 }
 
 /// The approvals notifier of the scheduler role and `trawl dev`: expires
@@ -340,7 +362,9 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     }
     let state = api_state(s, state, tools, &cancel).await?;
     if s.api_keys.is_empty() && s.oauth.is_none() {
-        eprintln!("trawl api: no TRAWL_API_KEYS and no OAuth, the API is open (loopback only)");
+        eprintln!(
+            "WARNING trawl api: no TRAWL_API_KEYS and no OAuth: the API is open (loopback only): any program on this machine can submit jobs and approve spend; pages in a browser cannot (Host and Origin are checked, docs/security.md)"
+        );
     }
     let backends = OpsBackends {
         store: state_store,
@@ -348,7 +372,7 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
         cache: Some(state_cache),
     };
     let ops = ops(s, backends, &cancel).await?;
-    let router = with_metrics(trawl_api::router(state), ops.is_none());
+    let router = serve_router(state, ops.is_none());
     let listener = bind(s.listen).await?;
     let served = trawl_api::serve_with(listener, router, cancel.clone(), s.http_limits).await;
     cancel.cancel();
@@ -365,9 +389,10 @@ pub async fn api(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
 }
 
 /// The API's router, with `/metrics` on it unless an ops listener serves it.
-fn with_metrics(router: trawl_api::Router, on_api_port: bool) -> trawl_api::Router {
+fn serve_router(state: ApiState, on_api_port: bool) -> trawl_api::Router {
+    let router = trawl_api::router(state.clone());
     if on_api_port {
-        trawl_api::with_metrics(router)
+        trawl_api::with_metrics(router, &state)
     } else {
         router
     }
@@ -502,7 +527,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let refresh = refresh_tools(sys.tools(), s, cancel.clone());
     if s.api_keys.is_empty() && s.oauth.is_none() {
         eprintln!(
-            "trawl dev: no TRAWL_API_KEYS and no OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): the API and /mcp are open (loopback only)"
+            "WARNING trawl dev: no TRAWL_API_KEYS and no OAuth (TRAWL_RESOURCE_URI, TRAWL_OAUTH_ISSUER): the API and /mcp are open (loopback only): any program on this machine can submit jobs and approve spend; pages in a browser cannot (Host and Origin are checked, docs/security.md)"
         );
     }
     let store: Arc<dyn Store> = sys.store().clone();
@@ -518,7 +543,7 @@ pub async fn dev(s: &Settings, cancel: CancellationToken) -> anyhow::Result<()> 
     let listener = bind(s.listen).await?;
     let notifying = tokio::spawn(notifier(s, store)?.run(cancel.clone()));
     // One process on loopback: `/metrics` is on the API's port.
-    let router = with_metrics(trawl_api::router(state), true);
+    let router = serve_router(state, true);
     let served = trawl_api::serve_with(listener, router, cancel.clone(), s.http_limits).await;
     cancel.cancel();
     let _ = notifying.await;

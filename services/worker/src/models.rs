@@ -31,7 +31,14 @@ pub struct Resolved {
     /// `None`: the price list does not know it, so its turns cost nothing in the
     /// ledger (self-hosted models).
     pub price: Option<ModelPrice>,
+    /// The model's name in metrics: the price list's name for it, the
+    /// deployment's default model, or `other`, so a job's `research.model`
+    /// (the caller's text) never makes a label of its own.
+    pub label: String,
 }
+
+/// The metric label of a model neither priced nor the deployment's default.
+pub const OTHER_MODEL: &str = "other";
 
 impl Models {
     pub fn new(prices: PriceList) -> Models {
@@ -106,10 +113,21 @@ impl Models {
             Provider::OpenAi => self.openai.clone(),
         }
         .ok_or(NO_PROVIDER)?;
+        let label = match self.prices.listed_name(model) {
+            Some(name) => name.to_owned(),
+            None if self.default_model.as_deref().is_some_and(|d| {
+                d == model || d.split_once(':').is_some_and(|(_, m)| m == model)
+            }) =>
+            {
+                model.to_owned()
+            }
+            None => OTHER_MODEL.to_owned(),
+        };
         Ok(Resolved {
             client,
             model: model.to_owned(),
             price: self.prices.get(model).copied(),
+            label,
         })
     }
 }
@@ -170,6 +188,23 @@ mod tests {
             (r.client.provider(), r.model.as_str()),
             (Provider::OpenAi, "claude-distill")
         );
+    }
+
+    #[test]
+    fn metric_labels_are_listed_names_the_default_or_other() {
+        let m = Models::new(PriceList::default())
+            .with_anthropic(Arc::new(Fake(Provider::Anthropic)))
+            .with_openai(Arc::new(Fake(Provider::OpenAi)))
+            .with_default_model(Some("openai:qwen2.5-72b".to_owned()));
+        let label = |name: &str| m.resolve(Some(name)).unwrap().label;
+        assert_eq!(label("claude-sonnet-4-5-20250929"), "claude-sonnet-4-5");
+        assert_eq!(label("claude-sonnet-4-5"), "claude-sonnet-4-5");
+        assert_eq!(label("qwen2.5-72b"), "qwen2.5-72b");
+        assert_eq!(m.resolve(None).unwrap().label, "qwen2.5-72b");
+        // What a caller makes up never becomes a label of its own.
+        for made_up in ["qwen2.5-72b-x1", "gpt-unlisted-152", "openai:anything"] {
+            assert_eq!(label(made_up), OTHER_MODEL, "{made_up}");
+        }
     }
 
     #[test]

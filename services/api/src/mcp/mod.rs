@@ -73,32 +73,17 @@ pub const JOB_STATUS: &str = "research.job_status";
 pub const JOB_ITEMS: &str = "research.job_items";
 pub const CANCEL_JOB: &str = "research.cancel_job";
 
-/// Where `/mcp` may be reached from (DNS-rebinding protection), and how many
-/// sessions it keeps.
+/// How many sessions `/mcp` keeps. Where it may be reached from (its `Host`
+/// and browser origins) is the site check's, as for every route
+/// ([`crate::site`]).
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct McpConfig {
-    /// `Host` values accepted (a name or address, optionally with a port).
-    /// Loopback names are always accepted.
-    pub allowed_hosts: Vec<String>,
-    /// `Origin` values accepted from browsers (`https://app.example.com:443`,
-    /// `http://localhost:*`). A request with another `Origin` gets 403; one
-    /// without `Origin` (not a browser) passes. Loopback origins on any port are
-    /// always accepted.
-    pub allowed_origins: Vec<String>,
     /// Sessions per caller and in all, and how long an idle one is kept.
     pub session_limits: SessionLimits,
 }
 
 impl McpConfig {
-    pub fn new(allowed_hosts: Vec<String>, allowed_origins: Vec<String>) -> McpConfig {
-        McpConfig {
-            allowed_hosts,
-            allowed_origins,
-            session_limits: SessionLimits::default(),
-        }
-    }
-
     /// At most `per_caller` sessions for one caller and `total` in all; a
     /// session without a request for `idle` is closed. See [`SessionLimits`].
     pub fn with_session_limits(
@@ -163,26 +148,16 @@ impl Default for SessionLimits {
 /// Requests in flight at once in one session; one more is refused (429).
 pub const MAX_IN_FLIGHT: usize = 64;
 
-const LOOPBACK_HOSTS: &[&str] = &["localhost", "127.0.0.1", "::1", "[::1]"];
-const LOOPBACK_ORIGINS: &[&str] = &["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
-
 /// rmcp's Streamable HTTP service over `state`, stopped by `cancel`.
 pub fn service(
     state: &ApiState,
-    config: &McpConfig,
     cancel: CancellationToken,
 ) -> StreamableHttpService<Gateway, LocalSessionManager> {
-    let mut hosts: Vec<String> = LOOPBACK_HOSTS.iter().map(|h| (*h).to_owned()).collect();
-    hosts.extend(config.allowed_hosts.iter().cloned());
-    let mut origins: Vec<String> = LOOPBACK_ORIGINS.iter().map(|o| (*o).to_owned()).collect();
-    origins.extend(config.allowed_origins.iter().cloned());
-    if let Some(rs) = state.oauth() {
-        origins.push(rs.resource().origin());
-    }
+    // `Host` and `Origin` are checked in front of every route, `/mcp`
+    // included ([`crate::site`]): rmcp's own checks would be a second list.
     let cfg = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .enforce_origin_validation()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
         .with_max_request_body_bytes(state.body_limit)
         .with_cancellation_token(cancel);
     let manager = state.sessions.manager.clone();

@@ -61,8 +61,8 @@ pub(super) async fn save_pins(pool: &PgPool, changes: &[PinChange]) -> Result<()
                 detail,
             } => {
                 let approval: i64 = sqlx::query_scalar(
-                    "INSERT INTO approvals (kind, tool, reason, detail, requested_ms) \
-                     VALUES ($1, $2, $3, $4::jsonb, $5) \
+                    "INSERT INTO approvals (id, kind, tool, reason, detail, requested_ms) \
+                     VALUES ($6, $1, $2, $3, $4::jsonb, $5) \
                      ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool', 'tool_review') \
                      DO UPDATE SET \
                      kind = EXCLUDED.kind, reason = EXCLUDED.reason, detail = EXCLUDED.detail, \
@@ -78,6 +78,7 @@ pub(super) async fn save_pins(pool: &PgPool, changes: &[PinChange]) -> Result<()
                 .bind(text(reason))
                 .bind(json(detail)?)
                 .bind(now)
+                .bind(crate::new_approval_id()?)
                 .fetch_one(&mut *tx)
                 .await
                 .port()?;
@@ -269,8 +270,8 @@ pub(super) async fn tool_call_approval(
 ) -> Result<(i64, Option<bool>), PortError> {
     // The no-op update makes RETURNING answer for an approval asked for before.
     let row: (i64, Option<bool>) = sqlx::query_as(
-        "INSERT INTO approvals (kind, tool, args_digest, reason, detail, requested_ms) \
-         VALUES ('tool_call', $1, $2, $3, $4::jsonb, $5) \
+        "INSERT INTO approvals (id, kind, tool, args_digest, reason, detail, requested_ms) \
+         VALUES ($6, 'tool_call', $1, $2, $3, $4::jsonb, $5) \
          ON CONFLICT (tool, args_digest) WHERE kind = 'tool_call' \
          DO UPDATE SET tool = approvals.tool RETURNING id, approved",
     )
@@ -279,6 +280,7 @@ pub(super) async fn tool_call_approval(
     .bind(text(reason))
     .bind(json(detail)?)
     .bind(now_ms())
+    .bind(crate::new_approval_id()?)
     .fetch_one(pool)
     .await
     .port()?;

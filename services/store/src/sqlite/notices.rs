@@ -52,7 +52,7 @@ pub(super) async fn expire_approvals(
         .iter()
         .map(approval_record)
         .collect::<Result<Vec<_>, _>>()?;
-    expired.sort_by_key(|r| r.id);
+    expired.sort_by_key(|r| (r.requested_ms, r.id));
     for r in &expired {
         let Some(job) = &r.job_id else { continue };
         sqlx::query(
@@ -85,7 +85,7 @@ pub(super) async fn claim_approval_notices(
          WHERE id IN (SELECT id FROM approvals \
          WHERE ((approved IS NULL AND notified_ms IS NULL) \
          OR (approved IS NOT NULL AND notified_ms IS NOT NULL AND decision_notified_ms IS NULL)) \
-         AND (notify_lease_ms IS NULL OR notify_lease_ms <= ?1) ORDER BY id LIMIT ?3) RETURNING ",
+         AND (notify_lease_ms IS NULL OR notify_lease_ms <= ?1) ORDER BY requested_ms, id LIMIT ?3) RETURNING ",
         approval_columns!()
     ))
     .bind(now_ms)
@@ -99,7 +99,8 @@ pub(super) async fn claim_approval_notices(
         .iter()
         .map(approval_record)
         .collect::<Result<Vec<_>, _>>()?;
-    claimed.sort_by_key(|r| r.id);
+    // Oldest request first (ids are random, not an order).
+    claimed.sort_by_key(|r| (r.requested_ms, r.id));
     Ok(claimed)
 }
 

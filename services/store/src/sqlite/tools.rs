@@ -65,8 +65,8 @@ pub(super) async fn save_pins(
                 detail,
             } => {
                 let approval: i64 = sqlx::query_scalar(
-                    "INSERT INTO approvals (kind, tool, reason, detail, requested_ms) \
-                     VALUES (?, ?, ?, ?, ?) \
+                    "INSERT INTO approvals (kind, tool, reason, detail, requested_ms, id) \
+                     VALUES (?, ?, ?, ?, ?, ?) \
                      ON CONFLICT (tool) WHERE approved IS NULL AND kind IN ('tool_change', 'new_tool', 'tool_review') \
                      DO UPDATE SET \
                      kind = excluded.kind, reason = excluded.reason, detail = excluded.detail, \
@@ -82,6 +82,7 @@ pub(super) async fn save_pins(
                 .bind(reason)
                 .bind(to_json(detail)?)
                 .bind(now)
+                .bind(crate::new_approval_id()?)
                 .fetch_one(&mut *tx)
                 .await
                 .port()?;
@@ -224,8 +225,8 @@ pub(super) async fn tool_call_approval(
 ) -> Result<(i64, Option<bool>), PortError> {
     // The no-op update makes RETURNING answer for an approval asked for before.
     let row: (i64, Option<bool>) = sqlx::query_as(
-        "INSERT INTO approvals (kind, tool, args_digest, reason, detail, requested_ms) \
-         VALUES ('tool_call', ?, ?, ?, ?, ?) \
+        "INSERT INTO approvals (kind, tool, args_digest, reason, detail, requested_ms, id) \
+         VALUES ('tool_call', ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (tool, args_digest) WHERE kind = 'tool_call' DO UPDATE SET tool = tool \
          RETURNING id, approved",
     )
@@ -234,6 +235,7 @@ pub(super) async fn tool_call_approval(
     .bind(reason)
     .bind(to_json(detail)?)
     .bind(now_ms())
+    .bind(crate::new_approval_id()?)
     .fetch_one(&mut *conn)
     .await
     .port()?;

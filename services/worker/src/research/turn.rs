@@ -59,7 +59,7 @@ async fn turn_in(
             rec.model_turn(&model.model, &digest, Ok(()), latency, cost);
             let u = &resp.usage;
             trawl_telemetry::names::model_turn(
-                &model.model,
+                &model.label,
                 "ok",
                 latency,
                 [
@@ -77,7 +77,7 @@ async fn turn_in(
         Err(e) => {
             budget.release(reserve).await;
             let code = format!("model_{}", e.code);
-            trawl_telemetry::names::model_turn(&model.model, &code, latency, [0; 4]);
+            trawl_telemetry::names::model_turn(&model.label, &code, latency, [0; 4]);
             let err = if e.transient {
                 ToolError::transient(code, e.to_string())
             } else {
