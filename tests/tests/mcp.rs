@@ -34,7 +34,7 @@ const UPSTREAM: &str = env!("CARGO_BIN_EXE_trawl-test-upstream");
 fn auth_server(resource: &str, other: &str) -> AuthServer {
     AuthServer::start(json!({
         "resources": [
-            {"uri": resource, "scopes": ["research:read", "research:write", "tools:call"]},
+            {"uri": resource, "scopes": ["research:read", "research:write", "tools:call", "approvals:decide"]},
             {"uri": other, "scopes": ["other:read"]},
         ],
         "clients": [
@@ -42,6 +42,8 @@ fn auth_server(resource: &str, other: &str) -> AuthServer {
              "scope": "research:read research:write tools:call other:read"},
             {"client_id": "reader", "client_secret": "reader-secret", "grant_types": ["client_credentials"],
              "scope": "research:read"},
+            {"client_id": "approver", "client_secret": "approver-secret", "grant_types": ["client_credentials"],
+             "scope": "approvals:decide"},
         ],
     }))
 }

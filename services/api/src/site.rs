@@ -261,7 +261,7 @@ fn cors_simple(content_type: &str) -> bool {
     )
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).map(|v| v.to_str().unwrap_or("\u{0}"))
 }
 

@@ -193,16 +193,18 @@ impl Served {
     }
 }
 
-/// The attacks a page (or a rebound name) can make on a state-changing route.
-fn attacks(
-    port: u16,
-) -> Vec<(
+/// What an attack is: its name, the `Host` it sends (`None`: the server's
+/// own), its headers, and the refusal it gets (status, problem slug).
+type Attack = (
     &'static str,
     Option<String>,
     Vec<(&'static str, String)>,
     u16,
     &'static str,
-)> {
+);
+
+/// The attacks a page (or a rebound name) can make on a state-changing route.
+fn attacks(port: u16) -> Vec<Attack> {
     vec![
         (
             "a cross-site form post",
