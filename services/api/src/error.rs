@@ -208,11 +208,7 @@ impl ApiError {
                 "idempotency-key-reuse",
                 "The idempotency key was used for another request",
             ),
-            ApiError::UnsupportedMediaType(_) => (
-                "unsupported-media-type",
-                "The body's media type is not supported",
-            ),
-            ApiError::FormContentType(_) => (
+            ApiError::UnsupportedMediaType(_) | ApiError::FormContentType(_) => (
                 "unsupported-media-type",
                 "The body's media type is not supported",
             ),
@@ -244,14 +240,12 @@ impl ApiError {
             ApiError::NotReady(..) => ("not-ready", "The service is not ready"),
             ApiError::Internal(_) => ("internal", "Internal server error"),
             ApiError::Refused { status, .. } => match status.as_u16() {
-                400 => ("bad-request", "The request is not valid"),
-                404 => ("not-found", "Not found"),
-                405 => ("method-not-allowed", "Method not allowed"),
+                // The kind of the variant a handler would have answered with.
+                400 => ApiError::BadRequest(String::new()).kind(),
+                404 => ApiError::NotFound(String::new()).kind(),
+                405 => ApiError::MethodNotAllowed.kind(),
+                415 => ApiError::UnsupportedMediaType(None).kind(),
                 406 => ("not-acceptable", "No answer in an accepted media type"),
-                415 => (
-                    "unsupported-media-type",
-                    "The body's media type is not supported",
-                ),
                 422 => ("unprocessable", "The request cannot be processed"),
                 _ => ("refused", "The request was refused"),
             },

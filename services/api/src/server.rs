@@ -66,10 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/openapi.json", get(openapi::openapi_json))
         // Signed by Slack instead of a bearer credential (see `slack`).
-        .route(
-            "/v1/integrations/slack/interactions",
-            post(crate::slack::interactions),
-        )
+        .route(crate::site::SLACK_ROUTE, post(crate::slack::interactions))
         .route(
             "/.well-known/oauth-protected-resource",
             get(resource_metadata),
