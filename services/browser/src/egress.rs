@@ -16,6 +16,12 @@
 //! each step. Failures that are not refusals (no such name, nothing listening)
 //! are answered `502` and not logged.
 //!
+//! Every upstream connection is a [`Metered`] stream of the proxy's
+//! [`Traffic`]: bytes both ways are counted as they are relayed, finished
+//! responses or not, and none pass the session's allowance. When the traffic
+//! stops (its byte limit, or a budget that pays for no more) every connection
+//! through the proxy is cut at once and it takes no new ones.
+//!
 //! A per-geo upstream proxy chains behind this one as a [`Dial`]
 //! ([`UpstreamProxy`]) that opens a tunnel through it to the checked address;
 //! the policy stays here, in front.
@@ -39,6 +45,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use trawl_core::egress::{EgressPolicy, Refused};
+
+use crate::traffic::{Metered, Traffic};
 
 /// The header of a refusal's 403: the reason code (`loopback`, `metadata`, …).
 pub const REFUSED_HEADER: &str = "x-trawl-egress-refused";
@@ -275,6 +283,7 @@ impl EgressLog {
 pub struct EgressProxy {
     addr: SocketAddr,
     log: Arc<EgressLog>,
+    traffic: Arc<Traffic>,
     accept: JoinHandle<()>,
     _stop: watch::Sender<()>,
 }
@@ -296,12 +305,20 @@ impl Drop for EgressProxy {
 struct Shared {
     egress: Egress,
     log: Arc<EgressLog>,
+    traffic: Arc<Traffic>,
     stop: watch::Receiver<()>,
 }
 
 impl EgressProxy {
-    /// Binds `127.0.0.1:0` and serves until dropped.
+    /// Binds `127.0.0.1:0` and serves until dropped, counting its traffic
+    /// without a limit.
     pub async fn start(egress: Egress) -> io::Result<EgressProxy> {
+        EgressProxy::start_metered(egress, Traffic::unlimited()).await
+    }
+
+    /// Binds `127.0.0.1:0` and serves until dropped or `traffic` stops; every
+    /// upstream byte both ways is counted into `traffic`.
+    pub async fn start_metered(egress: Egress, traffic: Arc<Traffic>) -> io::Result<EgressProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
         let log = Arc::new(EgressLog::default());
@@ -309,12 +326,14 @@ impl EgressProxy {
         let shared = Arc::new(Shared {
             egress,
             log: log.clone(),
+            traffic: traffic.clone(),
             stop,
         });
         let accept = tokio::spawn(accept_loop(listener, shared));
         Ok(EgressProxy {
             addr,
             log,
+            traffic,
             accept,
             _stop: stop_tx,
         })
@@ -333,6 +352,11 @@ impl EgressProxy {
     pub fn log(&self) -> &Arc<EgressLog> {
         &self.log
     }
+
+    /// What it relayed (and may still relay).
+    pub fn traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
+    }
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
@@ -341,7 +365,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (stream, _) = match listener.accept().await {
+        // Stopped traffic: no new connections (the listener closes with the loop).
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shared.traffic.stopped() => return,
+        };
+        let (stream, _) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "egress proxy accept");
@@ -367,6 +396,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     tracing::debug!(error = %e, "egress proxy connection");
                 },
                 _ = stop.changed() => {}
+                _ = shared.traffic.stopped() => {}
             }
         });
     }
@@ -492,7 +522,7 @@ async fn tunnel(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         return text(StatusCode::BAD_REQUEST, "CONNECT needs host:port\n");
     };
     let mut upstream = match shared.connect(&host, port).await {
-        Ok(s) => s,
+        Ok(s) => Metered::new(s, shared.traffic.clone()),
         Err(Failure::Refused(r)) => return shared.refuse(req.method(), authority, &host, port, r),
         Err(Failure::Unreachable(m)) => return text(StatusCode::BAD_GATEWAY, format!("{m}\n")),
     };
@@ -509,6 +539,7 @@ async fn tunnel(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 tracing::debug!(error = %e, "egress tunnel");
             },
             _ = stop.changed() => {}
+            _ = shared.traffic.stopped() => {}
         }
     });
     Response::new(http_body_util::Empty::new().map_err(|n| match n {}).boxed())
@@ -567,18 +598,21 @@ async fn forward(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Bo
     }
     req.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let stream = Metered::new(stream, shared.traffic.clone());
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await
     {
         Ok(c) => c,
         Err(e) => return text(StatusCode::BAD_GATEWAY, format!("{e}\n")),
     };
     let mut stop = shared.stop.clone();
+    let traffic = shared.traffic.clone();
     tokio::spawn(async move {
         tokio::select! {
             r = conn => if let Err(e) = r {
                 tracing::debug!(error = %e, "egress upstream connection");
             },
             _ = stop.changed() => {}
+            _ = traffic.stopped() => {}
         }
     });
     match tokio::time::timeout(RESPONSE_TIMEOUT, sender.send_request(req)).await {
@@ -607,6 +641,7 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
+    use crate::traffic::Traffic;
 
     /// A loopback proxy that answers every `CONNECT` with `status` and then
     /// echoes the tunnel; it keeps the heads it was sent.
@@ -1015,6 +1050,139 @@ mod tests {
         assert_eq!(status, 200);
         assert_eq!(body, format!("tunneled host={site} path=/t"));
         assert!(proxy.log().is_empty());
+    }
+
+    /// A raw HTTP server whose every response streams forever (chunked, never
+    /// ending); it keeps how many bytes of requests it read on each connection.
+    async fn endless() -> (SocketAddr, Arc<Mutex<Vec<usize>>>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut b = [0u8; 1024];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    seen.lock().unwrap().push(head.len());
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                        .await;
+                    let chunk = format!("1000\r\n{}\r\n", "x".repeat(4096));
+                    while s.write_all(chunk.as_bytes()).await.is_ok() {}
+                });
+            }
+        });
+        (addr, heads)
+    }
+
+    /// Reads until the connection ends (the proxy cut it); bytes read.
+    async fn read_to_cut(c: &mut BufReader<TcpStream>) -> usize {
+        let mut got = 0;
+        let mut buf = vec![0u8; 16 * 1024];
+        let read = async {
+            loop {
+                match c.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got += n,
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the proxy cut the connection");
+        got
+    }
+
+    #[tokio::test]
+    async fn a_response_that_never_ends_is_counted_as_it_streams_and_cut_at_the_limit() {
+        let (site, heads) = endless().await;
+        let traffic = Traffic::new(300_000, 300_000);
+        let proxy = EgressProxy::start_metered(
+            Egress::new(EgressPolicy::parse("loopback").unwrap()),
+            traffic.clone(),
+        )
+        .await
+        .unwrap();
+        let mut c = client(&proxy).await;
+        send(
+            &mut c,
+            &format!("GET http://{site}/big HTTP/1.1\r\nHost: {site}\r\n\r\n"),
+        )
+        .await;
+        let got = read_to_cut(&mut c).await;
+        assert_eq!(
+            traffic.stop(),
+            Some(crate::traffic::Stop::Bytes {
+                limit: 300_000,
+                seen: 300_000
+            })
+        );
+        // Both ways: the request as the upstream read it, and the response up
+        // to the limit.
+        let read_by_site: usize = heads.lock().unwrap().iter().sum();
+        assert!(read_by_site > 0);
+        assert_eq!(traffic.sent(), read_by_site as u64);
+        assert_eq!(traffic.received(), 300_000 - read_by_site as u64);
+        // What the browser got is what was received, re-framed by the proxy.
+        assert!(got > 200_000 && got < 300_000 + 4096, "{got}");
+        // Stopped: no new connection is served.
+        let refused = async {
+            let mut c = TcpStream::connect(proxy.addr()).await?;
+            c.write_all(format!("GET http://{site}/ HTTP/1.1\r\nHost: {site}\r\n\r\n").as_bytes())
+                .await?;
+            let mut b = [0u8; 64];
+            c.read(&mut b).await
+        };
+        assert!(matches!(refused.await, Ok(0) | Err(_)));
+    }
+
+    #[tokio::test]
+    async fn a_tunnel_is_counted_both_ways_and_cut_when_the_budget_says_no() {
+        let (site, heads) = endless().await;
+        let traffic = Traffic::new(u64::MAX, 100_000);
+        let proxy = EgressProxy::start_metered(
+            Egress::new(EgressPolicy::parse("loopback").unwrap()),
+            traffic.clone(),
+        )
+        .await
+        .unwrap();
+        let granting = {
+            let t = traffic.clone();
+            tokio::spawn(async move {
+                t.wants_more().await;
+                t.allow(150_000);
+                t.wants_more().await;
+                t.deny();
+            })
+        };
+        let mut c = client(&proxy).await;
+        send(
+            &mut c,
+            &format!("CONNECT {site} HTTP/1.1\r\nHost: {site}\r\n\r\n"),
+        )
+        .await;
+        let (status, _, _) = read_response(&mut c).await;
+        assert_eq!(status, 200);
+        let request = format!("GET /t HTTP/1.1\r\nHost: {site}\r\n\r\n");
+        send(&mut c, &request).await;
+        let got = read_to_cut(&mut c).await;
+        granting.await.unwrap();
+        assert_eq!(
+            traffic.stop(),
+            Some(crate::traffic::Stop::Budget { seen: 250_000 })
+        );
+        assert_eq!(traffic.sent(), request.len() as u64);
+        assert_eq!(heads.lock().unwrap().as_slice(), &[request.len()]);
+        // A tunnel relays bytes as they are: the browser got every byte received.
+        assert_eq!(got as u64, traffic.received());
     }
 
     #[tokio::test]

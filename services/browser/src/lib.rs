@@ -21,21 +21,31 @@
 //! [`egress`] proxy, which refuses loopback, private, link-local and metadata destinations
 //! unless the session's policy opens them, and connects to the very address it
 //! checked. Its refusals are in [`Session::egress_log`].
+//!
+//! A session's [`traffic::Traffic`] counts its bytes as they arrive and holds
+//! them within what the session may use (its byte limit, what the job's budget
+//! paid for): a local session's proxy counts every byte it relays, both ways; a
+//! remote session counts what CDP's `Network.dataReceived` reports. Traffic that
+//! passes a final allowance stops: the proxy cuts its connections, and the
+//! session's owner closes it ([`traffic::Traffic::stopped`]).
 
 pub mod egress;
 pub mod pool;
 pub mod relay;
 mod script;
+pub mod traffic;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chromiumoxide::cdp::browser_protocol::browser::BrowserContextId;
 use chromiumoxide::cdp::browser_protocol::input::InsertTextParams;
 use chromiumoxide::cdp::browser_protocol::inspector::EventTargetCrashed;
-use chromiumoxide::cdp::browser_protocol::network::EventLoadingFinished;
+use chromiumoxide::cdp::browser_protocol::network::{
+    EventDataReceived, EventLoadingFailed, EventLoadingFinished,
+};
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
 use chromiumoxide::cdp::browser_protocol::target::{
     CreateBrowserContextParams, CreateTargetParams,
@@ -194,7 +204,7 @@ pub struct Session {
     network: JoinHandle<()>,
     crash_watch: JoinHandle<()>,
     crashed: Arc<AtomicBool>,
-    bytes: Arc<AtomicU64>,
+    traffic: Arc<traffic::Traffic>,
     proxy: Option<egress::EgressProxy>,
     closed: bool,
 }
@@ -216,33 +226,43 @@ enum Conn {
 
 impl Session {
     /// Opens a page: in a new context of a pooled browser, or over a new
-    /// connection to a remote one.
+    /// connection to a remote one. Its bytes are counted into `traffic`, and
+    /// held within it (see [`traffic`]).
     pub async fn open(
         endpoint: &Endpoint,
         launch_timeout: Duration,
+        traffic: Arc<traffic::Traffic>,
     ) -> Result<Session, BrowserError> {
-        let opened =
-            tokio::time::timeout(launch_timeout, Session::connect(endpoint, launch_timeout))
-                .await
-                .map_err(|_| {
-                    BrowserError::new(
-                        ErrorKind::Launch,
-                        format!("no browser within {launch_timeout:?}"),
-                    )
-                })??;
+        let opened = tokio::time::timeout(
+            launch_timeout,
+            Session::connect(endpoint, launch_timeout, &traffic),
+        )
+        .await
+        .map_err(|_| {
+            BrowserError::new(
+                ErrorKind::Launch,
+                format!("no browser within {launch_timeout:?}"),
+            )
+        })??;
         let (page, conn, proxy) = opened;
-        let bytes = Arc::new(AtomicU64::new(0));
-        let mut finished = page
-            .event_listener::<EventLoadingFinished>()
-            .await
-            .map_err(protocol)?;
-        let counter = bytes.clone();
-        let network = tokio::spawn(async move {
-            while let Some(ev) = finished.next().await {
-                let n = ev.encoded_data_length.max(0.0) as u64;
-                counter.fetch_add(n, Ordering::Relaxed);
-            }
-        });
+        // A local session's bytes are its proxy's count; a remote one's are
+        // counted from CDP as they arrive.
+        let network = if proxy.is_some() {
+            tokio::spawn(async {})
+        } else {
+            let events = (
+                page.event_listener::<EventDataReceived>()
+                    .await
+                    .map_err(protocol)?,
+                page.event_listener::<EventLoadingFinished>()
+                    .await
+                    .map_err(protocol)?,
+                page.event_listener::<EventLoadingFailed>()
+                    .await
+                    .map_err(protocol)?,
+            );
+            tokio::spawn(count_cdp(events, traffic.clone()))
+        };
         // A renderer that crashed (out of memory, killed) answers nothing more.
         let crashed = Arc::new(AtomicBool::new(false));
         let mut crashes = page
@@ -261,7 +281,7 @@ impl Session {
             network,
             crash_watch,
             crashed,
-            bytes,
+            traffic,
             proxy,
             closed: false,
         })
@@ -270,11 +290,12 @@ impl Session {
     async fn connect(
         endpoint: &Endpoint,
         launch_timeout: Duration,
+        traffic: &Arc<traffic::Traffic>,
     ) -> Result<(Page, Conn, Option<egress::EgressProxy>), BrowserError> {
         let launch = |m: String| BrowserError::new(ErrorKind::Launch, m);
         match endpoint {
             Endpoint::Local { pool, egress } => {
-                let proxy = egress::EgressProxy::start(egress.clone())
+                let proxy = egress::EgressProxy::start_metered(egress.clone(), traffic.clone())
                     .await
                     .map_err(|e| launch(format!("egress proxy: {e}")))?;
                 let lease = pool.acquire(launch_timeout).await?;
@@ -361,9 +382,15 @@ impl Session {
         self.proxy.as_ref().map(egress::EgressProxy::log)
     }
 
-    /// Bytes received over the network so far (encoded, as transferred).
+    /// Bytes of the session's traffic so far: both ways through a local
+    /// session's proxy; received (encoded, as transferred) for a remote one.
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.traffic.total()
+    }
+
+    /// The session's traffic (its count, its allowance, whether it stopped).
+    pub fn traffic(&self) -> &Arc<traffic::Traffic> {
+        &self.traffic
     }
 
     /// Loads `url` and waits for its `load` event.
@@ -641,6 +668,44 @@ impl Session {
         }
     }
 
+    /// A PNG of the viewport with every field and text that shows one of
+    /// `values` (or that `selectors` match) covered by a black box, laid over
+    /// the page for the screenshot and removed after it. No screenshot when
+    /// the boxes could not be laid.
+    pub async fn screenshot_masked(
+        &self,
+        values: &[String],
+        selectors: &[String],
+    ) -> Result<Vec<u8>, BrowserError> {
+        if values.is_empty() && selectors.is_empty() {
+            return self.screenshot().await;
+        }
+        let masked = tokio::time::timeout(
+            SCREENSHOT_TIMEOUT,
+            self.call::<u64>(script::MASK, &[json!(values), json!(selectors)]),
+        )
+        .await;
+        match masked {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(BrowserError::new(
+                    e.kind,
+                    format!("the page's secrets could not be masked: {}", e.message),
+                ));
+            }
+            Err(_) => {
+                return Err(BrowserError::new(
+                    ErrorKind::Protocol,
+                    format!("the page's secrets could not be masked within {SCREENSHOT_TIMEOUT:?}"),
+                ));
+            }
+        }
+        let shot = self.screenshot().await;
+        let _ =
+            tokio::time::timeout(SCREENSHOT_TIMEOUT, self.call::<bool>(script::UNMASK, &[])).await;
+        shot
+    }
+
     /// The page's visible elements as numbered lines, at most `max_bytes` of them.
     pub async fn snapshot(&self, max_bytes: usize) -> Result<Snapshot, BrowserError> {
         let v: Value = self.call(script::SNAPSHOT, &[json!(max_bytes)]).await?;
@@ -715,6 +780,41 @@ impl Drop for Session {
             rt.spawn(async move {
                 let _ = browser.browser.dispose_browser_context(context).await;
             });
+        }
+    }
+}
+
+/// Counts a remote session's traffic from CDP: each `Network.dataReceived`
+/// chunk as it arrives (a response that never ends is counted as it streams),
+/// and at `Network.loadingFinished` what its total has beyond the chunks (the
+/// headers). What the browser sends is not reported by CDP per chunk and is not
+/// counted here.
+async fn count_cdp(
+    (mut data, mut finished, mut failed): (
+        chromiumoxide::listeners::EventStream<EventDataReceived>,
+        chromiumoxide::listeners::EventStream<EventLoadingFinished>,
+        chromiumoxide::listeners::EventStream<EventLoadingFailed>,
+    ),
+    traffic: Arc<traffic::Traffic>,
+) {
+    use std::collections::HashMap;
+    let mut chunks: HashMap<String, u64> = HashMap::new();
+    loop {
+        tokio::select! {
+            Some(ev) = data.next() => {
+                let n = ev.encoded_data_length.max(0) as u64;
+                *chunks.entry(ev.request_id.inner().clone()).or_default() += n;
+                traffic.add(traffic::Direction::Received, n);
+            }
+            Some(ev) = finished.next() => {
+                let total = ev.encoded_data_length.max(0.0) as u64;
+                let seen = chunks.remove(ev.request_id.inner()).unwrap_or(0);
+                traffic.add(traffic::Direction::Received, total.saturating_sub(seen));
+            }
+            Some(ev) = failed.next() => {
+                chunks.remove(ev.request_id.inner());
+            }
+            else => return,
         }
     }
 }

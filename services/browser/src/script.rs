@@ -187,3 +187,38 @@ pub const CHOOSE_OPTION: &str = r#"(sel) => {
   select.dispatchEvent(new Event('change', {bubbles: true}));
   return true;
 }"#;
+
+/// Covers, with black boxes on a layer over the page, every field whose value
+/// holds one of `values` or that `selectors` match, and every element whose
+/// text holds one (the innermost such element). The number of boxes.
+pub const MASK: &str = r#"(values, selectors) => {
+  const hit = (t) => !!t && values.some(v => t.includes(v));
+  const rects = [];
+  const field = (el) => el instanceof HTMLInputElement || el instanceof HTMLTextAreaElement || el instanceof HTMLSelectElement;
+  for (const sel of selectors) {
+    try { document.querySelectorAll(sel).forEach(el => rects.push(el.getBoundingClientRect())); } catch (e) {}
+  }
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.id === '__trawl_mask') continue;
+    if (field(el)) { if (hit(el.value)) rects.push(el.getBoundingClientRect()); continue; }
+    if (!hit(el.textContent)) continue;
+    if (Array.from(el.children).some(c => hit(c.textContent))) continue;
+    rects.push(el.getBoundingClientRect());
+  }
+  const old = document.getElementById('__trawl_mask');
+  if (old) old.remove();
+  const layer = document.createElement('div');
+  layer.id = '__trawl_mask';
+  layer.setAttribute('style', 'position:fixed;left:0;top:0;width:0;height:0;overflow:visible;pointer-events:none;z-index:2147483647');
+  for (const r of rects) {
+    if (r.width <= 0 && r.height <= 0) continue;
+    const b = document.createElement('div');
+    b.setAttribute('style', `position:fixed;left:${r.left - 2}px;top:${r.top - 2}px;width:${r.width + 4}px;height:${r.height + 4}px;background:#000`);
+    layer.appendChild(b);
+  }
+  (document.body || document.documentElement).appendChild(layer);
+  return layer.childElementCount;
+}"#;
+
+/// Removes what [`MASK`] laid over the page.
+pub const UNMASK: &str = r#"() => { const m = document.getElementById('__trawl_mask'); if (m) m.remove(); return true; }"#;

@@ -15,7 +15,21 @@
 //!   the site's key of earlier versions as a fallback), and replayed without the
 //!   model on the next run while the selectors still match; when one no longer
 //!   matches, the model is asked again.
-//! - The traffic the browser received is billed per GB from the price table.
+//! - A session's traffic is billed per GB from the price table, counted as it
+//!   arrives ([`trawl_browser::traffic`]): by a local session's egress proxy,
+//!   both ways, or from CDP for a remote browser. It is paid for ahead from the
+//!   job's budget, a grant at a time ([`Budget::try_reserve`], settled with what
+//!   was counted at the end), and never passes the session's byte limit
+//!   (`TRAWL_BROWSER_MAX_BYTES`). A session the budget pays no more for, or
+//!   that reaches the limit, is stopped at once and fails the slice with
+//!   [`BROWSE_BUDGET_EXCEEDED`] or [`BROWSE_BYTES_EXCEEDED`]; its trace step
+//!   `browser:traffic` carries what was counted and billed.
+//! - The values `fill` steps type from `secret: NAME` never leave as data
+//!   ([`crate::redact`]): an item that carries one is rejected naming the field,
+//!   and they are masked in rejections, screenshots (covered on the page before
+//!   it is taken), the trace, the audit, the slice's error and what a model is
+//!   shown. A secret shorter than four characters is refused
+//!   (`secret_too_short`).
 //! - A local session (a browser context in the worker's pool) reaches the
 //!   network only through its session's egress proxy
 //!   ([`trawl_browser::egress`]), with the policy of `TRAWL_BROWSE_ALLOW`
@@ -32,6 +46,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use trawl_browser::egress::{Dial, Egress, EgressRefusal, Resolve, UpstreamProxy};
 use trawl_browser::pool::{Pool, PoolConfig, PoolStats};
+use trawl_browser::traffic::{Stop, Traffic};
 use trawl_browser::{BrowserError, Endpoint, ErrorKind, Session};
 use trawl_core::cost::{Micros, PriceTable};
 use trawl_core::egress::{EgressPolicy, UrlRefusal};
@@ -42,10 +57,11 @@ use trawl_core::ports::{Artifact, Store, ToolError};
 use trawl_core::spec::{Action, Browse, FillValue, RowsExtract, ScrollUntil, WaitFor};
 use trawl_core::validate::ItemValidator;
 use trawl_model::{Block, Message, Request, Tool, ToolChoice};
-use trawl_tools::{Recorder, ToolLayer};
+use trawl_tools::{Budget, Recorder, ToolLayer};
 
 use crate::JobContext;
 use crate::models::{Models, Resolved};
+use crate::redact::{self, Redactor};
 use crate::research::model_turn;
 
 /// The setting that opens destinations to local browser sessions.
@@ -57,6 +73,22 @@ pub const EGRESS_REFUSED: &str = "egress_refused";
 /// The trace step of a local session that browses from the worker's own
 /// address, not from the slice's country (no geo proxy is set).
 pub const GEO_NOT_HONOURED: &str = "geo_not_honoured";
+
+/// The code of a slice error for a session the job's budget paid no more for.
+pub const BROWSE_BUDGET_EXCEEDED: &str = "browse_budget_exceeded";
+/// The code of a slice error for a session that reached its byte limit.
+pub const BROWSE_BYTES_EXCEEDED: &str = "browse_bytes_exceeded";
+/// The setting of a session's byte limit.
+pub const MAX_BYTES: &str = "TRAWL_BROWSER_MAX_BYTES";
+/// A session's byte limit when [`MAX_BYTES`] is not set: 256 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+/// The traffic a session pays for ahead at a time, after its first grant of
+/// [`BROWSE_ESTIMATE_BYTES`]; halved (down to [`MIN_GRANT_BYTES`]) when the
+/// budget's rest is smaller.
+pub const GRANT_BYTES: u64 = BROWSE_ESTIMATE_BYTES;
+pub const MIN_GRANT_BYTES: u64 = 64 * 1024;
+/// Sessions whose traffic [`Browsers::recent_traffic`] keeps.
+pub const RECENT_TRAFFIC: usize = 64;
 
 /// Bytes of a page snapshot a model step is shown.
 pub const SNAPSHOT_BYTES: usize = 16_000;
@@ -76,6 +108,25 @@ pub struct Browsers {
     egress: Egress,
     /// Whether the policy came from `TRAWL_BROWSE_ALLOW` (else it is a default).
     egress_set: bool,
+    /// A session's byte limit (`TRAWL_BROWSER_MAX_BYTES`).
+    pub max_bytes: u64,
+    /// The last sessions' traffic, as counted.
+    recent: Arc<std::sync::Mutex<std::collections::VecDeque<SessionTraffic>>>,
+}
+
+/// One session's traffic as it was counted (by its proxy, or from CDP) and
+/// billed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionTraffic {
+    pub slice_id: trawl_core::model::SliceId,
+    pub attempt: u32,
+    /// To the upstream.
+    pub sent: u64,
+    /// From the upstream.
+    pub received: u64,
+    pub cost: Micros,
+    /// Why it was stopped, if it was.
+    pub stop: Option<Stop>,
 }
 
 #[derive(Clone, Debug)]
@@ -148,7 +199,34 @@ impl Browsers {
             secrets: HashMap::new(),
             egress: Egress::default(),
             egress_set: false,
+            max_bytes: DEFAULT_MAX_BYTES,
+            recent: Arc::default(),
         }
+    }
+
+    /// A session's byte limit (at least 1).
+    pub fn with_max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes.max(1);
+        self
+    }
+
+    /// The traffic of the last [`RECENT_TRAFFIC`] sessions, oldest first, as
+    /// their proxies (or CDP) counted it.
+    pub fn recent_traffic(&self) -> Vec<SessionTraffic> {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn keep_traffic(&self, t: SessionTraffic) {
+        let mut g = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        if g.len() >= RECENT_TRAFFIC {
+            g.pop_front();
+        }
+        g.push_back(t);
     }
 
     /// Whether sessions run in a local Chromium, behind the egress proxy
@@ -260,6 +338,7 @@ impl Browsers {
     ///   from the slice's country (`BRIGHTDATA_PROXY_ENDPOINT`, default
     ///   `brd.superproxy.io:33335`).
     ///
+    /// `TRAWL_BROWSER_MAX_BYTES` is a session's byte limit (default 256 MiB);
     /// `TRAWL_SECRET_<NAME>` is the secret `fill` steps call `name`;
     /// `TRAWL_BROWSE_ALLOW` opens destinations to local sessions
     /// ([`Browsers::egress_from_lookup`]; default: public ones only).
@@ -318,6 +397,18 @@ impl Browsers {
         let secrets = vars
             .filter_map(|(k, v)| k.strip_prefix("TRAWL_SECRET_").map(|n| (n.to_owned(), v)))
             .collect();
+        let max_bytes = match get(MAX_BYTES) {
+            None => DEFAULT_MAX_BYTES,
+            Some(v) => v
+                .trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| {
+                    format!("{MAX_BYTES}={v}: expected a whole number of bytes of at least 1")
+                })?,
+        };
         Ok(Browsers {
             target,
             launch_timeout: Duration::from_secs(30),
@@ -325,6 +416,8 @@ impl Browsers {
             secrets,
             egress_set: egress.is_some(),
             egress: Egress::new(egress.unwrap_or_default()),
+            max_bytes,
+            recent: Arc::default(),
         })
     }
 
@@ -367,8 +460,15 @@ impl Browsers {
         }
     }
 
-    /// The secret `name`, or why the step cannot run.
+    /// The secret `name`, or why the step cannot run (it is not set, or too
+    /// short to be masked: [`redact::SECRET_TOO_SHORT`]).
     fn secret(&self, name: &str) -> Result<&str, ToolError> {
+        let value = self.secret_value(name)?;
+        redact::check_secret(name, value)?;
+        Ok(value)
+    }
+
+    fn secret_value(&self, name: &str) -> Result<&str, ToolError> {
         self.secrets
             .get(&name.to_ascii_uppercase())
             .map(String::as_str)
@@ -454,6 +554,10 @@ struct Cx<'a> {
     replay_scope: ReplayKeys,
     /// Refusals of the current session's egress log already looked at.
     egress_seen: std::sync::atomic::AtomicUsize,
+    /// The secrets the steps type, kept out of what the slice hands back.
+    redactor: Redactor,
+    /// The fields secrets are typed into (covered in screenshots).
+    secret_fields: Vec<String>,
 }
 
 /// Runs a browse slice. Never fails: an error becomes the slice's; the second
@@ -468,7 +572,20 @@ pub async fn run_slice(
 ) -> (SliceOutcome, bool) {
     let rec = Recorder::new(job.id.clone(), slice.id.clone());
     let mut out = SliceOutcome::default();
-    let result = run(job, tools, models, store, browsers, slice, &rec, &mut out).await;
+    let typed = match (job.spec.browse.as_ref(), browsers) {
+        (Some(b), Some(browsers)) => secrets_typed(b, browsers),
+        _ => Ok((Redactor::default(), Vec::new())),
+    };
+    let redactor = typed.as_ref().map(|t| t.0.clone()).unwrap_or_default();
+    let result = match typed {
+        Ok(typed) => {
+            run(
+                job, tools, models, store, browsers, slice, &rec, &mut out, typed,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
     let mut transient = false;
     if let Err(e) = result {
         transient = e.is_transient();
@@ -476,7 +593,77 @@ pub async fn run_slice(
     }
     let records = rec.finish();
     (out.trace, out.costs, out.audit) = (records.trace, records.costs, records.audit);
+    redact_outcome(&redactor, &mut out);
     (out, transient)
+}
+
+/// The secrets `browse`'s `fill` steps type that the worker has (a missing one
+/// fails its step), and the fields they are typed into; a secret too short to
+/// be masked fails the slice before any session.
+fn secrets_typed(
+    browse: &Browse,
+    browsers: &Browsers,
+) -> Result<(Redactor, Vec<String>), ToolError> {
+    let mut r = Redactor::default();
+    let mut fields = Vec::new();
+    for step in &browse.steps {
+        if let Action::Fill {
+            selector,
+            value: FillValue::Secret(name),
+        } = &step.action
+            && let Ok(value) = browsers.secret_value(name)
+        {
+            r.add(name, value)?;
+            fields.push(selector.clone());
+        }
+    }
+    Ok((r, fields))
+}
+
+/// Masks the secrets in everything the slice hands back that holds text of the
+/// page: the error, trace steps' errors, audit rows' reasons and errors, and
+/// (again, for any path that did not go through [`Cx::push_item`]) items and
+/// rejections.
+fn redact_outcome(r: &Redactor, out: &mut SliceOutcome) {
+    if r.is_empty() {
+        return;
+    }
+    if let Some(e) = &mut out.error {
+        e.message = r.redact(&e.message);
+    }
+    for t in &mut out.trace {
+        if let Some(e) = &mut t.error {
+            *e = r.redact(e);
+        }
+    }
+    for a in &mut out.audit {
+        a.reason = r.redact(&a.reason);
+        if let Some(e) = &mut a.error {
+            *e = r.redact(e);
+        }
+    }
+    let items = std::mem::take(&mut out.items);
+    for item in items {
+        match r.screen_item(&item.url, &item.data) {
+            None => out.items.push(item),
+            Some((url, data, errors)) => out.rejections.push(Rejection {
+                slice_id: item.slice_id,
+                seq: item.seq,
+                url,
+                geo: item.geo,
+                data,
+                errors,
+            }),
+        }
+    }
+    for rej in &mut out.rejections {
+        rej.url = r.redact(&rej.url);
+        r.redact_value(&mut rej.data);
+        for v in &mut rej.errors {
+            v.message = r.redact(&v.message);
+            v.path = r.redact(&v.path);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -489,6 +676,7 @@ async fn run(
     slice: &SliceSpec,
     rec: &Recorder,
     out: &mut SliceOutcome,
+    (redactor, secret_fields): (Redactor, Vec<String>),
 ) -> Result<(), ToolError> {
     tools.admit_browser(rec)?;
     let browse = job.spec.browse.as_ref().ok_or_else(|| {
@@ -537,6 +725,8 @@ async fn run(
             site: format!("{spec_digest}:{site}"),
         },
         egress_seen: Default::default(),
+        redactor,
+        secret_fields,
     };
     // A start URL whose host as written is refused needs no browser.
     cx.check_written(url)?;
@@ -560,7 +750,10 @@ async fn run(
         cx.session(url, geo.as_str(), n, &mut this)
             .await
             .map(|()| this)
-            .inspect_err(|e| tracing::info!(attempt = n, error = %e, "browser session failed"))
+            .inspect_err(|e| {
+                let error = cx.redactor.redact(&e.to_string());
+                tracing::info!(attempt = n, %error, "browser session failed");
+            })
     })
     .await?;
     out.items = this.items;
@@ -569,7 +762,10 @@ async fn run(
 }
 
 impl Cx<'_> {
-    /// One browser session: open, start URL, every step; billed, closed.
+    /// One browser session: open, start URL, every step; billed, closed. Its
+    /// traffic is paid for ahead from the job's budget, a grant at a time, and
+    /// stops the session when the budget pays no more or the byte limit is
+    /// reached.
     async fn session(
         &self,
         url: &str,
@@ -577,16 +773,31 @@ impl Cx<'_> {
         attempt: u32,
         out: &mut SliceOutcome,
     ) -> Result<(), ToolError> {
-        let estimate = self.browsers.prices.browser_bytes(BROWSE_ESTIMATE_BYTES);
+        let prices = &self.browsers.prices;
+        let first = BROWSE_ESTIMATE_BYTES.min(self.browsers.max_bytes);
+        let estimate = prices.browser_bytes(first);
         let budget = &self.job.budget;
         budget.reserve(estimate, "a browser session").await?;
+        let grants = Grants {
+            budget,
+            prices,
+            reserved: std::sync::Mutex::new(estimate),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
+        };
+        let traffic = Traffic::new(self.browsers.max_bytes, first);
         let started = Instant::now();
-        let opened =
-            Session::open(&self.browsers.endpoint(geo), self.browsers.launch_timeout).await;
+        let endpoint = self.browsers.endpoint(geo);
+        let opened = {
+            let open = Session::open(&endpoint, self.browsers.launch_timeout, traffic.clone());
+            tokio::select! {
+                s = open => s,
+                never = grants.run(&traffic) => match never {},
+            }
+        };
         let session = match opened {
             Ok(s) => s,
             Err(e) => {
-                budget.release(estimate).await;
+                budget.release(grants.reserved()).await;
                 let err = browser_error(&e);
                 self.rec
                     .browser_step("open", "", Err(&err), started.elapsed(), Micros::ZERO);
@@ -597,20 +808,75 @@ impl Cx<'_> {
             .browser_step("open", "", Ok(()), started.elapsed(), Micros::ZERO);
         self.egress_seen
             .store(0, std::sync::atomic::Ordering::Relaxed);
-        let result = self.steps(&session, url, attempt, out).await;
-        let bytes = session.bytes();
-        let cost = self.browsers.prices.browser_bytes(bytes);
-        budget.settle(estimate, cost).await;
+        // The steps run while the traffic is paid for; traffic that stops ends
+        // them at once (a page that never finishes holds no step).
+        let mut result = tokio::select! {
+            r = self.steps(&session, url, attempt, out) => r,
+            stop = traffic.stopped() => Err(self.stopped(stop, &grants)),
+            never = grants.run(&traffic) => match never {},
+        };
+        // A step that failed because its connections were cut fails as the
+        // stop it was.
+        if let Some(stop) = traffic.stop() {
+            result = Err(self.stopped(stop, &grants));
+        }
+        session.close().await;
+        // Counted after the close: nothing more passes.
+        let (sent, received) = (traffic.sent(), traffic.received());
+        let bytes = sent + received;
+        let cost = prices.browser_bytes(bytes);
+        budget.settle(grants.reserved(), cost).await;
+        let traffic_result = match &result {
+            Err(e) if e.code == BROWSE_BUDGET_EXCEEDED || e.code == BROWSE_BYTES_EXCEEDED => Err(e),
+            _ => Ok(()),
+        };
         self.rec.browser_step(
             "traffic",
             &trawl_core::digest(&[&bytes.to_string()]),
-            Ok(()),
+            traffic_result,
             started.elapsed(),
             cost,
         );
-        tracing::info!(bytes, cost = %cost, "browser session traffic");
-        session.close().await;
+        tracing::info!(bytes, sent, received, cost = %cost, "browser session traffic");
+        self.browsers.keep_traffic(SessionTraffic {
+            slice_id: self.slice.id.clone(),
+            attempt,
+            sent,
+            received,
+            cost,
+            stop: traffic.stop(),
+        });
         result
+    }
+
+    /// The slice's error for traffic that stopped.
+    fn stopped(&self, stop: Stop, grants: &Grants<'_>) -> ToolError {
+        match stop {
+            Stop::Bytes { .. } => ToolError::permanent(
+                BROWSE_BYTES_EXCEEDED,
+                format!("the browser session was stopped: {stop} ({MAX_BYTES})"),
+            ),
+            Stop::Budget { .. }
+                if grants
+                    .unavailable
+                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                ToolError::transient(
+                    "budget_unavailable",
+                    format!(
+                        "the browser session was stopped: the job's budget could not be checked ({} bytes seen)",
+                        stop.seen()
+                    ),
+                )
+            }
+            Stop::Budget { .. } => ToolError::permanent(
+                BROWSE_BUDGET_EXCEEDED,
+                format!(
+                    "the browser session was stopped: {stop}; the job's budget is {}",
+                    self.job.budget.max().unwrap_or_default()
+                ),
+            ),
+        }
     }
 
     async fn steps(
@@ -688,7 +954,7 @@ impl Cx<'_> {
             Err(mut e) => {
                 let page = session.url().await;
                 let name = format!("{}-a{attempt}-step{n}-{action}.png", self.slice.id);
-                match session.screenshot().await {
+                match self.screenshot(session).await {
                     Ok(png) => {
                         let artifact = Artifact {
                             job_id: self.job.id.clone(),
@@ -763,7 +1029,7 @@ impl Cx<'_> {
             }
             Action::Extract(x) => self.extract(session, x, t, out).await.map_err(at),
             Action::Screenshot { name } => {
-                let png = session.screenshot().await.map_err(at)?;
+                let png = self.screenshot(session).await.map_err(at)?;
                 let artifact = Artifact {
                     job_id: self.job.id.clone(),
                     slice_id: Some(self.slice.id.clone()),
@@ -787,6 +1053,14 @@ impl Cx<'_> {
             }
             Action::Observe { instruction } => self.observe(session, n, instruction).await,
         }
+    }
+
+    /// A screenshot with the fields secrets were typed into, and whatever on
+    /// the page shows a secret, covered.
+    async fn screenshot(&self, session: &Session) -> Result<Vec<u8>, BrowserError> {
+        session
+            .screenshot_masked(&self.redactor.values(), &self.secret_fields)
+            .await
     }
 
     /// Loads `url` after checking its host as written against the egress policy
@@ -929,6 +1203,19 @@ impl Cx<'_> {
     ) {
         let seq = (out.items.len() + out.rejections.len()) as u32;
         let geo = self.slice.kind.geo();
+        // An item that carries a typed secret is rejected, naming the field;
+        // the rejection has the secret masked.
+        if let Some((url, data, errors)) = self.redactor.screen_item(url, &data) {
+            out.rejections.push(Rejection {
+                slice_id: self.slice.id.clone(),
+                seq,
+                url,
+                geo,
+                data,
+                errors,
+            });
+            return;
+        }
         let mut errors = step_schema.map(|v| v.check(&data)).unwrap_or_default();
         errors.extend(self.job.validator.check(&data));
         if errors.is_empty() {
@@ -1008,6 +1295,11 @@ impl Cx<'_> {
     }
 
     async fn remember(&self, key: &ReplayKeys, v: &Value) {
+        // A selector built from what the page shows may spell a secret.
+        if self.redactor.find(&v.to_string()).is_some() {
+            tracing::info!("a model step's answer names a typed secret; not remembered");
+            return;
+        }
         if let Err(e) = self.store.put_replay(&key.pattern, v).await {
             tracing::warn!(error = %e, "model step not remembered; the next run asks the model again");
         }
@@ -1031,12 +1323,18 @@ impl Cx<'_> {
             .snapshot(SNAPSHOT_BYTES)
             .await
             .map_err(|e| browser_error(&e))?;
-        let page_text =
+        // What the model is shown never carries a typed secret.
+        let r = &self.redactor;
+        let page_text = self.tools.screen_page_text(
+            "browser.snapshot",
+            &r.redact(&snap.text),
+            SNAPSHOT_BYTES,
+            self.rec,
+        );
+        let title =
             self.tools
-                .screen_page_text("browser.snapshot", &snap.text, SNAPSHOT_BYTES, self.rec);
-        let title = self
-            .tools
-            .screen_page_text("browser.snapshot", &snap.title, 500, self.rec);
+                .screen_page_text("browser.snapshot", &r.redact(&snap.title), 500, self.rec);
+        let snap_url = r.redact(&snap.url);
         let name = tool.name.clone();
         let mut req = Request::new(model.model.clone(), self.browse.max_tokens);
         req.system = Some(format!(
@@ -1049,8 +1347,7 @@ impl Cx<'_> {
         req.tools = vec![tool];
         req.tool_choice = Some(ToolChoice::Tool(name.clone()));
         req.messages.push(Message::user_text(format!(
-            "Task: {instruction}\n\nPage: {} ({title}){}\n\n{page_text}",
-            snap.url,
+            "Task: {instruction}\n\nPage: {snap_url} ({title}){}\n\n{page_text}",
             if snap.truncated {
                 " [listing cut at its size limit]"
             } else {
@@ -1072,6 +1369,7 @@ impl Cx<'_> {
                     Err(p) => p,
                 },
             };
+            let problem = r.redact(&problem);
             last = problem.clone();
             let fix = format!("{problem}. Call {name} again with references from the listing.");
             req.messages.push(match &call {
@@ -1219,6 +1517,58 @@ impl Cx<'_> {
             .await?;
         self.remember(&key, &json!({"elements": found})).await;
         Ok(())
+    }
+}
+
+/// A session's traffic paid for ahead from the job's budget: each time the
+/// traffic wants more, a grant of [`GRANT_BYTES`] (halved while the budget's
+/// rest is smaller, down to [`MIN_GRANT_BYTES`]) is reserved, else the traffic
+/// is denied more.
+struct Grants<'a> {
+    budget: &'a Budget,
+    prices: &'a PriceTable,
+    /// What the session reserved in all.
+    reserved: std::sync::Mutex<Micros>,
+    /// The shared ledger could not be reached.
+    unavailable: std::sync::atomic::AtomicBool,
+}
+
+impl Grants<'_> {
+    fn reserved(&self) -> Micros {
+        *self.reserved.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers the traffic's asks for more, for as long as the session runs
+    /// (never returns).
+    async fn run(&self, traffic: &Traffic) -> std::convert::Infallible {
+        loop {
+            traffic.wants_more().await;
+            let mut bytes = GRANT_BYTES.min(traffic.headroom());
+            loop {
+                let cost = self.prices.browser_bytes(bytes);
+                match self.budget.try_reserve(cost).await {
+                    Ok(true) => {
+                        let mut r = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+                        *r = *r + cost;
+                        drop(r);
+                        traffic.allow(bytes);
+                        break;
+                    }
+                    Ok(false) if bytes / 2 >= MIN_GRANT_BYTES => bytes /= 2,
+                    Ok(false) => {
+                        traffic.deny();
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the job's budget could not be checked; the browser session gets no more traffic");
+                        self.unavailable
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
+                        traffic.deny();
+                        break;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -1530,6 +1880,108 @@ mod tests {
                 .unwrap_err();
             assert!(e.contains(bad[0].0), "{e}");
         }
+    }
+
+    #[test]
+    fn the_session_byte_limit_comes_from_its_setting() {
+        let b = Browsers::from_lookup(|_| None, std::iter::empty(), PriceTable::default()).unwrap();
+        assert_eq!(b.max_bytes, 256 * 1024 * 1024);
+        let set = |v: &'static str| move |k: &str| (k == MAX_BYTES).then(|| v.to_owned());
+        let b = Browsers::from_lookup(set("1_000_000"), std::iter::empty(), PriceTable::default())
+            .unwrap();
+        assert_eq!(b.max_bytes, 1_000_000);
+        for bad in ["0", "lots", "-5"] {
+            let e = Browsers::from_lookup(set(bad), std::iter::empty(), PriceTable::default())
+                .unwrap_err();
+            assert!(e.starts_with("TRAWL_BROWSER_MAX_BYTES="), "{e}");
+        }
+    }
+
+    #[test]
+    fn secrets_too_short_to_mask_are_refused_before_a_session() {
+        let b = Browsers::local()
+            .with_secret("pin", "123")
+            .with_secret("code", "Pa55 w&rd");
+        let e = b.secret("pin").unwrap_err();
+        assert_eq!(e.code, redact::SECRET_TOO_SHORT);
+        assert!(!e.message.contains("123"), "{}", e.message);
+        assert_eq!(b.secret("code").unwrap(), "Pa55 w&rd");
+        let browse = |name: &str| {
+            trawl_core::spec::JobSpec::parse(&format!(
+                "name: t\nbrowse:\n  urls: [\"http://shop.test/\"]\n  geos: [us]\n  steps:\n    - fill: {{selector: \"#a\", secret: {name}}}\n"
+            ))
+            .unwrap()
+            .browse
+            .unwrap()
+        };
+        let e = secrets_typed(&browse("pin"), &b).unwrap_err();
+        assert_eq!(e.code, redact::SECRET_TOO_SHORT);
+        let (r, fields) = secrets_typed(&browse("code"), &b).unwrap();
+        assert_eq!(r.values(), vec!["Pa55 w&rd".to_owned()]);
+        assert_eq!(fields, vec!["#a".to_owned()]);
+        // A secret the worker lacks fails its step, as before.
+        let (r, _) = secrets_typed(&browse("missing"), &b).unwrap();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn an_outcome_hands_back_no_typed_secret() {
+        use trawl_core::model::{AuditRecord, Item, SliceError, TraceStep};
+        let mut r = Redactor::default();
+        r.add("code", "Pa55 w&rd").unwrap();
+        let slice: trawl_core::model::SliceId = serde_json::from_value(json!("s_1")).unwrap();
+        let geo: trawl_core::geo::Geo = serde_json::from_value(json!("us")).unwrap();
+        let mut out = SliceOutcome {
+            error: Some(SliceError {
+                code: "step_timeout".into(),
+                message: "step 3 failed at http://h/echo?typed=Pa55%20w%26rd".into(),
+            }),
+            ..SliceOutcome::default()
+        };
+        out.items.push(Item {
+            slice_id: slice.clone(),
+            seq: 0,
+            kind: ItemKind::Page,
+            url: "http://h/echo".into(),
+            geo,
+            data: json!({"echo": "You typed: Pa55 w&amp;rd"}),
+        });
+        out.trace.push(TraceStep {
+            slice_id: slice.clone(),
+            seq: 0,
+            tool: "browser:wait_for".into(),
+            args_digest: String::new(),
+            cache_hit: false,
+            attempt: 1,
+            status: "step_timeout".into(),
+            error: Some("no text Pa55+w%26rd".into()),
+            latency_us: 0,
+            cost: Micros::ZERO,
+            at_ms: 0,
+            trace_id: None,
+            span_id: None,
+        });
+        out.audit.push(AuditRecord {
+            job_id: None,
+            slice_id: Some(slice),
+            seq: 0,
+            tool: "brightdata.browser".into(),
+            args_digest: String::new(),
+            decision: "egress_refused".into(),
+            reason: "Pa55 w&rd".into(),
+            caller: "test".into(),
+            latency_us: 0,
+            result_bytes: 0,
+            error: Some("GET http://evil/?p=Pa55%20w%26rd refused".into()),
+            at_ms: 0,
+        });
+        redact_outcome(&r, &mut out);
+        assert!(out.items.is_empty());
+        assert_eq!(out.rejections.len(), 1);
+        assert_eq!(out.rejections[0].errors[0].path, "/echo");
+        let all = format!("{out:?}");
+        assert!(r.find(&all).is_none(), "{all}");
+        assert!(!all.contains("Pa55"), "{all}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod agent;
 pub mod browse;
 pub mod ledger;
 pub mod models;
+pub mod redact;
 pub mod research;
 
 use std::collections::HashMap;
