@@ -715,6 +715,8 @@ async fn a_read_replica_behind_the_primarys_schema_is_refused_and_writes_through
         traceparent: None,
         owner: None,
         retention_ms: None,
+        slices_max: 0,
+        approve_above: None,
     };
     let wrote = reads.create_job(&job, &[]).await;
     assert!(

@@ -532,6 +532,7 @@ async fn sdk_clients_run_a_job_with_a_token() {
         "research.job_status",
         "research.job_items",
         "research.cancel_job",
+        "research.usage",
         "tool_search",
     ] {
         assert!(v["tools"].as_array().unwrap().contains(&json!(tool)), "{v}");
@@ -1464,6 +1465,20 @@ async fn jobs_answer_only_their_owner_their_tenant_and_admins_over_rest_and_mcp(
             assert_ne!(r["isError"], true, "{name}: {r}");
         }
     }
+    // research.usage answers the caller's own tenant: Ann's job is acme's, for
+    // Abe too; Zed's tenant has none; asking for another is an admin's.
+    let r = tool(&abe, "research.usage", json!({})).await;
+    assert_ne!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["tenant"], "acme", "{r}");
+    assert_eq!(r["structuredContent"]["today"]["jobs"], 1, "{r}");
+    let r = tool(&zed, "research.usage", json!({})).await;
+    assert_eq!(r["structuredContent"]["tenant"], "zeta", "{r}");
+    assert_eq!(r["structuredContent"]["today"]["jobs"], 0, "{r}");
+    let r = tool(&zed, "research.usage", json!({"tenant": "acme"})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["status"], 403, "{r}");
+    let r = tool(&root, "research.usage", json!({"tenant": "acme"})).await;
+    assert_eq!(r["structuredContent"]["today"]["jobs"], 1, "{r}");
     // Cancel over REST by a stranger: 404; by the owner: allowed (200, or 409
     // when the job already ended against the simulator).
     let res = rest(

@@ -72,6 +72,9 @@ pub enum ApiError {
         presented: bool,
         why: Option<String>,
     },
+    /// The caller may not do this whatever its scopes (another tenant's usage).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     /// A valid credential without the scope this request needs (OAuth tokens).
     #[error("insufficient scope: {0} needed")]
     InsufficientScope(&'static str),
@@ -96,6 +99,11 @@ pub enum ApiError {
     /// `retry_after` seconds (`Retry-After`).
     #[error("too many requests; retry after {retry_after} s")]
     TooManyRequests { retry_after: u64 },
+    /// The job is over one of its tenant's limits: 429 with `Retry-After` for a
+    /// limit that frees itself in time (in flight, concurrent, per day or month),
+    /// 422 for a job too big to ever fit; the body names the limit.
+    #[error("{0}")]
+    OverLimit(Box<trawl_core::tenant::OverLimit>),
     /// The request's body did not arrive within the server's body read timeout:
     /// answered 408 and the connection closed.
     #[error("the request body did not arrive in time")]
@@ -139,6 +147,12 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub checks: Option<serde_json::Value>,
+    /// The limit a job is over (`over-limit` only): its `name`, the `limit`
+    /// (dollars for `usd_*`), what the tenant has `used` and what the job
+    /// `requested`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub limit: Option<serde_json::Value>,
 }
 
 impl From<PortError> for ApiError {
@@ -173,9 +187,10 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::MalformedBody(_) | ApiError::TokenInQuery => {
                 StatusCode::BAD_REQUEST
             }
-            ApiError::InsufficientScope(_) | ApiError::ForeignHost(_) | ApiError::CrossSite(_) => {
-                StatusCode::FORBIDDEN
-            }
+            ApiError::InsufficientScope(_)
+            | ApiError::Forbidden(_)
+            | ApiError::ForeignHost(_)
+            | ApiError::CrossSite(_) => StatusCode::FORBIDDEN,
             ApiError::InvalidSpec(_) | ApiError::IdempotencyKeyReuse | ApiError::Unrunnable(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -188,6 +203,8 @@ impl ApiError {
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::OverLimit(o) if o.retry_after.is_some() => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::OverLimit(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable(_) | ApiError::NotReady(..) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -223,6 +240,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => ("payload-too-large", "The body is too large"),
             ApiError::Unauthorized { .. } => ("unauthorized", "Authentication is required"),
             ApiError::InsufficientScope(_) => ("insufficient-scope", "The token lacks a scope"),
+            ApiError::Forbidden(_) => ("forbidden", "The caller may not do this"),
             ApiError::BadSignature(_) => ("bad-signature", "The request signature is not valid"),
             ApiError::TokenInQuery => (
                 "token-in-query",
@@ -235,6 +253,7 @@ impl ApiError {
                 "The request conflicts with the resource's state",
             ),
             ApiError::TooManyRequests { .. } => ("too-many-requests", "Too many requests"),
+            ApiError::OverLimit(_) => ("over-limit", "The job is over a limit of its tenant"),
             ApiError::RequestTimeout => ("request-timeout", "The request was not sent in time"),
             ApiError::Unavailable(_) => ("unavailable", "A backend is unavailable"),
             ApiError::NotReady(..) => ("not-ready", "The service is not ready"),
@@ -254,9 +273,10 @@ impl ApiError {
 
     fn detail(&self) -> String {
         match self {
-            ApiError::BadRequest(d) | ApiError::MalformedBody(d) | ApiError::Conflict(d) => {
-                d.clone()
-            }
+            ApiError::BadRequest(d)
+            | ApiError::MalformedBody(d)
+            | ApiError::Conflict(d)
+            | ApiError::Forbidden(d) => d.clone(),
             ApiError::BadSignature(why) => format!("{why}; nothing was done"),
             ApiError::NotFound(what) => format!("no {what}"),
             ApiError::InvalidSpec(errs) => format!(
@@ -301,6 +321,13 @@ impl ApiError {
             ApiError::TooManyRequests { retry_after } => format!(
                 "this caller is over its limit; nothing was done; try again in {retry_after} s"
             ),
+            ApiError::OverLimit(o) => match o.retry_after {
+                Some(after) => format!(
+                    "{o}; nothing was stored; try again in {} s",
+                    after.as_secs().max(1)
+                ),
+                None => format!("{o}; nothing was stored; make the job smaller"),
+            },
             ApiError::RequestTimeout => "the body did not arrive in time; nothing was done; \
                  the connection is closed"
                 .to_owned(),
@@ -333,6 +360,15 @@ impl ApiError {
             ApiError::NotReady(_, checks) => Some(checks.clone()),
             _ => None,
         };
+        let limit = match self {
+            ApiError::OverLimit(o) => Some(serde_json::json!({
+                "name": o.limit,
+                "limit": o.allowed,
+                "used": o.used,
+                "requested": o.requested,
+            })),
+            _ => None,
+        };
         Problem {
             kind: format!("{PROBLEM_BASE}{slug}"),
             title: title.to_owned(),
@@ -340,6 +376,7 @@ impl ApiError {
             detail: self.detail(),
             errors,
             checks,
+            limit,
         }
     }
 }
@@ -406,6 +443,14 @@ impl IntoResponse for ApiError {
             }
             ApiError::TooManyRequests { retry_after } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+            }
+            ApiError::OverLimit(o) => {
+                if let Some(after) = o.retry_after {
+                    headers.insert(
+                        header::RETRY_AFTER,
+                        HeaderValue::from(after.as_secs().max(1)),
+                    );
+                }
             }
             _ => {}
         }

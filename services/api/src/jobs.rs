@@ -320,11 +320,12 @@ pub(crate) const MAX_IDEMPOTENCY_KEY: usize = 255;
 /// [`MAX_IDEMPOTENCY_KEY`] of them), as the OpenAPI document says.
 pub(crate) const IDEMPOTENCY_KEY_PATTERN: &str = r"^[\x21-\x7E]+$";
 
-/// The request's `Idempotency-Key`, scoped to its caller: 1 to
+/// The request's `Idempotency-Key` (kept per tenant and caller, each its own
+/// column, by the store): 1 to
 /// [`MAX_IDEMPOTENCY_KEY`] visible ASCII characters. The draft makes the value a
 /// Structured Fields string (`"…"`), whose quotes are not part of the key; a
 /// bare value is taken as it is.
-fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String>, ApiError> {
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let mut values = headers.get_all("idempotency-key").iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -350,7 +351,7 @@ fn idempotency_key(headers: &HeaderMap, caller: &Caller) -> Result<Option<String
         .and_then(|r| r.strip_suffix('"'))
         .filter(|k| !k.is_empty())
         .unwrap_or(raw);
-    Ok(Some(format!("{}/{key}", caller.label)))
+    Ok(Some(key.to_owned()))
 }
 
 fn accepted(job: &JobRecord, estimate: EstimateView, replayed: bool) -> Response {
@@ -429,7 +430,7 @@ async fn replay(job: &JobRecord, digest: &str) -> Result<Response, ApiError> {
         (status = 401, description = "No valid API key.", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit.", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Neither JSON nor YAML.", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The spec is invalid (every error listed), or the idempotency key was used with another body.", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The spec is invalid (every error listed), the idempotency key was used with another body, or the job is too big for a limit of its tenant (`over-limit`).", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store is unavailable.", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])),
@@ -443,10 +444,11 @@ pub(crate) async fn submit_job(
 ) -> Result<Response, ApiError> {
     let format = SpecFormat::of(&headers)?;
     let body = body.map_err(|r| ApiError::from_body(&r, state.body_limit))?;
-    let key = idempotency_key(&headers, &caller)?;
+    let key = idempotency_key(&headers)?;
     let digest = hex::encode(Sha256::digest(&body));
+    let owner = caller.owner();
     if let Some(key) = &key
-        && let Some(job) = state.store.job_by_idempotency_key(key).await?
+        && let Some(job) = state.store.job_by_idempotency_key(&owner, key).await?
     {
         return replay(&job, &digest).await;
     }
@@ -457,7 +459,7 @@ pub(crate) async fn submit_job(
         .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("reading a job spec")))??;
     let submission = Submission {
         spec,
-        owner: Some(caller.owner()),
+        owner: Some(owner.clone()),
         idempotency: key.clone().map(|key| Idempotency {
             key,
             request_digest: digest.clone(),
@@ -476,13 +478,14 @@ pub(crate) async fn submit_job(
         Ok(s) => s,
         Err(SubmitError::Invalid(errors)) => return Err(ApiError::InvalidSpec(errors)),
         Err(SubmitError::Unrunnable(why)) => return Err(ApiError::Unrunnable(why)),
+        Err(SubmitError::OverLimit(over)) => return Err(ApiError::OverLimit(over)),
         // Another request with the same key won the race: answer as if this one
         // had come second.
         Err(SubmitError::Port(PortError::Conflict(_))) if key.is_some() => {
             let key = key.as_deref().unwrap_or_default();
             let first = state
                 .store
-                .job_by_idempotency_key(key)
+                .job_by_idempotency_key(&owner, key)
                 .await?
                 .ok_or_else(|| {
                     anyhow::anyhow!(
@@ -606,23 +609,17 @@ mod tests {
     }
 
     #[test]
-    fn idempotency_keys_are_scoped_to_the_caller_and_checked() {
-        let caller = Caller {
-            label: "key-0123abcd".into(),
-            client: None,
-            tenant: None,
-            scopes: None,
-            admin: false,
-        };
+    fn idempotency_keys_are_read_as_sent_and_checked() {
         let (k255, k256) = ("x".repeat(255), "x".repeat(256));
-        let key = |v| idempotency_key(&with("idempotency-key", v), &caller);
+        let key = |v| idempotency_key(&with("idempotency-key", v));
         assert_eq!(
             key("\"8e03978e-40d5\"").unwrap().as_deref(),
-            Some("key-0123abcd/8e03978e-40d5")
+            Some("8e03978e-40d5")
         );
-        assert_eq!(key("abc").unwrap().as_deref(), Some("key-0123abcd/abc"));
+        // Never joined with the caller: the store keeps the two apart.
+        assert_eq!(key("x/k").unwrap().as_deref(), Some("x/k"));
         // Two quotes are a key of two characters, not an empty one.
-        assert_eq!(key("\"\"").unwrap().as_deref(), Some("key-0123abcd/\"\""));
+        assert_eq!(key("\"\"").unwrap().as_deref(), Some("\"\""));
         assert!(key(&k255).is_ok());
         assert!(key(&k256).is_err());
         assert!(key("a b").is_err(), "a space is not visible");
@@ -632,7 +629,7 @@ mod tests {
             let ok = HeaderValue::from_str(k).is_ok_and(|_| key(k).is_ok());
             assert_eq!(pattern.is_match(k), ok, "{k:?}");
         }
-        assert_eq!(idempotency_key(&HeaderMap::new(), &caller).unwrap(), None);
+        assert_eq!(idempotency_key(&HeaderMap::new()).unwrap(), None);
     }
 
     /// Schemathesis's ST202: a YAML body with an integer beyond 64 bits was a

@@ -15,6 +15,8 @@
 //! - `approvals`: `GET /v1/approvals`, `POST /v1/approvals/{id}/approve|reject`.
 //! - [`slack`]: `POST /v1/integrations/slack/interactions`, clicks on approval
 //!   buttons in Slack, checked by Slack's signature instead of a bearer token.
+//! - `usage`: `GET /v1/usage`, a tenant's spend and slices by day, its limits
+//!   (`TRAWL_TENANT_LIMITS`) and what is left of them.
 //! - `health`: `GET /healthz`, `GET /readyz`.
 //! - [`ops`]: the operations listener (`/healthz`, `/readyz`, `/metrics`) the
 //!   scheduler and the workers serve, and the API when `TRAWL_OPS_LISTEN` is set.
@@ -55,6 +57,7 @@ pub mod slack;
 pub mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub(crate) mod usage;
 
 pub use approvals::{ApprovalLinks, ApprovalView, ApprovalsList, Decision};
 pub use artifacts::{ArtifactView, ArtifactsList, artifact_url};

@@ -38,6 +38,7 @@ use crate::{approvals, artifacts, health, jobs, rows};
         approvals::list,
         approvals::approve,
         approvals::reject,
+        crate::usage::usage,
         crate::slack::interactions,
         health::healthz,
         health::readyz,
@@ -51,6 +52,8 @@ use crate::{approvals, artifacts, health, jobs, rows};
             and the files its slices produced."),
         (name = "approvals", description = "Decide on jobs and tools that wait for a human, over \
             the API or with a click in Slack."),
+        (name = "usage", description = "A tenant's spend and slices by day, its limits and \
+            what is left of them."),
         (name = "health", description = "Liveness and readiness probes."),
     ),
 )]
@@ -93,7 +96,9 @@ impl Modify for RateLimited {
         let res = ResponseBuilder::new()
             .description(
                 "Over the caller's rate of job submissions (`TRAWL_RATE_JOBS`, \
-                 `TRAWL_RATE_JOBS_BURST`); nothing was stored.",
+                 `TRAWL_RATE_JOBS_BURST`), or over a limit of its tenant that frees in time \
+                 (`over-limit`: slices in flight, concurrent jobs, jobs or spend per day or \
+                 month, `TRAWL_TENANT_LIMITS`); nothing was stored.",
             )
             .header(
                 "Retry-After",
@@ -227,6 +232,24 @@ fn problems(path: &str, method: &str) -> Vec<ApiError> {
             E::IdempotencyKeyReuse,
             E::Unrunnable("no model worker is reported".to_owned()),
             E::TooManyRequests { retry_after: 1 },
+            E::OverLimit(Box::new(trawl_core::tenant::OverLimit {
+                limit: "jobs_per_day",
+                allowed: 500.0,
+                used: 500.0,
+                requested: 1.0,
+                retry_after: Some(std::time::Duration::from_secs(3_600)),
+            })),
+            E::OverLimit(Box::new(trawl_core::tenant::OverLimit {
+                limit: "slices_per_job",
+                allowed: 10_000.0,
+                used: 0.0,
+                requested: 996_000.0,
+                retry_after: None,
+            })),
+        ]),
+        ("get", "/v1/usage") => out.extend([
+            E::BadRequest("days must be 1 to 366, not 0".to_owned()),
+            E::Forbidden("only an admin may read another tenant's usage".to_owned()),
         ]),
         (
             "get",
@@ -362,9 +385,11 @@ mod tests {
                 }
             }
         }
-        assert_eq!(ops, 16);
+        assert_eq!(ops, 17);
         for slug in [
             "invalid-spec",
+            "over-limit",
+            "forbidden",
             "malformed-body",
             "unsupported-media-type",
             "payload-too-large",

@@ -22,7 +22,7 @@ use crate::error::ApiError;
 use crate::limits::{ConnectionsPerIp, HttpLimits, TimedBody};
 use crate::site::LocalAddr;
 use crate::state::{ApiState, Caller, require_key};
-use crate::{approvals, artifacts, health, jobs, openapi, rows};
+use crate::{approvals, artifacts, health, jobs, openapi, rows, usage};
 
 /// How long [`serve`] lets requests in flight finish after shutdown is asked for.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
@@ -48,6 +48,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/report", get(rows::report))
         .route("/v1/jobs/{id}/artifacts", get(artifacts::list))
         .route("/v1/jobs/{id}/artifacts/{name}", get(artifacts::get))
+        .route("/v1/usage", get(usage::usage))
         .route("/v1/approvals", get(approvals::list))
         .route("/v1/approvals/{id}/approve", post(approvals::approve))
         .route("/v1/approvals/{id}/reject", post(approvals::reject))

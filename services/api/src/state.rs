@@ -60,18 +60,25 @@ impl ApiKey {
     /// A key as configured (`TRAWL_API_KEYS`, `TRAWL_ADMIN_KEYS`): `name:secret`,
     /// where the name is 1 to 64 of `A-Z a-z 0-9 . _ -` before the first `:`, or
     /// the bare secret (then it is shown as `key-` and 8 hex digits of its
-    /// sha256). A secret that itself holds a `:` must be given a name.
+    /// sha256). A secret that itself holds a `:` must be given a name. A name
+    /// `group/name` puts the key in a group: the keys of one group are one
+    /// tenant (they share their jobs and their quotas).
     pub fn parse(raw: &str) -> Result<ApiKey, String> {
         let raw = raw.trim();
         let (name, secret) = match raw.split_once(':') {
             Some((name, secret)) => {
-                let ok = (1..=64).contains(&name.len())
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                let part = |p: &str| {
+                    (1..=64).contains(&p.len())
+                        && p.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                };
+                let ok = match name.split_once('/') {
+                    Some((group, own)) => part(group) && part(own),
+                    None => part(name),
+                };
                 if !ok {
                     return Err(format!(
-                        "an API key's name (before the first ':') must be 1 to 64 of A-Z a-z 0-9 . _ -, not {name:?}"
+                        "an API key's name (before the first ':') must be 1 to 64 of A-Z a-z 0-9 . _ -, or group/name of two such, not {name:?}"
                     ));
                 }
                 (Some(name.to_owned()), secret)
@@ -158,6 +165,8 @@ pub struct ApiState {
     /// The `Host`s this server answers as and the origins that may change
     /// state ([`crate::site`]).
     pub(crate) site: Arc<crate::site::SiteConfig>,
+    /// The tenants' limits, and their turns at submitting.
+    pub(crate) quotas: Arc<trawl_scheduler::Quotas>,
 }
 
 impl fmt::Debug for ApiState {
@@ -207,6 +216,7 @@ impl ApiState {
             browse_egress: Arc::default(),
             max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
             site: Arc::default(),
+            quotas: Arc::default(),
         }
     }
 
@@ -216,7 +226,15 @@ impl ApiState {
             prices: self.prices,
             max_slices: self.max_slices,
             egress: Some(self.browse_egress.clone()),
+            quotas: self.quotas.clone(),
         }
+    }
+
+    /// The tenants' limits submissions are checked against
+    /// ([`trawl_core::tenant`]); the default asks approval above $10.
+    pub fn with_tenant_limits(mut self, limits: trawl_core::tenant::TenantLimits) -> ApiState {
+        self.quotas = Arc::new(trawl_scheduler::Quotas::new(limits));
+        self
     }
 
     /// Reads a job's rows from `reads` (`TRAWL_DATABASE_READ_URL`: a streaming
@@ -463,10 +481,14 @@ pub(crate) fn refuse_query_token(uri: &axum::http::Uri) -> Result<(), ApiError> 
 /// The accepted keys, kept as sha256 digests: compared in constant time, and of one
 /// length whatever the key's, so a comparison tells nothing about a key's length.
 pub(crate) struct KeyRing {
-    /// `None` for [`Auth::Open`]. Each key's digest, label and whether it is an
-    /// admin key.
-    keys: Option<Vec<([u8; 32], String, bool)>>,
+    /// `None` for [`Auth::Open`]. Each key's digest, label, whether it is an
+    /// admin key, and its group (its tenant).
+    keys: Option<Vec<RingKey>>,
 }
+
+/// One key of a [`KeyRing`]: its digest, label, whether it is an admin key, and
+/// its group (its tenant).
+type RingKey = ([u8; 32], String, bool, Option<String>);
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
@@ -484,7 +506,12 @@ impl KeyRing {
                             Some(name) => format!("key:{name}"),
                             None => format!("key-{}", &hex::encode(d)[..8]),
                         };
-                        (d, label, k.admin)
+                        let group = k
+                            .name
+                            .as_deref()
+                            .and_then(|n| n.split_once('/'))
+                            .map(|(g, _)| g.to_owned());
+                        (d, label, k.admin, group)
                     })
                     .collect(),
             ),
@@ -506,16 +533,16 @@ impl KeyRing {
         // Every key is compared, matched or not, so the time taken does not tell
         // which one (or whether any) matched.
         let mut found = None;
-        for (digest, label, admin) in keys {
+        for (digest, label, admin, group) in keys {
             if bool::from(digest.ct_eq(&presented)) {
-                found = Some((label, *admin));
+                found = Some((label, *admin, group));
             }
         }
         found
-            .map(|(label, admin)| Caller {
+            .map(|(label, admin, group)| Caller {
                 label: label.clone(),
                 client: None,
-                tenant: None,
+                tenant: group.clone(),
                 scopes: None,
                 admin,
             })
@@ -682,6 +709,8 @@ mod tests {
                 tenant: tenant.map(str::to_owned),
             }),
             retention_ms: None,
+            slices_max: 0,
+            approve_above: None,
         }
     }
 

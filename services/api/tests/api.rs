@@ -398,7 +398,9 @@ async fn the_same_key_and_body_answer_with_the_first_job() {
     let jobs = app.all_jobs().await;
     assert_eq!(jobs.len(), 1);
     let stored = jobs[0].idempotency.clone().unwrap();
-    assert!(stored.key.ends_with("/order-42"), "{}", stored.key);
+    // The key as sent: the caller is its own column, never joined to it.
+    assert_eq!(stored.key, "order-42");
+    assert!(jobs[0].owner.is_some());
     assert_eq!(stored.request_digest.len(), 64);
     // One job, one event.
     assert!(app.events.try_recv().is_ok());
@@ -703,6 +705,8 @@ async fn job_with_rows(app: &App, slices: usize) -> (JobId, usize, usize, usize)
                 traceparent: None,
                 owner: None,
                 retention_ms: None,
+                slices_max: 0,
+                approve_above: None,
             },
             &specs,
         )
@@ -1432,6 +1436,7 @@ async fn the_openapi_description_lists_every_route() {
         ("/v1/jobs/{id}/report", "get"),
         ("/v1/jobs/{id}/artifacts", "get"),
         ("/v1/jobs/{id}/artifacts/{name}", "get"),
+        ("/v1/usage", "get"),
         ("/v1/approvals", "get"),
         ("/v1/approvals/{id}/approve", "post"),
         ("/v1/approvals/{id}/reject", "post"),
@@ -1445,7 +1450,7 @@ async fn the_openapi_description_lists_every_route() {
             "{method} {path} missing"
         );
     }
-    assert_eq!(paths.len(), 16, "{:?}", paths.keys().collect::<Vec<_>>());
+    assert_eq!(paths.len(), 17, "{:?}", paths.keys().collect::<Vec<_>>());
     let schemas = doc["components"]["schemas"].as_object().unwrap();
     for s in [
         "Problem",
@@ -1787,7 +1792,7 @@ async fn approvals_are_listed_to_their_jobs_owners_and_decided_only_by_approvers
     let job = app.store.job(&id).await.unwrap().unwrap();
     let spec = JobSpec::from_value(job.spec.clone()).unwrap();
     let p = trawl_core::plan::plan(&spec, &PriceTable::default());
-    let approval = trawl_scheduler::approval_for(&id, &spec, &p.estimate).unwrap();
+    let approval = trawl_scheduler::approval_for(&job, &spec, &p.estimate).unwrap();
     assert!(
         app.store
             .plan_job(&id, &mut p.slices.into_iter(), JobStatus::AwaitingApproval)

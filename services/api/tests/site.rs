@@ -163,7 +163,7 @@ impl Served {
         let job = store.job(&id).await.unwrap().unwrap();
         let spec = JobSpec::from_value(job.spec.clone()).unwrap();
         let p = trawl_core::plan::plan(&spec, &PriceTable::default());
-        let approval = trawl_scheduler::approval_for(&id, &spec, &p.estimate).unwrap();
+        let approval = trawl_scheduler::approval_for(&job, &spec, &p.estimate).unwrap();
         assert!(
             store
                 .plan_job(&id, &mut p.slices.into_iter(), JobStatus::AwaitingApproval)

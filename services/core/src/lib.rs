@@ -18,6 +18,8 @@
 //! - [`resource`]: canonical resource URIs (RFC 8707), the audience of tokens.
 //! - [`egress`]: where a browser session may connect (public destinations unless
 //!   an allow list opens more), checked by the egress proxy and at submission.
+//! - [`tenant`]: tenants' limits (slices, jobs, spend, approval) and the check
+//!   of a submission against what a tenant has.
 //! - [`workers`]: what a worker reports it can run, model routing, and whether
 //!   the reported workers can run a job.
 
@@ -31,6 +33,7 @@ pub mod ports;
 pub mod resource;
 pub mod retry;
 pub mod spec;
+pub mod tenant;
 pub mod validate;
 pub mod workers;
 

@@ -388,6 +388,13 @@ pub struct JobRecord {
     /// How long the job is kept after it ends (its spec's `retention`); `None`:
     /// the deployment's retention.
     pub retention_ms: Option<i64>,
+    /// The most slices the job can have (followed pages at their maximum), as
+    /// submitted: what its tenant's slices in flight count before it is planned.
+    pub slices_max: u64,
+    /// The estimate above which the job waits for approval, as its submission set
+    /// it (the lower of its spec's `approve_above_usd` and its tenant's); `None`:
+    /// the spec's.
+    pub approve_above: Option<Micros>,
 }
 
 /// Who a job belongs to: only its owner, the owner's tenant and admins may read
@@ -404,7 +411,16 @@ pub struct JobOwner {
     pub tenant: Option<String>,
 }
 
-/// An `Idempotency-Key` and what it was first used for.
+impl JobOwner {
+    /// Who the job's quotas are counted for: its tenant, else the caller itself.
+    pub fn tenant_key(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(&self.caller)
+    }
+}
+
+/// An `Idempotency-Key` and what it was first used for. Keys are kept per
+/// (tenant, caller, key), each its own column: one caller's key never names
+/// another's job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Idempotency {
     pub key: String,
@@ -766,12 +782,16 @@ pub trait JobStore: Send + Sync {
     async fn adjust_budget(&self, id: &JobId, delta: Micros) -> Result<(), PortError>;
     /// Money spent so far, from the ledger.
     async fn spent(&self, id: &JobId) -> Result<Micros, PortError>;
-    /// Stores the planned slices of a `pending` job and moves it to `status`, in one
-    /// transaction. `false` (and nothing written) when the job is not `pending`.
+    /// Stores the planned slices of a `pending` job, then moves it to `status`.
+    /// `false` when the job is not `pending` (another planner moved it, or it was
+    /// cancelled while planning: the batches stored until then stay, unrun).
     /// The slices count as published now: the scheduler publishes every open slice
     /// of a `queued` job before the job leaves `queued`, so no slice needs a mark.
-    /// They are taken from `slices` in batches of at most [`PLAN_BATCH`], so a plan
-    /// of a million slices is never held at once.
+    /// They are taken from `slices` and stored in transactions of at most
+    /// [`PLAN_BATCH`], so a plan of a million slices is never held at once and
+    /// never holds the store: other callers' reads and writes go between the
+    /// batches. Slice ids come from their content, so planning again after a
+    /// crash stores only what is missing; the job moves once all are stored.
     async fn plan_job(
         &self,
         id: &JobId,
@@ -784,8 +804,21 @@ pub trait JobStore: Send + Sync {
         statuses: &[JobStatus],
         limit: u32,
     ) -> Result<Vec<JobRecord>, PortError>;
-    /// The job first stored with this idempotency key.
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError>;
+    /// The job `owner` first stored with this idempotency key (another caller's
+    /// job with the same key is not it).
+    async fn job_by_idempotency_key(
+        &self,
+        owner: &JobOwner,
+        key: &str,
+    ) -> Result<Option<JobRecord>, PortError>;
+    /// What the tenant (its jobs' [`JobOwner::tenant_key`]) has: unfinished jobs,
+    /// their slices not yet done, and per UTC day from `since_ms` on, the jobs
+    /// created, their slices and spend ([`crate::tenant::Usage`]).
+    async fn tenant_usage(
+        &self,
+        tenant: &str,
+        since_ms: i64,
+    ) -> Result<crate::tenant::Usage, PortError>;
     /// Ended jobs whose retention has passed at `now_ms`: they ended more than
     /// their own retention (`retention_ms`), or `default_ms`, ago. Longest ended
     /// first, at most `limit`.
@@ -1196,8 +1229,19 @@ impl<T: Forward<dyn JobStore> + Send + Sync> JobStore for T {
     ) -> Result<Vec<JobRecord>, PortError> {
         self.to().jobs_with_status(statuses, limit).await
     }
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        self.to().job_by_idempotency_key(key).await
+    async fn job_by_idempotency_key(
+        &self,
+        owner: &JobOwner,
+        key: &str,
+    ) -> Result<Option<JobRecord>, PortError> {
+        self.to().job_by_idempotency_key(owner, key).await
+    }
+    async fn tenant_usage(
+        &self,
+        tenant: &str,
+        since_ms: i64,
+    ) -> Result<crate::tenant::Usage, PortError> {
+        self.to().tenant_usage(tenant, since_ms).await
     }
     async fn expired_jobs(
         &self,

@@ -111,6 +111,8 @@ async fn waiting_job(store: &SqliteStore, n: u64) -> JobId {
         traceparent: None,
         owner: None,
         retention_ms: None,
+        slices_max: 0,
+        approve_above: None,
     };
     store.create_job(&job, &[]).await.unwrap();
     store

@@ -1,7 +1,8 @@
 //! Submitting a job, deciding on it, cancelling it: one path each, whoever asks
 //! (the CLI, the REST API, the MCP tools, a click in Slack).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -12,6 +13,7 @@ use trawl_core::model::{JobId, JobStatus, now_ms};
 use trawl_core::plan::{Estimate, estimate};
 use trawl_core::ports::{Event, Events, Idempotency, JobOwner, JobRecord, PortError, Store};
 use trawl_core::spec::{DEFAULT_MAX_SLICES, JobSpec, SpecErrors};
+use trawl_core::tenant::{self, OverLimit, TenantLimits};
 
 /// How long a worker's last report counts toward what the deployment can run
 /// (workers report every 30 s by default); a pool with no report this recent
@@ -44,6 +46,9 @@ pub enum SubmitError {
     /// worker); the text says what is missing.
     #[error("{0}")]
     Unrunnable(String),
+    /// The job is over one of its tenant's limits ([`trawl_core::tenant`]).
+    #[error("{0}")]
+    OverLimit(Box<OverLimit>),
     #[error(transparent)]
     Port(#[from] PortError),
 }
@@ -59,6 +64,8 @@ pub struct SubmitConfig {
     /// refused here. `None`: sessions run on a remote browser (Bright Data's
     /// Scraping Browser), which the policy does not bind.
     pub egress: Option<Arc<EgressPolicy>>,
+    /// The tenants' limits, shared by every submission of the process.
+    pub quotas: Arc<Quotas>,
 }
 
 impl Default for SubmitConfig {
@@ -67,8 +74,132 @@ impl Default for SubmitConfig {
             prices: PriceTable::default(),
             max_slices: DEFAULT_MAX_SLICES,
             egress: None,
+            quotas: Arc::default(),
         }
     }
+}
+
+/// The tenants' limits, and one turn at a time per tenant: a tenant's
+/// submissions are checked and stored one after the other in this process, so
+/// requests sent at once cannot all pass a limit that only one of them fits.
+/// (Replicas of the API each take their own turns: with N replicas, a burst can
+/// pass a count limit by at most N − 1.)
+#[derive(Debug, Default)]
+pub struct Quotas {
+    limits: TenantLimits,
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Quotas {
+    pub fn new(limits: TenantLimits) -> Quotas {
+        let quotas = Quotas {
+            limits,
+            turns: Mutex::default(),
+        };
+        quotas.publish_limits();
+        quotas
+    }
+
+    pub fn limits(&self) -> &TenantLimits {
+        &self.limits
+    }
+
+    /// The label a tenant is shown under in the metrics: its own name when the
+    /// operator named it, else `other`, so callers cannot grow the series.
+    pub fn label<'a>(&self, tenant: &'a str) -> &'a str {
+        if self.limits.named().any(|t| t == tenant) {
+            tenant
+        } else {
+            "other"
+        }
+    }
+
+    /// The configured limits as gauges (`*` for the default).
+    fn publish_limits(&self) {
+        let tenants = std::iter::once("*").chain(self.limits.named());
+        for t in tenants {
+            let l = if t == "*" {
+                self.limits.default_limits()
+            } else {
+                self.limits.of(t)
+            };
+            let counts = [
+                ("slices_per_job", l.slices_per_job),
+                ("slices_in_flight", l.slices_in_flight),
+                ("concurrent_jobs", l.concurrent_jobs),
+                ("jobs_per_day", l.jobs_per_day),
+            ];
+            for (name, v) in counts {
+                if let Some(v) = v {
+                    trawl_telemetry::names::tenant_limit(t, name, v as f64);
+                }
+            }
+            let money = [
+                ("usd_per_day", l.spend_per_day),
+                ("usd_per_month", l.spend_per_month),
+                ("approve_above_usd", l.approve_above),
+            ];
+            for (name, v) in money {
+                if let Some(v) = v {
+                    trawl_telemetry::names::tenant_limit(t, name, v.usd());
+                }
+            }
+        }
+    }
+
+    async fn turn(&self, tenant: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+            // Drop the turns nobody holds or waits for, so the map stays as
+            // small as the tenants submitting now.
+            turns.retain(|_, l| Arc::strong_count(l) > 1);
+            turns.entry(tenant.to_owned()).or_default().clone()
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// Checks a submission of `owner` against its tenant's limits; the approval
+/// threshold the job is stored with when it fits (the lower of its spec's and
+/// the tenant's).
+async fn fits_quota(
+    store: &dyn Store,
+    quotas: &Quotas,
+    owner: &trawl_core::ports::JobOwner,
+    spec: &JobSpec,
+    estimate: &Estimate,
+) -> Result<Option<trawl_core::cost::Micros>, SubmitError> {
+    let tenant = owner.tenant_key();
+    let limits = quotas.limits().of(tenant);
+    let now = now_ms();
+    let usage = store
+        .tenant_usage(tenant, tenant::month_bounds(now).0)
+        .await?;
+    let request = tenant::Request {
+        slices: spec.slices_at_most(),
+        estimate: estimate.cost,
+    };
+    let checked = tenant::check(&limits, &usage, request, now);
+    let today = usage
+        .days
+        .iter()
+        .find(|d| d.day_ms == tenant::day_start(now))
+        .map_or(0, |d| d.committed.0);
+    let outcome = checked.as_ref().map_or_else(|o| o.limit, |()| "accepted");
+    trawl_telemetry::names::tenant_submission(
+        quotas.label(tenant),
+        outcome,
+        today,
+        usage.slices_in_flight,
+    );
+    if let Err(over) = checked {
+        info!(%tenant, limit = over.limit, "submission over its tenant's limit");
+        return Err(SubmitError::OverLimit(over));
+    }
+    Ok(match (spec.budget.approve_above, limits.approve_above) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 /// A job to submit: a parsed spec and who asks.
@@ -131,6 +262,16 @@ pub async fn submit(
         let workers = store.workers(since).await?;
         trawl_core::workers::can_run(&spec, &workers).map_err(SubmitError::Unrunnable)?;
     }
+    // A job of `trawl run` (no owner) is the operator's own: no tenant's quota.
+    // Held until the job is stored, so the next submission of the tenant counts it.
+    let (_turn, approve_above) = match &sub.owner {
+        Some(owner) => {
+            let turn = config.quotas.turn(owner.tenant_key()).await;
+            let above = fits_quota(store, &config.quotas, owner, &spec, &estimate).await?;
+            (Some(turn), above)
+        }
+        None => (None, spec.budget.approve_above),
+    };
     let created_ms = now_ms();
     // From the operating system's source: a caller who has seen its own job
     // ids cannot work out another's.
@@ -150,6 +291,8 @@ pub async fn submit(
         retention_ms: spec
             .retention
             .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        slices_max: spec.slices_at_most(),
+        approve_above,
     };
     store.create_job(&record, &[]).await?;
     info!(job_id = %record.id, name = %record.name, estimate = %record.estimate, "job submitted");

@@ -17,13 +17,13 @@ mod jobs;
 mod service;
 
 pub use jobs::{
-    ScheduleError, Submission, SubmitConfig, SubmitError, Submitted, cancel, decide, submit,
+    Quotas, ScheduleError, Submission, SubmitConfig, SubmitError, Submitted, cancel, decide, submit,
 };
 pub use service::{DEFAULT_RETENTION, Service, ServiceConfig, collect_garbage};
 
 use trawl_core::model::{JobCounts, JobId, JobStatus};
 use trawl_core::plan::Estimate;
-use trawl_core::ports::{Approval, PortError, Store};
+use trawl_core::ports::{Approval, JobRecord, PortError, Store};
 use trawl_core::spec::JobSpec;
 
 /// The report slice of a research job whose other slices are all done, added to
@@ -65,14 +65,20 @@ pub(crate) async fn research_failure(
 }
 
 /// The approval a job needs before it runs: its estimate is above its
-/// `approve_above_usd`.
-pub fn approval_for(job_id: &JobId, spec: &JobSpec, estimate: &Estimate) -> Option<Approval> {
-    let limit = spec.budget.approve_above?;
+/// threshold, the one its submission recorded (the lower of its spec's
+/// `approve_above_usd` and its tenant's) or, for a job stored before, its spec's.
+pub fn approval_for(job: &JobRecord, spec: &JobSpec, estimate: &Estimate) -> Option<Approval> {
+    let limit = job.approve_above.or(spec.budget.approve_above)?;
+    let whose = if spec.budget.approve_above == Some(limit) {
+        "approve_above_usd"
+    } else {
+        "the tenant's approve_above_usd"
+    };
     (estimate.cost > limit).then(|| Approval {
-        job_id: job_id.clone(),
+        job_id: job.id.clone(),
         amount: estimate.cost,
         reason: format!(
-            "estimated cost {} is above approve_above_usd {}",
+            "estimated cost {} is above {whose} {}",
             estimate.cost, limit
         ),
         approved: None,

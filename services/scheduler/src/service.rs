@@ -411,7 +411,7 @@ impl Service {
             }
         };
         let estimate = estimate(&spec, &self.prices);
-        let status = match approval_for(&job.id, &spec, &estimate) {
+        let status = match approval_for(job, &spec, &estimate) {
             Some(approval) => {
                 // Asked before the slices are stored: a crash in between leaves the
                 // job pending, and planning it again replaces the pending approval.

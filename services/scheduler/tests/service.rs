@@ -74,6 +74,8 @@ fn pending_record(name: &str, document: Value, estimate: Micros) -> JobRecord {
         traceparent: None,
         owner: None,
         retention_ms: None,
+        slices_max: 0,
+        approve_above: None,
     }
 }
 
@@ -398,6 +400,44 @@ async fn a_job_above_its_approval_threshold_waits_and_runs_once_approved() {
             .iter()
             .all(|a| a.job_id.as_ref() != Some(&id)),
         "no approval left pending"
+    );
+}
+
+/// The threshold a submission recorded (its tenant's, lower than the spec's or
+/// where the spec has none) parks the job as the spec's own does.
+#[tokio::test]
+async fn a_job_above_the_threshold_its_submission_recorded_waits() {
+    let sys = Sys::with_reconcile_every(NEVER_AGAIN).await;
+    let spec = pages("tenant", 3, "");
+    let estimate = plan(&spec, &PriceTable::default()).estimate.cost;
+    let store = |above: Option<Micros>| {
+        let job = JobRecord {
+            approve_above: above,
+            ..pending_record(&spec.name, spec.document.clone(), estimate)
+        };
+        let store = sys.store.clone();
+        async move {
+            store.create_job(&job, &[]).await.unwrap();
+            job.id
+        }
+    };
+    let over = store(Some(Micros(estimate.0 - 1))).await;
+    let at = store(Some(estimate)).await;
+    let none = store(None).await;
+    sys.service.reconcile().await.unwrap();
+    assert_eq!(sys.job(&over).await.status, JobStatus::AwaitingApproval);
+    assert_eq!(sys.job(&at).await.status, JobStatus::Running);
+    assert_eq!(sys.job(&none).await.status, JobStatus::Running);
+    let approvals = sys.store.approvals(true, 100).await.unwrap();
+    let mine: Vec<_> = approvals
+        .iter()
+        .filter(|a| a.job_id.as_ref() == Some(&over))
+        .collect();
+    assert_eq!(mine.len(), 1);
+    assert!(
+        mine[0].reason.contains("the tenant's approve_above_usd"),
+        "{}",
+        mine[0].reason
     );
 }
 

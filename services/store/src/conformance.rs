@@ -64,6 +64,8 @@ macro_rules! suite {
             slices_to_publish_are_those_the_queue_has_not_got,
             jobs_with_status_are_listed_oldest_first,
             an_idempotency_key_names_one_job,
+            a_plan_is_stored_in_batches_a_cancel_stops_and_a_replan_completes,
+            a_tenants_usage_sums_its_jobs_by_day,
             pages_start_strictly_after_their_cursor,
             the_store_answers_a_ping,
             budget_reservations_are_shared_and_never_pass_the_maximum,
@@ -202,6 +204,8 @@ pub(crate) fn job_record(n: u64) -> JobRecord {
         traceparent: None,
         owner: None,
         retention_ms: None,
+        slices_max: 0,
+        approve_above: None,
     }
 }
 
@@ -1232,10 +1236,9 @@ pub(crate) async fn two_planners_of_one_job_plan_it_once(f: &dyn Fixture) {
             ..job_record(n)
         };
         store.create_job(&job, &[]).await.unwrap();
-        let plans = [
-            vec![search("one")],
-            vec![search("one"), search("two"), search("three")],
-        ];
+        // Planners of one job plan the same slices (from one stored spec).
+        let plan = vec![search("one"), search("two"), search("three")];
+        let plans = [plan.clone(), plan];
         let calls: Vec<_> = plans
             .iter()
             .map(|slices| {
@@ -1256,6 +1259,12 @@ pub(crate) async fn two_planners_of_one_job_plan_it_once(f: &dyn Fixture) {
         assert_eq!(
             store.open_slices(&job.id).await.unwrap(),
             sorted(plans[winners[0]].clone())
+        );
+        // Each slice counted once, however the two planners' batches met.
+        assert_eq!(store.counts(&job.id).await.unwrap().slices_total, 3);
+        assert_eq!(
+            store.counts(&job.id).await.unwrap(),
+            f.recount(&job.id).await
         );
     }
 }
@@ -1441,8 +1450,17 @@ pub(crate) async fn jobs_with_status_are_listed_oldest_first(f: &dyn Fixture) {
     assert_eq!(full[0].spec, jobs[0].spec);
 }
 
+fn owner(caller: &str, tenant: Option<&str>) -> JobOwner {
+    JobOwner {
+        caller: caller.into(),
+        client: None,
+        tenant: tenant.map(Into::into),
+    }
+}
+
 pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
     let store = f.store();
+    let p = owner("sub:p", None);
     let key = Idempotency {
         key: "req-7f3a".into(),
         request_digest: "ab".repeat(32),
@@ -1450,11 +1468,12 @@ pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
     let first = JobRecord {
         status: JobStatus::Pending,
         idempotency: Some(key.clone()),
+        owner: Some(p.clone()),
         ..job_record(1)
     };
     store.create_job(&first, &[]).await.unwrap();
     let back = store
-        .job_by_idempotency_key("req-7f3a")
+        .job_by_idempotency_key(&p, "req-7f3a")
         .await
         .unwrap()
         .unwrap();
@@ -1465,12 +1484,14 @@ pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
         Some(key)
     );
 
-    // Another job with the same key is refused, whatever its body, and not stored.
+    // Another job of the caller with the same key is refused, whatever its body,
+    // and not stored.
     let second = JobRecord {
         idempotency: Some(Idempotency {
             key: "req-7f3a".into(),
             request_digest: "cd".repeat(32),
         }),
+        owner: Some(p.clone()),
         ..job_record(2)
     };
     let refused = store.create_job(&second, &[search("x")]).await;
@@ -1482,7 +1503,7 @@ pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
 
     assert!(
         store
-            .job_by_idempotency_key("req-other")
+            .job_by_idempotency_key(&p, "req-other")
             .await
             .unwrap()
             .is_none()
@@ -1492,6 +1513,191 @@ pub(crate) async fn an_idempotency_key_names_one_job(f: &dyn Fixture) {
     store.create_job(&a, &[]).await.unwrap();
     store.create_job(&b, &[]).await.unwrap();
     assert_eq!(store.job(&b.id).await.unwrap().unwrap().idempotency, None);
+
+    // Caller, tenant and key are separate columns: caller `sub:p` with key
+    // `x/k` and caller `sub:p/x` with key `k` are two keys (joined, both were
+    // `sub:p/x/k`), and so are one caller's key in two tenants.
+    let keyed = |n: u64, who: &JobOwner, key: &str| JobRecord {
+        idempotency: Some(Idempotency {
+            key: key.into(),
+            request_digest: "ef".repeat(32),
+        }),
+        owner: Some(who.clone()),
+        ..job_record(n)
+    };
+    let px = owner("sub:p/x", None);
+    let (j5, j6) = (keyed(5, &p, "x/k"), keyed(6, &px, "k"));
+    store.create_job(&j5, &[]).await.unwrap();
+    store.create_job(&j6, &[]).await.unwrap();
+    let found = |who: JobOwner, key: &'static str| {
+        let store = f.store();
+        async move {
+            store
+                .job_by_idempotency_key(&who, key)
+                .await
+                .unwrap()
+                .map(|j| j.id)
+        }
+    };
+    assert_eq!(found(p.clone(), "x/k").await, Some(j5.id.clone()));
+    assert_eq!(found(px.clone(), "k").await, Some(j6.id.clone()));
+    assert_eq!(found(px.clone(), "x/k").await, None);
+    assert_eq!(found(p.clone(), "k").await, None);
+    let in_a = owner("sub:q", Some("a"));
+    let in_b = owner("sub:q", Some("b"));
+    let (j7, j8) = (keyed(7, &in_a, "k"), keyed(8, &in_b, "k"));
+    store.create_job(&j7, &[]).await.unwrap();
+    store.create_job(&j8, &[]).await.unwrap();
+    assert_eq!(found(in_b.clone(), "k").await, Some(j8.id.clone()));
+    assert_eq!(found(owner("sub:q", None), "k").await, None);
+}
+
+pub(crate) async fn a_plan_is_stored_in_batches_a_cancel_stops_and_a_replan_completes(
+    f: &dyn Fixture,
+) {
+    let store = f.store();
+    let n = 2 * PLAN_BATCH + 7;
+    let all: Vec<SliceSpec> = (0..n).map(|i| search(&format!("query {i}"))).collect();
+
+    // A plan cut short (a planner that died): the job is still pending with part
+    // of its slices; planning it again stores what is missing, once each.
+    let cut = JobRecord {
+        status: JobStatus::Pending,
+        ..job_record(1)
+    };
+    store
+        .create_job(&cut, &all[..PLAN_BATCH + 3])
+        .await
+        .unwrap();
+    assert!(
+        store
+            .plan_job(&cut.id, &mut all.clone().into_iter(), JobStatus::Queued)
+            .await
+            .unwrap()
+    );
+    let counts = store.counts(&cut.id).await.unwrap();
+    assert_eq!(counts.slices_total, n as u64);
+    assert_eq!(counts, f.recount(&cut.id).await);
+    let job = store.job(&cut.id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Queued);
+
+    // A cancel while the plan is stored: the planner stops at its next batch and
+    // the job stays cancelled (a single transaction held the job until the end).
+    let cancelled = JobRecord {
+        status: JobStatus::Pending,
+        ..job_record(2)
+    };
+    store.create_job(&cancelled, &[]).await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let id = cancelled.id.clone();
+    let mut plan = all.clone().into_iter().enumerate().map(|(i, s)| {
+        if i == PLAN_BATCH + 1 {
+            // Between batches no transaction is open: the cancel goes through.
+            let ended = tokio::task::block_in_place(|| {
+                handle.block_on(store.end_job(&id, JobStatus::Cancelled, Some("stop")))
+            });
+            assert!(ended.unwrap(), "the cancel waited for the whole plan");
+        }
+        s
+    });
+    assert!(
+        !store
+            .plan_job(&cancelled.id, &mut plan, JobStatus::Queued)
+            .await
+            .unwrap()
+    );
+    drop(plan);
+    let job = store.job(&cancelled.id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Cancelled);
+    let stored = store.counts(&cancelled.id).await.unwrap().slices_total;
+    assert!(stored < n as u64, "{stored} of {n} stored after the cancel");
+}
+
+pub(crate) async fn a_tenants_usage_sums_its_jobs_by_day(f: &dyn Fixture) {
+    let store = f.store();
+    let day = trawl_core::tenant::DAY_MS;
+    let d1 = 1_700_006_400_000_i64 - 1_700_006_400_000 % day;
+    let d2 = d1 + day;
+    let acme_a = owner("sub:a", Some("acme"));
+    let acme_b = owner("sub:b", Some("acme"));
+    let solo = owner("key:solo", None);
+    let job = |n: u64, who: &JobOwner, at: i64, status: JobStatus, estimate: i64| JobRecord {
+        id: JobId::generate(at, 0xabc0 + n),
+        status,
+        created_ms: at,
+        estimate: Micros(estimate),
+        owner: Some(who.clone()),
+        slices_max: 50,
+        ..job_record(n)
+    };
+    // Day 1: one finished job of acme with two slices, one done, spent 300.
+    let done = job(1, &acme_a, d1 + 5, JobStatus::Succeeded, 1_000);
+    let (s1, s2) = (search("one"), search("two"));
+    store
+        .create_job(&done, &[s1.clone(), s2.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .record_costs(&done.id, &s1.id, &[cost(&s1, 0, 100), cost(&s1, 1, 200)], 2)
+            .await
+            .unwrap(),
+        2
+    );
+    // Day 2: a running job of acme (another caller) with three open slices and
+    // an estimate above its spend, and a pending one not planned yet.
+    let running = job(2, &acme_b, d2 + 10, JobStatus::Running, 5_000);
+    let slices: Vec<_> = ["x", "y", "z"].iter().map(|q| search(q)).collect();
+    store.create_job(&running, &slices).await.unwrap();
+    store
+        .record_costs(&running.id, &slices[0].id, &[cost(&slices[0], 0, 700)], 1)
+        .await
+        .unwrap();
+    let pending = job(3, &acme_a, d2 + 20, JobStatus::Pending, 2_000);
+    store.create_job(&pending, &[]).await.unwrap();
+    // Another tenant's job and a job without an owner count for nobody here.
+    store
+        .create_job(
+            &job(4, &solo, d2 + 30, JobStatus::Running, 9_000),
+            &[search("s")],
+        )
+        .await
+        .unwrap();
+    store
+        .create_job(
+            &JobRecord {
+                owner: None,
+                ..job(5, &acme_a, d2 + 40, JobStatus::Running, 9_000)
+            },
+            &[search("t")],
+        )
+        .await
+        .unwrap();
+
+    let u = store.tenant_usage("acme", d1).await.unwrap();
+    assert_eq!(u.active_jobs, 2);
+    assert_eq!(
+        u.slices_in_flight,
+        3 + 50,
+        "open slices, and the pending job's most"
+    );
+    assert_eq!(u.days.len(), 2, "{u:?}");
+    let (a, b) = (u.days[0], u.days[1]);
+    assert_eq!((a.day_ms, a.jobs, a.slices), (d1, 1, 2));
+    assert_eq!((a.spent, a.committed), (Micros(300), Micros(300)));
+    assert_eq!((b.day_ms, b.jobs, b.slices), (d2, 2, 3));
+    assert_eq!(b.spent, Micros(700), "the ledger's sum");
+    assert_eq!(
+        b.committed,
+        Micros(5_000 + 2_000),
+        "unfinished jobs at their estimate"
+    );
+    // From the second day only; a caller without a tenant is its own.
+    assert_eq!(store.tenant_usage("acme", d2).await.unwrap().days.len(), 1);
+    let s = store.tenant_usage("key:solo", d1).await.unwrap();
+    assert_eq!((s.active_jobs, s.slices_in_flight, s.days.len()), (1, 1, 1));
+    let none = store.tenant_usage("nobody", d1).await.unwrap();
+    assert_eq!(none, trawl_core::tenant::Usage::default());
 }
 
 pub(crate) async fn pages_start_strictly_after_their_cursor(f: &dyn Fixture) {

@@ -19,6 +19,7 @@ use trawl_core::ports::{
     ApprovalRecord, FailedSlice, Idempotency, JobOwner, JobRecord, PinStatus, PortError,
     ToolListing, ToolPin,
 };
+use trawl_core::tenant::{Usage, UsageDay};
 use trawl_core::workers::WorkerInfo;
 
 use crate::error::ResultExt;
@@ -117,6 +118,8 @@ pub(crate) fn job_record(row: &impl Columns) -> Result<JobRecord, PortError> {
         },
         traceparent: row.opt_text("traceparent")?,
         retention_ms: row.opt_int("retention_ms")?,
+        slices_max: u64::try_from(row.int("slices_max")?).unwrap_or(0),
+        approve_above: row.opt_int("approve_above")?.map(Micros),
         owner: match row.opt_text("owner")? {
             Some(caller) => Some(JobOwner {
                 caller,
@@ -248,6 +251,27 @@ pub(crate) fn job_counts(row: &impl Columns) -> Result<JobCounts, PortError> {
         cache_hits: u64_of(row, "cache_hits")?,
         cost: Micros(row.int("cost")?),
         budget_stops: u64_of(row, "budget_stops")?,
+    })
+}
+
+/// A tenant's usage from its two queries: the unfinished jobs (`jobs`, `open`)
+/// and one row per day (`day`, `jobs`, `slices`, `spent`, `committed`).
+pub(crate) fn usage<R: Columns>(active: &R, days: &[R]) -> Result<Usage, PortError> {
+    Ok(Usage {
+        active_jobs: u64_of(active, "jobs")?,
+        slices_in_flight: u64_of(active, "open")?,
+        days: days
+            .iter()
+            .map(|d| {
+                Ok(UsageDay {
+                    day_ms: d.int("day")?,
+                    jobs: u64_of(d, "jobs")?,
+                    slices: u64_of(d, "slices")?,
+                    spent: Micros(d.int("spent")?),
+                    committed: Micros(d.int("committed")?),
+                })
+            })
+            .collect::<Result<_, PortError>>()?,
     })
 }
 

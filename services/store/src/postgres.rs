@@ -67,10 +67,11 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, Partitions, PinChange,
+    CostMonth, FailedSlice, GuardVerdict, JobOwner, JobRecord, JobStore, Partitions, PinChange,
     PlannedSlices, PortError, Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore,
     WorkerStore, next_batch,
 };
+use trawl_core::tenant::Usage;
 use trawl_core::workers::WorkerInfo;
 
 use crate::decode;
@@ -78,7 +79,7 @@ use crate::decode::{
     approval_record, failed_slice, item, job_counts, job_record, rejection, trace_step,
 };
 use crate::error::ResultExt;
-use rows::{get, get_json, insert_slices, json, text};
+use rows::{get, get_json, insert_slices, json, text, to_i64};
 
 mod browse;
 mod guard;
@@ -168,6 +169,11 @@ pub(crate) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "approval_ids",
         include_str!("../../../migrations/0016_approval_ids.sql"),
     ),
+    (
+        17,
+        "tenants",
+        include_str!("../../../migrations/0017_tenants.sql"),
+    ),
 ];
 
 /// A pooled connection idle this long is pinged before it is used.
@@ -197,7 +203,7 @@ macro_rules! select_jobs {
         concat!(
             "SELECT id, name, spec::text AS spec, status, reason, estimate, created_ms, \
              idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
-             retention_ms FROM jobs ",
+             retention_ms, slices_max, approve_above FROM jobs ",
             $tail
         )
     };
@@ -438,8 +444,9 @@ impl JobStore for PgStore {
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
              idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
-             retention_ms) \
-             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+             retention_ms, slices_max, approve_above) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, \
+             $16, $17)",
         )
         .bind(job.id.as_str())
         .bind(text(&job.name))
@@ -466,6 +473,8 @@ impl JobStore for PgStore {
                 .map(text),
         )
         .bind(job.retention_ms)
+        .bind(to_i64(job.slices_max))
+        .bind(job.approve_above.map(|m| m.0))
         .execute(&mut *tx)
         .await
         .port()?;
@@ -573,9 +582,10 @@ impl JobStore for PgStore {
         Ok(self.counts(id).await?.cost)
     }
 
-    /// An unknown job is [`PortError::NotFound`], not `false`. A second planner of
-    /// the same job waits for the first's transaction on the job's row, then finds
-    /// it no longer pending.
+    /// An unknown job is [`PortError::NotFound`], not `false`. Each batch is its
+    /// own transaction and takes no lock on the job's row that a cancel waits
+    /// for; two planners of one job store each slice once (ids from content,
+    /// conflicts skipped) and only one moves the job.
     #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
     async fn plan_job(
         &self,
@@ -584,37 +594,38 @@ impl JobStore for PgStore {
         status: JobStatus,
     ) -> Result<bool, PortError> {
         let now = now_ms();
-        let mut tx = self.pool.begin().await.port()?;
-        let moved = sqlx::query(
-            "UPDATE jobs SET status = $1, updated_ms = $2 WHERE id = $3 AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await
-        .port()?
-        .rows_affected();
-        if moved == 0 {
-            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = $1")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .port()?;
-            return match exists {
-                Some(_) => Ok(false),
-                None => Err(no_job(id)),
-            };
-        }
         loop {
             let batch = next_batch(slices);
+            let mut tx = self.pool.begin().await.port()?;
+            let current: Option<String> =
+                sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .port()?;
+            match current.as_deref() {
+                None => return Err(no_job(id)),
+                Some("pending") => {}
+                Some(_) => return Ok(false),
+            }
             if batch.is_empty() {
-                break;
+                let moved = sqlx::query(
+                    "UPDATE jobs SET status = $1, updated_ms = $2 \
+                     WHERE id = $3 AND status = 'pending'",
+                )
+                .bind(status.as_str())
+                .bind(now_ms())
+                .bind(id.as_str())
+                .execute(&mut *tx)
+                .await
+                .port()?
+                .rows_affected();
+                tx.commit().await.port()?;
+                return Ok(moved > 0);
             }
             insert_slices(&mut tx, id, &batch, now, Some(now)).await?;
+            tx.commit().await.port()?;
         }
-        tx.commit().await.port()?;
-        Ok(true)
     }
 
     async fn jobs_with_status(
@@ -637,13 +648,58 @@ impl JobStore for PgStore {
         rows.iter().map(job_record).collect()
     }
 
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        let row = sqlx::query(select_jobs!("WHERE idempotency_key = $1"))
-            .bind(text(key))
-            .fetch_optional(&self.pool)
-            .await
-            .port()?;
+    async fn job_by_idempotency_key(
+        &self,
+        owner: &JobOwner,
+        key: &str,
+    ) -> Result<Option<JobRecord>, PortError> {
+        let row = sqlx::query(select_jobs!(
+            "WHERE COALESCE(tenant, '') = $1 AND COALESCE(owner, '') = $2 \
+             AND idempotency_key = $3"
+        ))
+        .bind(text(owner.tenant.as_deref().unwrap_or_default()))
+        .bind(text(&owner.caller))
+        .bind(text(key))
+        .fetch_optional(&self.pool)
+        .await
+        .port()?;
         row.as_ref().map(job_record).transpose()
+    }
+
+    async fn tenant_usage(&self, tenant: &str, since_ms: i64) -> Result<Usage, PortError> {
+        let active = sqlx::query(
+            "SELECT COUNT(*)::BIGINT AS jobs, COALESCE(SUM(CASE WHEN j.status = 'pending' \
+                 THEN j.slices_max ELSE GREATEST(c.total - c.ended, 0) END), 0)::BIGINT AS open \
+             FROM jobs j, LATERAL ( \
+                 SELECT COALESCE(SUM(slices_total), 0) AS total, \
+                     COALESCE(SUM(slices_succeeded + slices_failed), 0) AS ended \
+                 FROM job_counters WHERE job_id = j.id) c \
+             WHERE COALESCE(tenant, owner) = $1 AND owner IS NOT NULL \
+               AND status IN ('pending', 'awaiting_approval', 'queued', 'running')",
+        )
+        .bind(text(tenant))
+        .fetch_one(&self.pool)
+        .await
+        .port()?;
+        let days = sqlx::query(
+            "SELECT (j.created_ms - j.created_ms % 86400000)::BIGINT AS day, \
+                 COUNT(*)::BIGINT AS jobs, COALESCE(SUM(c.total), 0)::BIGINT AS slices, \
+                 COALESCE(SUM(c.cost), 0)::BIGINT AS spent, \
+                 COALESCE(SUM(CASE \
+                     WHEN status IN ('pending', 'awaiting_approval', 'queued', 'running') \
+                     THEN GREATEST(j.estimate, c.cost) ELSE c.cost END), 0)::BIGINT AS committed \
+             FROM jobs j, LATERAL ( \
+                 SELECT COALESCE(SUM(slices_total), 0) AS total, COALESCE(SUM(cost), 0) AS cost \
+                 FROM job_counters WHERE job_id = j.id) c \
+             WHERE COALESCE(tenant, owner) = $1 AND owner IS NOT NULL AND created_ms >= $2 \
+             GROUP BY 1 ORDER BY 1",
+        )
+        .bind(text(tenant))
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await
+        .port()?;
+        decode::usage(&active, &days)
     }
 
     async fn expired_jobs(

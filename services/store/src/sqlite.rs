@@ -29,10 +29,11 @@ use trawl_core::model::{
 };
 use trawl_core::ports::{
     Approval, ApprovalNotice, ApprovalRecord, ApprovalStore, Artifact, ArtifactInfo, ArtifactStore,
-    CostMonth, FailedSlice, GuardVerdict, JobRecord, JobStore, Partitions, PinChange,
+    CostMonth, FailedSlice, GuardVerdict, JobOwner, JobRecord, JobStore, Partitions, PinChange,
     PlannedSlices, PortError, Recorded, RowCursor, SliceStore, ToolListing, ToolPin, ToolStore,
     WorkerStore, next_batch,
 };
+use trawl_core::tenant::Usage;
 use trawl_core::workers::WorkerInfo;
 
 use crate::decode;
@@ -40,7 +41,7 @@ use crate::decode::{
     approval_record, failed_slice, item, job_counts, job_record, rejection, trace_step,
 };
 use crate::error::ResultExt;
-use rows::{get, get_json, insert_slices, to_json};
+use rows::{get, get_json, insert_planned_slices, insert_slices, to_json};
 
 mod browse;
 mod guard;
@@ -66,6 +67,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("sqlite_v12.sql"),
     include_str!("sqlite_v13.sql"),
     include_str!("sqlite_v14.sql"),
+    include_str!("sqlite_v15.sql"),
 ];
 
 /// `SELECT <the columns of a JobRecord> FROM jobs <tail>`.
@@ -73,7 +75,8 @@ macro_rules! select_jobs {
     ($tail:literal) => {
         concat!(
             "SELECT id, name, spec, status, reason, estimate, created_ms, idempotency_key, \
-             request_digest, traceparent, owner, owner_client, tenant, retention_ms FROM jobs ",
+             request_digest, traceparent, owner, owner_client, tenant, retention_ms, slices_max, \
+             approve_above FROM jobs ",
             $tail
         )
     };
@@ -235,8 +238,8 @@ impl JobStore for SqliteStore {
         sqlx::query(
             "INSERT INTO jobs (id, name, spec, status, reason, estimate, created_ms, updated_ms, \
              idempotency_key, request_digest, traceparent, owner, owner_client, tenant, \
-             retention_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             retention_ms, slices_max, approve_above) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.as_str())
         .bind(job.name.as_str())
@@ -253,6 +256,8 @@ impl JobStore for SqliteStore {
         .bind(job.owner.as_ref().and_then(|o| o.client.as_deref()))
         .bind(job.owner.as_ref().and_then(|o| o.tenant.as_deref()))
         .bind(job.retention_ms)
+        .bind(i64::try_from(job.slices_max).unwrap_or(i64::MAX))
+        .bind(job.approve_above.map(|m| m.0))
         .execute(&mut *tx)
         .await
         .port()?;
@@ -366,7 +371,9 @@ impl JobStore for SqliteStore {
         cost.map(Micros).ok_or_else(|| no_job(id))
     }
 
-    /// An unknown job is [`PortError::NotFound`], not `false`.
+    /// An unknown job is [`PortError::NotFound`], not `false`. Each batch is its
+    /// own transaction and the connection is let go between them, so the calls
+    /// queued behind a plan wait for one batch, not the plan.
     #[instrument(skip_all, fields(job_id = %id, status = status.as_str()))]
     async fn plan_job(
         &self,
@@ -375,47 +382,40 @@ impl JobStore for SqliteStore {
         status: JobStatus,
     ) -> Result<bool, PortError> {
         let now = now_ms();
-        let mut conn = self.conn().await?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
-        let moved = sqlx::query(
-            "UPDATE jobs SET status = ?, updated_ms = ? \
-             WHERE id = ? AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(now)
-        .bind(id.as_str())
-        .execute(&mut *tx)
-        .await
-        .port()?
-        .rows_affected();
-        if moved == 0 {
-            let exists = sqlx::query("SELECT 1 FROM jobs WHERE id = ?")
+        loop {
+            // Made before the connection is taken: planning is CPU work.
+            let batch = next_batch(slices);
+            let mut conn = self.conn().await?;
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.port()?;
+            let current: Option<String> =
+                sqlx::query_scalar("SELECT status FROM jobs WHERE id = ?")
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .port()?;
+            match current.as_deref() {
+                None => return Err(no_job(id)),
+                Some("pending") => {}
+                Some(_) => return Ok(false),
+            }
+            if batch.is_empty() {
+                sqlx::query(
+                    "UPDATE jobs SET status = ?, updated_ms = ? \
+                     WHERE id = ? AND status = 'pending'",
+                )
+                .bind(status.as_str())
+                .bind(now_ms())
                 .bind(id.as_str())
-                .fetch_optional(&mut *tx)
+                .execute(&mut *tx)
                 .await
                 .port()?;
-            return match exists {
-                Some(_) => Ok(false),
-                None => Err(no_job(id)),
-            };
-        }
-        loop {
-            let batch = next_batch(slices);
-            if batch.is_empty() {
-                break;
+                tx.commit().await.port()?;
+                return Ok(true);
             }
             let rows: Vec<(&JobId, &SliceSpec, i64)> = batch.iter().map(|s| (id, s, now)).collect();
-            insert_slices(&mut tx, &rows).await?;
+            insert_planned_slices(&mut tx, &rows).await?;
+            tx.commit().await.port()?;
         }
-        // Published as of now (see the trait): the job had no slices before.
-        sqlx::query("UPDATE slices SET published_ms = ? WHERE job_id = ?")
-            .bind(now)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await
-            .port()?;
-        tx.commit().await.port()?;
-        Ok(true)
     }
 
     async fn jobs_with_status(
@@ -438,13 +438,55 @@ impl JobStore for SqliteStore {
         rows.iter().map(job_record).collect()
     }
 
-    async fn job_by_idempotency_key(&self, key: &str) -> Result<Option<JobRecord>, PortError> {
-        let row = sqlx::query(select_jobs!("WHERE idempotency_key = ?"))
-            .bind(key)
-            .fetch_optional(&mut *self.conn().await?)
-            .await
-            .port()?;
+    async fn job_by_idempotency_key(
+        &self,
+        owner: &JobOwner,
+        key: &str,
+    ) -> Result<Option<JobRecord>, PortError> {
+        let row = sqlx::query(select_jobs!(
+            "WHERE COALESCE(tenant, '') = ? AND COALESCE(owner, '') = ? AND idempotency_key = ?"
+        ))
+        .bind(owner.tenant.as_deref().unwrap_or_default())
+        .bind(owner.caller.as_str())
+        .bind(key)
+        .fetch_optional(&mut *self.conn().await?)
+        .await
+        .port()?;
         row.as_ref().map(job_record).transpose()
+    }
+
+    async fn tenant_usage(&self, tenant: &str, since_ms: i64) -> Result<Usage, PortError> {
+        let mut conn = self.conn().await?;
+        let active = sqlx::query(
+            "SELECT COUNT(*) AS jobs, COALESCE(SUM(CASE WHEN j.status = 'pending' \
+                 THEN j.slices_max \
+                 ELSE MAX(COALESCE(c.slices_total - c.slices_succeeded - c.slices_failed, 0), 0) \
+                 END), 0) AS open \
+             FROM jobs j LEFT JOIN job_counts c ON c.job_id = j.id \
+             WHERE COALESCE(tenant, owner) = ? AND owner IS NOT NULL \
+               AND status IN ('pending', 'awaiting_approval', 'queued', 'running')",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *conn)
+        .await
+        .port()?;
+        let days = sqlx::query(
+            "SELECT j.created_ms - j.created_ms % 86400000 AS day, COUNT(*) AS jobs, \
+                 COALESCE(SUM(c.slices_total), 0) AS slices, COALESCE(SUM(c.cost), 0) AS spent, \
+                 COALESCE(SUM(CASE \
+                     WHEN status IN ('pending', 'awaiting_approval', 'queued', 'running') \
+                     THEN MAX(j.estimate, COALESCE(c.cost, 0)) ELSE COALESCE(c.cost, 0) END), 0) \
+                     AS committed \
+             FROM jobs j LEFT JOIN job_counts c ON c.job_id = j.id \
+             WHERE COALESCE(tenant, owner) = ? AND owner IS NOT NULL AND created_ms >= ? \
+             GROUP BY day ORDER BY day",
+        )
+        .bind(tenant)
+        .bind(since_ms)
+        .fetch_all(&mut *conn)
+        .await
+        .port()?;
+        decode::usage(&active, &days)
     }
 
     async fn expired_jobs(

@@ -21,6 +21,10 @@ pub const QUEUE_LAG: &str = "trawl_queue_lag";
 pub const MODEL_TURNS: &str = "trawl_model_turns_total";
 pub const MODEL_TOKENS: &str = "trawl_model_tokens_total";
 pub const MODEL_TURN_DURATION: &str = "trawl_model_turn_duration_seconds";
+pub const TENANT_SUBMISSIONS: &str = "trawl_tenant_submissions_total";
+pub const TENANT_SPEND_TODAY: &str = "trawl_tenant_spend_today_microdollars";
+pub const TENANT_SLICES_IN_FLIGHT: &str = "trawl_tenant_slices_in_flight";
+pub const TENANT_LIMIT: &str = "trawl_tenant_limit";
 
 /// Help texts, shown in `/metrics` as `# HELP`.
 pub(crate) fn describe() {
@@ -65,6 +69,22 @@ pub(crate) fn describe() {
         MODEL_TURN_DURATION,
         Unit::Seconds,
         "Model turns, from request to response (client retries included), by model."
+    );
+    describe_counter!(
+        TENANT_SUBMISSIONS,
+        "Job submissions checked against their tenant's limits, by tenant (those the operator named, else other) and outcome (accepted, or the limit it was over)."
+    );
+    describe_gauge!(
+        TENANT_SPEND_TODAY,
+        "What a tenant's jobs of today have spent or may spend (unfinished at their estimate), at its last submission, by tenant (named, else other)."
+    );
+    describe_gauge!(
+        TENANT_SLICES_IN_FLIGHT,
+        "A tenant's slices not yet done, at its last submission, by tenant (named, else other)."
+    );
+    describe_gauge!(
+        TENANT_LIMIT,
+        "A tenant's limit, by tenant (named, or * for the default) and limit (usd_* in dollars)."
     );
     describe_gauge!(APPROVALS_PENDING, "Approvals waiting for a decision.");
     describe_gauge!(
@@ -125,4 +145,18 @@ pub fn approvals_pending(n: u64) {
 
 pub fn queue_lag(n: u64) {
     gauge!(QUEUE_LAG).set(n as f64);
+}
+
+/// A submission checked against its tenant's limits. `tenant` must be one of a
+/// bounded set (the tenants the operator named, else `other`); `outcome` is
+/// `accepted` or the name of the limit it was over.
+pub fn tenant_submission(tenant: &str, outcome: &'static str, spend_today: i64, in_flight: u64) {
+    counter!(TENANT_SUBMISSIONS, "tenant" => tenant.to_owned(), "outcome" => outcome).increment(1);
+    gauge!(TENANT_SPEND_TODAY, "tenant" => tenant.to_owned()).set(spend_today as f64);
+    gauge!(TENANT_SLICES_IN_FLIGHT, "tenant" => tenant.to_owned()).set(in_flight as f64);
+}
+
+/// A configured limit (`tenant` named, or `*`).
+pub fn tenant_limit(tenant: &str, limit: &'static str, value: f64) {
+    gauge!(TENANT_LIMIT, "tenant" => tenant.to_owned(), "limit" => limit).set(value);
 }

@@ -716,6 +716,8 @@ mod tests {
             traceparent: None,
             owner: None,
             retention_ms: None,
+            slices_max: 0,
+            approve_above: None,
         };
         store.create_job(&job, &[]).await.unwrap();
         (Arc::new(store), id)

@@ -210,8 +210,19 @@ struct JobLimits {
     /// counted at their maximum).
     #[arg(long, env = "TRAWL_MAX_SLICES", default_value_t = trawl_core::spec::DEFAULT_MAX_SLICES)]
     max_slices: u64,
+    /// What each tenant may submit through the API: `tenant:limit=value,…`
+    /// entries separated by `;`, `*` for every tenant not named (limits
+    /// slices_per_job, slices_in_flight, concurrent_jobs, jobs_per_day,
+    /// usd_per_day, usd_per_month, approve_above_usd; a number or `off`). Unset:
+    /// a job above $10 waits for approval, nothing else is limited.
+    #[arg(long, env = "TRAWL_TENANT_LIMITS", default_value = "", value_parser = tenant_limits)]
+    tenant_limits: trawl_core::tenant::TenantLimits,
     #[command(flatten)]
     keep: crate::gc_cli::Retention,
+}
+
+fn tenant_limits(raw: &str) -> Result<trawl_core::tenant::TenantLimits, String> {
+    trawl_core::tenant::TenantLimits::parse(raw)
 }
 
 /// Settings of the deployed roles; `docs/configuration.md` is the reference.
@@ -499,7 +510,8 @@ impl DeployArgs {
                         .filter(|p| !p.as_os_str().is_empty()),
                 )
                 .with_judge(judge)
-                .with_max_slices(self.limits.max_slices),
+                .with_max_slices(self.limits.max_slices)
+                .with_tenant_limits(self.limits.tenant_limits.clone()),
             browse_egress,
             tools_refresh: self.tools_refresh,
             oauth,
@@ -819,7 +831,8 @@ impl RunArgs {
             .with_models(Some(models))
             .with_judge(judge)
             .with_browsers(Arc::new(browsers))
-            .with_max_slices(self.limits.max_slices))
+            .with_max_slices(self.limits.max_slices)
+            .with_tenant_limits(self.limits.tenant_limits.clone()))
     }
 }
 

@@ -219,7 +219,8 @@ async fn api_state(
         .with_tools(tools)
         .with_shutdown(cancel.clone())
         .with_browse_egress(s.browse_egress.clone())
-        .with_max_slices(s.roles.max_slices);
+        .with_max_slices(s.roles.max_slices)
+        .with_tenant_limits(s.roles.tenant_limits.clone());
     if let Some(config) = &s.oauth {
         let (host, origin) = public_host(config.resource.as_str());
         site = site

@@ -89,6 +89,8 @@ pub struct Options {
     pub judge: Option<Arc<Judge>>,
     /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
     pub max_slices: u64,
+    /// What each tenant may submit through the API (`TRAWL_TENANT_LIMITS`).
+    pub tenant_limits: trawl_core::tenant::TenantLimits,
 }
 
 impl Options {
@@ -107,7 +109,13 @@ impl Options {
             embed_model: None,
             judge: None,
             max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
+            tenant_limits: trawl_core::tenant::TenantLimits::default(),
         }
+    }
+
+    pub fn with_tenant_limits(mut self, l: trawl_core::tenant::TenantLimits) -> Self {
+        self.tenant_limits = l;
+        self
     }
 
     pub fn with_judge(mut self, j: Option<Arc<Judge>>) -> Self {
@@ -430,6 +438,8 @@ impl Embedded {
             // `trawl run` checks browse URLs where the session connects (its
             // egress proxy), as it always has; the API also checks them early.
             egress: None,
+            // Its jobs have no owner: the operator's own, under no tenant's quota.
+            quotas: Default::default(),
         }
     }
 

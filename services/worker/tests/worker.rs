@@ -249,6 +249,8 @@ impl Rig {
             traceparent: None,
             owner: None,
             retention_ms: None,
+            slices_max: 0,
+            approve_above: None,
         };
         self.store.create_job(&job, &p.slices).await.unwrap();
         (job.id, p.slices)

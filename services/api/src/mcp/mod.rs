@@ -72,6 +72,7 @@ pub const SUBMIT_JOB: &str = "research.submit_job";
 pub const JOB_STATUS: &str = "research.job_status";
 pub const JOB_ITEMS: &str = "research.job_items";
 pub const CANCEL_JOB: &str = "research.cancel_job";
+pub const USAGE: &str = "research.usage";
 
 /// How many sessions `/mcp` keeps. Where it may be reached from (its `Host`
 /// and browser origins) is the site check's, as for every route
@@ -196,7 +197,7 @@ pub struct Gateway {
 fn scope_of(tool: &str) -> &'static str {
     match tool {
         SUBMIT_JOB | CANCEL_JOB => SCOPE_WRITE,
-        JOB_STATUS | JOB_ITEMS => SCOPE_READ,
+        JOB_STATUS | JOB_ITEMS | USAGE => SCOPE_READ,
         _ => SCOPE_TOOLS,
     }
 }
@@ -277,7 +278,9 @@ static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
              pages (URLs × countries) fetched through Bright Data, each item extracted and checked \
              against the job's JSON Schema. Returns the job id and the cost estimate at once; the \
              job runs in the background (poll research.job_status). A job whose estimate is above \
-             its budget's approve_above_usd waits for a human approval.",
+             its budget's approve_above_usd, or its tenant's threshold ($10 unless the operator \
+             set another), waits for a human approval; one over a limit of the tenant is refused \
+             naming the limit (see research.usage).",
             derived::<SubmitJobArgs>(Contract::Input),
         )
         .with_title("Submit a research job")
@@ -322,6 +325,16 @@ static RESEARCH_TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
                 .idempotent(true)
                 .open_world(false),
         ),
+        Tool::new(
+            USAGE,
+            "What your tenant has spent and planned by UTC day (jobs, slices, spend from the \
+             ledger), its limits (slices per job and in flight, concurrent jobs, jobs per day, \
+             spend per day and month, the approval threshold) and what is left of each.",
+            derived::<crate::usage::UsageQuery>(Contract::Input),
+        )
+        .with_title("Tenant usage and limits")
+        .with_raw_output_schema(derived::<crate::usage::UsageView>(Contract::Output))
+        .with_annotations(ToolAnnotations::new().read_only(true).open_world(false)),
     ]
 });
 
@@ -576,6 +589,10 @@ impl Gateway {
                     })),
                 )
                 .await?
+            }
+            USAGE => {
+                let q: crate::usage::UsageQuery = research_args(tool, args)?;
+                axum::Json(crate::usage::of(&state, &caller, q).await?).into_response()
             }
             _ => return Err(ApiError::NotFound(format!("tool {tool}"))),
         };
@@ -1613,6 +1630,7 @@ mod tests {
             (JOB_STATUS, "JobView"),
             (JOB_ITEMS, "ItemsPage"),
             (CANCEL_JOB, "JobView"),
+            (USAGE, "UsageView"),
         ];
         assert_eq!(answers.len(), RESEARCH_TOOLS.len());
         for (tool, component) in answers {

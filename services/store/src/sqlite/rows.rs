@@ -80,6 +80,14 @@ const SLICES: Insert = Insert {
     tail: SKIP,
 };
 
+/// Planned slices: published as of their planning (see `JobStore::plan_job`).
+const PLANNED_SLICES: Insert = Insert {
+    head: "INSERT INTO slices (job_id, slice_id, parent_id, kind, spec, created_ms, published_ms)",
+    row: "(?, ?, ?, ?, ?, ?, ?)",
+    params: 7,
+    tail: SKIP,
+};
+
 const CHILD_SLICES: Insert = Insert {
     tail: "ON CONFLICT DO NOTHING RETURNING job_id, slice_id",
     ..SLICES
@@ -177,6 +185,19 @@ pub(super) async fn insert_slices(
     rows: &[(&JobId, &SliceSpec, i64)],
 ) -> Result<(), PortError> {
     for q in SLICES.statements(rows, bind_slice) {
+        q?.execute(&mut *conn).await.port()?;
+    }
+    Ok(())
+}
+
+/// Inserts a plan's slices, published at their creation time; ids the job
+/// already has are skipped (a plan stored again after a crash).
+pub(super) async fn insert_planned_slices(
+    conn: &mut SqliteConnection,
+    rows: &[(&JobId, &SliceSpec, i64)],
+) -> Result<(), PortError> {
+    let bind = |q, row: &(&JobId, &SliceSpec, i64)| Ok(bind_slice(q, row)?.bind(row.2));
+    for q in PLANNED_SLICES.statements(rows, bind) {
         q?.execute(&mut *conn).await.port()?;
     }
     Ok(())
