@@ -530,7 +530,14 @@ async fn a_job_of_many_page_slices(n: usize, within: Duration) {
         geos.join(", ")
     );
     let d = Deployment::new(BIN, SimConfig::default()).await;
-    let mut api = d.spawn("api", "api");
+    // Estimated far above the default approval threshold ($10): the operator
+    // turns it off, so the job runs without a person (its waiting is tested in
+    // trawl-api's tenants tests).
+    let mut api = d.spawn_with(
+        "api",
+        "api",
+        &[("TRAWL_TENANT_LIMITS", "*:approve_above_usd=off")],
+    );
     let scheduler = d.spawn("scheduler", "scheduler");
     let workers: Vec<Role> = (0..2)
         .map(|i| d.spawn("worker", &format!("worker-{i}")))
