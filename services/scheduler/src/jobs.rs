@@ -180,11 +180,7 @@ async fn fits_quota(
         estimate: estimate.cost,
     };
     let checked = tenant::check(&limits, &usage, request, now);
-    let today = usage
-        .days
-        .iter()
-        .find(|d| d.day_ms == tenant::day_start(now))
-        .map_or(0, |d| d.committed.0);
+    let today = usage.since(tenant::day_start(now)).committed.0;
     let outcome = checked.as_ref().map_or_else(|o| o.limit, |()| "accepted");
     trawl_telemetry::names::tenant_submission(
         quotas.label(tenant),
