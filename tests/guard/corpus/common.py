@@ -50,18 +50,28 @@ def insert(text, payload, pos):
     if not text or pos == "only":
         return payload
     if pos == "start":
-        return payload + " " + text
+        return payload + _sep(payload) + text
     if pos == "end":
-        return text + " " + payload
+        return text + _sep(text) + payload
     if pos == "para":  # a paragraph of its own at the end
         return text + "\n\n" + payload
     if pos == "middle":
         cuts = [i + 2 for i in range(len(text) - 2) if text[i] == "." and text[i + 1] == " "]
+        cuts += [i + 1 for i in range(len(text) - 1) if text[i] in _CJK_STOPS]
+        cuts.sort()
         if not cuts:
-            return text + " " + payload
+            return text + _sep(text) + payload
         cut = cuts[(len(cuts) - 1) // 2]
-        return text[:cut] + payload + " " + text[cut:]
+        return text[:cut] + payload + _sep(payload) + text[cut:]
     raise ValueError(pos)
+
+
+_CJK_STOPS = "\u3002\uff01\uff1f"  # ideographic full stop, full-width ! and ?
+
+
+def _sep(before):
+    """No space after a CJK sentence end (Japanese and Chinese run sentences together)."""
+    return "" if before and before[-1] in _CJK_STOPS else " "
 
 
 # --- carriers of hidden text -------------------------------------------------------
@@ -101,6 +111,59 @@ def rot13(s):
 
 def urlenc(s):
     return urllib.parse.quote(s, safe="")
+
+
+# --- look-alike letters and other plain-sight obfuscations (added 2026-12-07) ----------
+
+_HOMOGLYPHS = {"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440",
+               "x": "\u0445", "y": "\u0443", "i": "\u0456", "s": "\u0455", "A": "\u0391",
+               "B": "\u0392", "E": "\u0395", "H": "\u0397", "I": "\u0399", "K": "\u039a",
+               "M": "\u039c", "N": "\u039d", "O": "\u039f", "P": "\u03a1", "T": "\u03a4",
+               "X": "\u03a7"}
+
+
+def homoglyph(s, every=1):
+    """Swap Latin letters for Cyrillic and Greek look-alikes (every n-th swappable letter):
+    reads the same, matches no plain keyword."""
+    out, n = [], 0
+    for ch in s:
+        if ch in _HOMOGLYPHS:
+            n += 1
+            if n % every == 0:
+                out.append(_HOMOGLYPHS[ch])
+                continue
+        out.append(ch)
+    return "".join(out)
+
+
+def fullwidth(s):
+    """ASCII letters, digits and punctuation as their full-width forms (U+FF01-FF5E)."""
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in s)
+
+
+_LEET = {"a": "4", "e": "3", "i": "1", "o": "0", "s": "5", "t": "7", "A": "4", "E": "3",
+         "I": "1", "O": "0", "S": "5", "T": "7"}
+
+
+def leet(s):
+    return "".join(_LEET.get(c, c) for c in s)
+
+
+def spaced(s, sep=" "):
+    """Letters spaced out: 'i g n o r e   a l l'."""
+    return (sep * 3).join(sep.join(w) for w in s.split(" "))
+
+
+def reverse(s):
+    """Plain reversed text (no bidi control: it displays reversed too)."""
+    return s[::-1]
+
+
+def b64_chunks(s, n):
+    """The base64 of s cut into n pieces of about equal length, to be spread over a text."""
+    e = b64(s)
+    k = -(-len(e) // n)
+    return [e[i:i + k] for i in range(0, len(e), k)]
 
 
 # --- writer --------------------------------------------------------------------------
