@@ -406,7 +406,17 @@ async fn plan_benchmark() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(999_000_usize);
-    let sqlite = spawn("*:approve_above_usd=off").await;
+    // The other caller submits a job to cancel after every tenth read, far
+    // above the default submission rate: the benchmark measures the store,
+    // not the rate limit, so its submissions are not limited.
+    let unlimited = || {
+        trawl_api::RateLimits::default()
+            .with_jobs(trawl_api::RateLimit::per_second(100_000, 100_000))
+    };
+    let sqlite = app_with("*:approve_above_usd=off", |s| {
+        s.with_rate_limits(unlimited())
+    })
+    .await;
     let store: Arc<dyn Store> = sqlite.api.store.clone();
     bench("embedded (SQLite)", &sqlite, store, slices).await;
 
@@ -437,7 +447,8 @@ async fn plan_benchmark() {
             PriceTable::default(),
             keys(),
         )
-        .with_tenant_limits(TenantLimits::parse("*:approve_above_usd=off").unwrap());
+        .with_tenant_limits(TenantLimits::parse("*:approve_above_usd=off").unwrap())
+        .with_rate_limits(unlimited());
         App {
             router: router(state),
             api,
