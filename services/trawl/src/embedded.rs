@@ -286,9 +286,11 @@ pub async fn embeddings(
     dir: Option<&Path>,
     store: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Option<Arc<Embeddings>>> {
-    let Some(dir) = dir else {
-        tracing::info!(
-            "TRAWL_EMBED_MODEL is not set: no sentence embeddings, the tool guard's semantic detector is off"
+    let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+        tracing::warn!(
+            "the tool guard judges by its rules only: TRAWL_EMBED_MODEL is not set, so its \
+             semantic detector is off (tests/models/fetch puts multilingual-e5-small, the model \
+             its head is trained on, in tests/models/multilingual-e5-small)"
         );
         return Ok(None);
     };

@@ -33,8 +33,9 @@ pub struct ToolsArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// The sentence embedding model folder of the guard's semantic detector;
-    /// without it the detector is off.
+    /// The sentence embedding model folder of the guard's semantic detector
+    /// (multilingual-e5-small); without it the guard judges by its rules only,
+    /// which `scan` prints.
     #[arg(long, env = "TRAWL_EMBED_MODEL", global = true)]
     embed_model: Option<PathBuf>,
     #[command(subcommand)]
@@ -143,11 +144,16 @@ async fn scan(
             // Looking, not trusting: no store, so nothing is pinned.
             let layer = layer(args, None, Listings::Live).await?;
             let catalog = layer.catalog();
+            let mode = Guard::from_config(
+                &ToolsConfig::default().with_embeddings(layer.embeddings().cloned()),
+                None,
+            )
+            .mode();
             layer.close().await;
             if !catalog.servers.iter().any(|s| s.name == server) {
                 anyhow::bail!("no server named {server} in the configuration");
             }
-            Ok(print_scan(&catalog, Some(server), args.json))
+            Ok(print_scan(&catalog, Some(server), mode, args.json))
         }
     }
 }
@@ -489,8 +495,9 @@ fn print_list(catalog: &Catalog, all: bool, as_json: bool) {
     }
 }
 
-/// Prints findings per tool; the exit code says whether one blocks a tool.
-fn print_scan(catalog: &Catalog, server: Option<&str>, as_json: bool) -> u8 {
+/// Prints findings per tool and what judged them (`mode`, [`Guard::mode`]);
+/// the exit code says whether one blocks a tool.
+fn print_scan(catalog: &Catalog, server: Option<&str>, mode: &str, as_json: bool) -> u8 {
     let entries: Vec<_> = catalog
         .entries()
         .iter()
@@ -512,9 +519,10 @@ fn print_scan(catalog: &Catalog, server: Option<&str>, as_json: bool) -> u8 {
             .collect();
         outln!(
             "{}",
-            json!({"tools": tools, "refused": refused, "blocking": blocking})
+            json!({"guard": mode, "tools": tools, "refused": refused, "blocking": blocking})
         );
     } else {
+        outln!("guard: {mode}");
         for e in &entries {
             if e.findings.is_empty() {
                 outln!("{}: clean", e.name);
@@ -583,5 +591,5 @@ async fn scan_file(
     let listings = [listing];
     let assessment = guard.assess(&listings).await;
     let (catalog, _) = assemble_with(&listings, None, &assessment);
-    Ok(print_scan(&catalog, None, as_json))
+    Ok(print_scan(&catalog, None, guard.mode(), as_json))
 }
