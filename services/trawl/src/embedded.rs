@@ -32,12 +32,13 @@ use trawl_sim::{SimConfig, SimHandle};
 use trawl_store::SqliteStore;
 use trawl_tools::config::ToolsConfig;
 use trawl_tools::embed::Embeddings;
-use trawl_tools::guard::Judge;
+use trawl_tools::guard::{Detector, Head, Judge};
 use trawl_tools::{Listings, Pool, ToolLayer};
 use trawl_worker::browse::Browsers;
 use trawl_worker::models::Models;
 use trawl_worker::{Worker, WorkerConfig};
 
+use crate::models::{DetectorArgs, DetectorMode};
 use crate::output::{self, FailedSliceOut, Summary};
 use crate::progress::Progress;
 
@@ -82,9 +83,9 @@ pub struct Options {
     pub models: Option<Arc<Models>>,
     /// Where browse slices open browsers (a local Chromium unless configured).
     pub browsers: Arc<Browsers>,
-    /// The sentence embedding model folder of the tool guard
-    /// (`TRAWL_EMBED_MODEL`); `None`: its semantic detector is off.
-    pub embed_model: Option<PathBuf>,
+    /// The tool guard detector's model and whether it must run
+    /// (`TRAWL_EMBED_MODEL`, `TRAWL_GUARD_DETECTOR`).
+    pub detector: DetectorArgs,
     /// The tool guard's model judge (`TRAWL_GUARD_MODEL`); `None`: off.
     pub judge: Option<Arc<Judge>>,
     /// Jobs that can have more slices are refused (`TRAWL_MAX_SLICES`).
@@ -106,7 +107,7 @@ impl Options {
             tools: None,
             models: None,
             browsers: Arc::new(Browsers::local()),
-            embed_model: None,
+            detector: DetectorArgs::default(),
             judge: None,
             max_slices: trawl_core::spec::DEFAULT_MAX_SLICES,
             tenant_limits: trawl_core::tenant::TenantLimits::default(),
@@ -123,8 +124,8 @@ impl Options {
         self
     }
 
-    pub fn with_embed_model(mut self, dir: Option<PathBuf>) -> Self {
-        self.embed_model = dir;
+    pub fn with_detector(mut self, detector: DetectorArgs) -> Self {
+        self.detector = detector;
         self
     }
 
@@ -233,7 +234,7 @@ pub async fn tool_layers(
 ) -> anyhow::Result<(Vec<Arc<ToolLayer>>, Option<SimHandle>)> {
     let (provider, sim) = provider(&o.upstream, o.prices, o.call_timeout).await?;
     let provider = Arc::new(provider);
-    let embeddings = embeddings(o.embed_model.as_deref(), Some(store.clone())).await?;
+    let embeddings = embeddings(&o.detector, Some(store.clone())).await?;
     let mut layers = Vec::new();
     for &(pool, from) in pools {
         let config = match (&o.tools, pool) {
@@ -279,33 +280,56 @@ pub fn guard_judge(model: Option<&str>, models: &Models) -> anyhow::Result<Optio
     Ok(Some(Arc::new(Judge::new(resolved.client, resolved.model))))
 }
 
-/// The tool guard's sentence embeddings from the model folder `dir`
-/// (`TRAWL_EMBED_MODEL`), cached in `store`; `None`, said in a log line, when no
-/// folder is set.
+/// The tool guard's sentence embeddings: from `TRAWL_EMBED_MODEL`, else from
+/// the model `trawl models install` put in place, cached in `store`. `None`,
+/// said at WARN, when there is none or the detector is off; an error when the
+/// detector is required and cannot run.
 pub async fn embeddings(
-    dir: Option<&Path>,
+    detector: &DetectorArgs,
     store: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Option<Arc<Embeddings>>> {
-    let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
-        tracing::warn!(
-            "the tool guard judges by its rules only: TRAWL_EMBED_MODEL is not set, so its \
-             semantic detector is off (tests/models/fetch puts multilingual-e5-small, the model \
-             its head is trained on, in tests/models/multilingual-e5-small)"
-        );
+    let Some(dir) = detector.model_dir() else {
+        let why = if detector.guard_detector == DetectorMode::Off {
+            "TRAWL_GUARD_DETECTOR is off"
+        } else {
+            "no model is installed and TRAWL_EMBED_MODEL is not set (`trawl models install` \
+             puts multilingual-e5-small, the model its head is trained on, in place)"
+        };
+        if detector.guard_detector == DetectorMode::Required {
+            anyhow::bail!(
+                "TRAWL_GUARD_DETECTOR is required, but the tool guard's semantic detector \
+                 cannot run: {why}"
+            );
+        }
+        tracing::warn!("the tool guard judges by its rules only: {why}");
         return Ok(None);
     };
-    let embeddings = Embeddings::load(dir, store).await.with_context(|| {
+    let embeddings = Embeddings::load(&dir, store).await.with_context(|| {
         format!(
             "loading the sentence embedding model in {} (TRAWL_EMBED_MODEL)",
             dir.display()
         )
     })?;
+    let embeddings = Arc::new(embeddings);
+    if detector.guard_detector == DetectorMode::Required {
+        // The head must take these weights, or the guard would fall back to
+        // its rules.
+        Head::builtin()
+            .and_then(|h| Detector::new(embeddings.clone(), h))
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "TRAWL_GUARD_DETECTOR is required, but the model in {} cannot serve \
+                     the tool guard's semantic detector: {e}",
+                    dir.display()
+                )
+            })?;
+    }
     tracing::info!(
         dir = %dir.display(),
         model_id = embeddings.embedder().model_id(),
         "sentence embeddings on: the tool guard's semantic detector can run"
     );
-    Ok(Some(Arc::new(embeddings)))
+    Ok(Some(embeddings))
 }
 
 /// The embedded system: store, cache, queue, tools, the scheduler and the

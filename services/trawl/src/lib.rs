@@ -22,6 +22,7 @@ pub mod deployed;
 pub mod embedded;
 pub mod follow;
 pub mod gc_cli;
+pub mod models;
 pub mod output;
 pub mod progress;
 pub mod tools_cli;

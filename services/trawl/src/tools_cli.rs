@@ -33,11 +33,8 @@ pub struct ToolsArgs {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// The sentence embedding model folder of the guard's semantic detector
-    /// (multilingual-e5-small); without it the guard judges by its rules only,
-    /// which `scan` prints.
-    #[arg(long, env = "TRAWL_EMBED_MODEL", global = true)]
-    embed_model: Option<PathBuf>,
+    #[command(flatten)]
+    detector: crate::models::DetectorArgs,
     #[command(subcommand)]
     command: ToolsCommand,
 }
@@ -47,7 +44,7 @@ async fn embeddings(
     args: &ToolsArgs,
     store: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Option<Arc<Embeddings>>> {
-    crate::embedded::embeddings(args.embed_model.as_deref(), store).await
+    crate::embedded::embeddings(&args.detector, store).await
 }
 
 #[derive(Subcommand, Clone)]
