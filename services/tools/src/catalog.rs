@@ -727,10 +727,13 @@ pub fn assemble_with(
             let rules_at =
                 |action: ScanAction| rules_of(&found, |f| l.scan.action(f.severity) == action);
             let worst = found.iter().map(|f| l.scan.action(f.severity)).max();
-            if worst >= Some(ScanAction::Strip) && worst < Some(ScanAction::Block) {
+            // What a model is shown of a tool that is not blocked: without the
+            // sentences and values of what was flagged or stripped (a held
+            // tool's held findings are for the reviewer to see).
+            if worst < Some(ScanAction::Block) {
                 let strip: Vec<Finding> = found
                     .iter()
-                    .filter(|f| l.scan.action(f.severity) == ScanAction::Strip)
+                    .filter(|f| l.scan.action(f.severity) <= ScanAction::Strip)
                     .cloned()
                     .collect();
                 if !strip.is_empty() {

@@ -62,9 +62,10 @@ pub enum ConfigError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ScanAction {
-    /// Noted in the catalog; the tool is listed unchanged.
+    /// Noted in the catalog; the tool is listed without the sentences (or
+    /// values) found, as with `Strip`.
     Flag,
-    /// The offending text is removed from what models are shown.
+    /// The sentences (or values) found are removed from what models are shown.
     Strip,
     /// Held for review: neither listed nor callable until a person approves a
     /// `tool_review` approval, which pins that definition as reviewed.

@@ -10,6 +10,11 @@ pub(super) struct TextField<'a> {
     /// RFC 6901 pointer to the same string, for [`strip_definition`].
     pub(super) pointer: String,
     pub(super) text: &'a str,
+    /// When the string is (part of) a value the model may send rather than
+    /// prose about one (an `enum` or `examples` item, a `default`, a `const`,
+    /// an input example): the pointer of that whole value, which
+    /// [`strip_definition`] removes rather than edits.
+    pub(super) value: Option<String>,
 }
 
 fn pointer_token(key: &str) -> String {
@@ -39,6 +44,7 @@ pub(super) fn text_fields(def: &Value) -> Vec<TextField<'_>> {
                 field: key.to_owned(),
                 pointer: format!("/{key}"),
                 text,
+                value: None,
             });
         }
     }
@@ -52,14 +58,17 @@ pub(super) fn text_fields(def: &Value) -> Vec<TextField<'_>> {
             field: "annotations.title".to_owned(),
             pointer: "/annotations/title".to_owned(),
             text,
+            value: None,
         });
     }
     if let Some(examples) = def.get("input_examples").and_then(Value::as_array) {
         for (i, example) in examples.iter().enumerate() {
+            let pointer = format!("/input_examples/{i}");
             all_strings(
                 example,
                 format!("input_examples[{i}]"),
-                format!("/input_examples/{i}"),
+                pointer.clone(),
+                &pointer,
                 &mut out,
             );
         }
@@ -88,13 +97,22 @@ fn schema_fields<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec
                     Value::String(text) if is_schema_text_key(key) || is_schema_value_key(key) => {
                         out.push(TextField {
                             field: f,
+                            value: is_schema_value_key(key).then(|| p.clone()),
                             pointer: p,
                             text,
                         });
                     }
+                    // An object given as a value (`"default": {"url": …}`), not
+                    // a property of that name.
+                    Value::Object(_)
+                        if is_schema_value_key(key) && !field.ends_with(".properties") =>
+                    {
+                        all_strings(value, f, p.clone(), &p, out);
+                    }
                     Value::Array(items) if is_schema_value_key(key) => {
                         for (i, item) in items.iter().enumerate() {
-                            all_strings(item, format!("{f}[{i}]"), format!("{p}/{i}"), out);
+                            let p = format!("{p}/{i}");
+                            all_strings(item, format!("{f}[{i}]"), p.clone(), &p, out);
                         }
                     }
                     _ => schema_fields(value, f, p, out),
@@ -110,12 +128,20 @@ fn schema_fields<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec
     }
 }
 
-fn all_strings<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec<TextField<'a>>) {
+/// Every string of the value at `root`, each naming `root` as its value.
+fn all_strings<'a>(
+    v: &'a Value,
+    field: String,
+    pointer: String,
+    root: &str,
+    out: &mut Vec<TextField<'a>>,
+) {
     match v {
         Value::String(text) => out.push(TextField {
             field,
             pointer,
             text,
+            value: Some(root.to_owned()),
         }),
         Value::Object(map) => {
             for (key, value) in map {
@@ -123,13 +149,20 @@ fn all_strings<'a>(v: &'a Value, field: String, pointer: String, out: &mut Vec<T
                     value,
                     format!("{field}.{key}"),
                     format!("{pointer}/{}", pointer_token(key)),
+                    root,
                     out,
                 );
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                all_strings(item, format!("{field}[{i}]"), format!("{pointer}/{i}"), out);
+                all_strings(
+                    item,
+                    format!("{field}[{i}]"),
+                    format!("{pointer}/{i}"),
+                    root,
+                    out,
+                );
             }
         }
         _ => {}

@@ -121,6 +121,11 @@ impl Sentences {
             let end = match b {
                 b'!' | b'?' | b';' | b'\n' => true,
                 b'.' => bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace()),
+                // The last byte of the full stops of Japanese and Chinese, and of
+                // the full-width `！`, `？` and `；`: 。 (E3 80 82), ！ (EF BC 81),
+                // ？ (EF BC 9F), ； (EF BC 9B).
+                0x82 => i >= 2 && bytes[i - 2..i] == [0xE3, 0x80],
+                0x81 | 0x9F | 0x9B => i >= 2 && bytes[i - 2..i] == [0xEF, 0xBC],
                 _ => false,
             };
             if end {

@@ -2,6 +2,7 @@
 //! results sanitized per call (invisible characters removed, length capped).
 
 use super::*;
+use intent::Sentences;
 
 /// The text with the given spans removed. Spans may overlap; a span out of range,
 /// reversed or not on char boundaries is ignored.
@@ -29,9 +30,15 @@ pub fn strip(text: &str, spans: &[Range<usize>]) -> String {
     out
 }
 
-/// Returns the definition with the findings' spans removed from the string fields
-/// they name (the field paths [`scan_definition`] produces). Used for the "strip"
-/// policy; the caller picks which findings (e.g. severity ≥ medium) to strip.
+/// The definition as a model may be shown it without what the findings found.
+/// In prose (descriptions, titles) each finding's span is widened to the whole
+/// sentences it touches, and those are removed: the rest of a sentence that
+/// carried an instruction is no safer than the part that matched. A value the
+/// model could send (an `enum` or `examples` item, a `default`, a `const`, an
+/// input example) is removed whole, not edited into a value the server never
+/// offered. Names and schema keys are left alone (a key cannot be stripped).
+/// The caller picks which findings; the field paths are those
+/// [`scan_definition`] produces.
 pub fn strip_definition(def: &Value, findings: &[Finding]) -> Value {
     let mut spans: BTreeMap<&str, Vec<Range<usize>>> = BTreeMap::new();
     for f in findings {
@@ -40,20 +47,74 @@ pub fn strip_definition(def: &Value, findings: &[Finding]) -> Value {
             .or_default()
             .push(f.span.clone());
     }
-    let edits: Vec<(String, String)> = text_fields(def)
-        .into_iter()
-        .filter_map(|f| {
-            let spans = spans.get(f.field.as_str())?;
-            Some((f.pointer, strip(f.text, spans)))
-        })
-        .collect();
+    let mut edits: Vec<(String, String)> = Vec::new();
+    let mut removals: Vec<String> = Vec::new();
+    for f in text_fields(def) {
+        let Some(spans) = spans.get(f.field.as_str()) else {
+            continue;
+        };
+        match f.value {
+            Some(root) => removals.push(root),
+            None => {
+                let sentences = Sentences::new(f.text);
+                let whole: Vec<Range<usize>> = spans
+                    .iter()
+                    .filter(|r| r.start < r.end && r.end <= f.text.len())
+                    .map(|r| sentences.around(r.start).start..sentences.around(r.end - 1).end)
+                    .collect();
+                edits.push((f.pointer, strip(f.text, &whole).trim().to_owned()));
+            }
+        }
+    }
     let mut out = def.clone();
     for (pointer, text) in edits {
         if let Some(slot) = out.pointer_mut(&pointer) {
             *slot = Value::String(text);
         }
     }
+    remove_values(&mut out, removals);
     out
+}
+
+/// Removes the values at `pointers` (array items and object members), the
+/// later items of an array first so that each index still names its item; a
+/// pointer inside another one goes with it.
+fn remove_values(def: &mut Value, mut pointers: Vec<String>) {
+    pointers.sort();
+    pointers.dedup();
+    let outer: Vec<String> = pointers
+        .iter()
+        .filter(|p| {
+            !pointers
+                .iter()
+                .any(|q| q != *p && p.starts_with(&format!("{q}/")))
+        })
+        .cloned()
+        .collect();
+    let mut split: Vec<(&str, &str)> = outer.iter().filter_map(|p| p.rsplit_once('/')).collect();
+    // Per parent, array indices from the highest down.
+    split.sort_by(|a, b| {
+        a.0.cmp(b.0)
+            .then_with(|| match (a.1.parse::<usize>(), b.1.parse::<usize>()) {
+                (Ok(x), Ok(y)) => y.cmp(&x),
+                _ => a.1.cmp(b.1),
+            })
+    });
+    for (parent, token) in split {
+        match def.pointer_mut(parent) {
+            Some(Value::Array(items)) => {
+                if let Ok(i) = token.parse::<usize>()
+                    && i < items.len()
+                {
+                    items.remove(i);
+                }
+            }
+            Some(Value::Object(map)) => {
+                map.remove(&token.replace("~1", "/").replace("~0", "~"));
+            }
+            _ => {}
+        }
+    }
 }
 
 /// A tool result made safe to hand to the model.
