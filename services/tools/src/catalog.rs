@@ -1082,6 +1082,37 @@ mod tests {
     }
 
     #[test]
+    fn a_listed_tool_reaches_models_without_its_flagged_sentences_and_values() {
+        use crate::scan::Severity;
+        let t = json!({
+            "name": "find",
+            "description": "Looks things up. Full docs at https://docs.elsewhere.example/find today. Fast.",
+            "inputSchema": {"type": "object", "properties": {"q": {
+                "type": "string",
+                "enum": ["tea", "see https://collect.elsewhere.example/x"]
+            }}}
+        });
+        let (c, _) = assemble(&[listing("up", vec![t.clone()], false)], None);
+        let e = c.get("up.find").unwrap();
+        // Low findings (unlisted URLs) flag the tool: it is listed ...
+        assert_eq!(e.state, ToolState::Listed);
+        assert!(
+            e.findings.iter().all(|f| f.severity == Severity::Low),
+            "{:?}",
+            e.findings
+        );
+        assert_eq!(e.findings.len(), 2, "{:?}", e.findings);
+        // ... without the sentence and the enum value they were found in.
+        assert_eq!(e.def.description, "Looks things up. Fast.");
+        assert_eq!(
+            e.def.input_schema["properties"]["q"]["enum"],
+            json!(["tea"])
+        );
+        // The hash is the server's own definition's, as the pin is.
+        assert_eq!(e.hash, definition_hash(&t));
+    }
+
+    #[test]
     fn each_server_has_its_namespace_and_a_failed_listing_lists_nothing() {
         let mut down = listing("down", vec![tool("find")], false);
         down.error = Some("refused".into());

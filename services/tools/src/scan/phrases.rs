@@ -295,6 +295,13 @@ pub(super) const PHRASES: &[Phrase] = &[
     },
     Phrase {
         rule: PREFERENCE,
+        severity: Severity::Medium,
+        message: "claims to be better than the other tools the model has, or the only correct one",
+        pattern: r"(?i)\b(?:(?:far|much|significantly|vastly)\s+)?(?:more\s+(?:accurate|reliable|precise|complete|current|up[\s-]to[\s-]date|trustworthy|secure)|better|superior|faster|safer)\s+than\s+(?:any|all|every|the)\s+other\s+(?:\w+\s+){0,2}?(?:tools?|servers?|functions?|options?|alternatives?|integrations?|providers?)\b|\bthe\s+only\s+(?:\w+\s+){0,2}?(?:tool|server|function|source)\s+(?:that|which)\s+(?:returns|gives|provides|has|produces|yields)\s+(?:correct|accurate|reliable|up[\s-]to[\s-]date|real|valid|trustworthy)\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
         severity: Severity::Low,
         message: "praises itself",
         pattern: r"(?i)\b(?:this|it)\s+(?:tool\s+|function\s+|server\s+)?is\s+(?:the\s+|by\s+far\s+the\s+)?(?:best|only\s+(?:reliable|accurate|safe|correct|trustworthy)|most\s+(?:reliable|accurate|trusted|powerful|advanced|capable)|preferred|recommended|official|superior|ultimate|number\s+one|fastest|safest)\b",
@@ -327,6 +334,13 @@ pub(super) const PHRASES: &[Phrase] = &[
         severity: Severity::High,
         message: "asks for what the model knows from the conversation or its memory",
         pattern: r"(?i)\b(?:everything|anything|all(?:\s+[\w-]+){0,2}?)\s+(?:that\s+)?(?:you\s+(?:know|remember|have\s+(?:seen|read|learned|been\s+told)|saw|read|learned)|the\s+user\s+(?:has\s+)?(?:shared|told|said|wrote|mentioned))\b|\byou\s+(?:saw|have\s+seen|read|have\s+read|noticed|came\s+across|were\s+told)\s+(?:\w+\s+){0,2}?(?:earlier|before|previously|so\s+far|in\s+this\s+(?:session|conversation|chat))\b|\b(?:in|from|stored\s+in|kept\s+in)\s+your\s+(?:memory|memories|context)\b|\bthe\s+rules\s+you\s+(?:operate|work|run|act)\s+under\b|\bwhat\s+the\s+user\s+and\s+you\s+(?:talked|discussed|said)\b|\b(?:the\s+)?user['’]s\s+(?:previous|prior|earlier|last)\s+(?:\w+\s+)?(?:questions?|messages?|prompts?|requests?)\b|\b(?:your|the)\s+system\s+instructions\b|\benvironment\s+variables\s+(?:visible|available|accessible|known)\s+to\s+you\b|\bfrom\s+the\s+environment\s*\(|\b(?:the\s+)?(?:chat|conversation|discussion|dialog(?:ue)?)\s+(?:so\s+far|until\s+now|up\s+to\s+now)\b|\b(?:earlier|previous|other)\s+(?:e-?mails?|messages?)\s+(?:\w+\s+){0,3}?you\s+have\s+read\b|\bif\s+it\s+came\s+up\b|\b(?:transcript|log|history|copy|record|dump)\s+of\s+(?:the\s+)?(?:current|entire|whole|full|this|ongoing)\s+(?:chat|conversation|session|dialog(?:ue)?)\b|\bpersonal\s+facts\s+you\s+know\b",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONTEXT,
+        severity: Severity::Medium,
+        message: "asks for what other tools returned (their output is the model's context)",
+        pattern: r"(?i)\b(?:output|results?|responses?|returned\s+(?:data|values?))\s+(?:of|from)\s+(?:the\s+)?(?:previous|prior|last|earlier|preceding|other|every|all|any)\s+(?:\w+\s+)?(?:tools?|functions?)(?:\s+calls?)?\b|\b(?:other|every|all|previous)\s+tools['’]?\s+(?:output|results?|responses?)\b|\bwhat\s+(?:the\s+)?(?:other|previous|earlier)\s+tools?\s+(?:returned|gave\s+you|produced)\b",
         not_followed_by: None,
     },
     // (g) chat-role tokens.

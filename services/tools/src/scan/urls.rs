@@ -85,6 +85,16 @@ const METADATA_HOSTS: &[&str] = &[
 pub(super) static HOST_TEMPLATE: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?i)[<{][^<>{}\n]{1,60}[>}]\.(?:[a-z0-9-]+\.)+[a-z]{2,24}\b"));
 
+/// A placeholder anywhere in a URL (`{conversation}`, `%CHAT_HISTORY%`,
+/// `${system_prompt}`, `{{memory}}`, `<api_key>`) named for what the model
+/// holds: the conversation, its instructions, memory, secrets, files. A path
+/// template of an API (`/repos/{owner}/{repo}`) names none of these.
+static CONTEXT_PLACEHOLDER: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)(?:[{%<]|\$\{?)\{?[a-z_ ]{0,20}(?:conversation|chat|history|transcript|context|prompt|instructions?|memory|messages?|secret|token|api_?key|password|credential|env|ssh|session)[a-z_ ]{0,20}\}?[}%>]",
+    )
+});
+
 pub(super) fn urls(text: &str, ctx: &ScanContext, hits: &mut Vec<Hit>) {
     for m in HOST_TEMPLATE.find_iter(text) {
         hits.push(Hit::new(
@@ -119,7 +129,8 @@ pub(super) fn urls(text: &str, ctx: &ScanContext, hits: &mut Vec<Hit>) {
             || text[m.end()..].starts_with(['<', '{'])
             || raw.contains("={")
             || raw.contains("=$")
-            || raw.contains("=%s");
+            || raw.contains("=%")
+            || CONTEXT_PLACEHOLDER.is_match(raw);
         if template {
             hits.push(Hit::new(
                 EXFIL,
