@@ -29,10 +29,11 @@ use serde_json::{Value, json};
 use trawl_core::ports::{BatchOf, PinChange, PinStatus, ToolDef, ToolPin};
 
 use crate::canonical::{definition_hash, diff, render};
-use crate::config::{NewTools, ScanAction, ScanPolicy};
+use crate::config::{NewTools, Overlaps, ScanAction, ScanPolicy};
 use crate::name::{ServerName, ToolName};
 use crate::scan::{
-    Finding, NameIndex, ScanContext, rules_of, scan_catalog_server, strip_definition,
+    Described, Finding, NameIndex, ScanContext, function_overlaps, overlap_finding, rules_of,
+    scan_catalog_server, strip_definition,
 };
 use crate::search::{DenseIndex, Fusion, Query, Rank, SearchIndex, dense_text, fuse};
 
@@ -124,6 +125,8 @@ pub struct Listing {
     pub scan: ScanPolicy,
     pub allow_hosts: Vec<String>,
     pub new_tools: NewTools,
+    /// Whether its tools may do what other servers' tools do (`overlaps`).
+    pub overlaps: Overlaps,
     pub result_max_bytes: usize,
     /// The server could not be listed. Without `listed_ms` none of its tools
     /// is listed; with it, `tools` are its last good listing, listed as stale.
@@ -146,6 +149,7 @@ impl Listing {
             scan: ScanPolicy::default(),
             allow_hosts: Vec::new(),
             new_tools: NewTools::Auto,
+            overlaps: Overlaps::Hold,
             result_max_bytes: crate::config::RESULT_MAX_BYTES,
             error: None,
             listed_ms: None,
@@ -667,6 +671,51 @@ fn scan_servers(
     done.into_iter().map(|(_, f)| f).collect()
 }
 
+/// Adds `function-overlap` findings: a tool that does what another server's
+/// tool does under another name. Built-in tools and servers with `overlaps:
+/// allow` get none, and a pinned server's tool gets none for resembling a tool
+/// of a server new to the catalog (the newcomer is the one to review).
+fn overlaps(
+    listings: &[Listing],
+    registered: &[Registered],
+    known_servers: &HashSet<&str>,
+    scanned: &mut [Vec<Vec<Finding>>],
+) {
+    let mut described = Vec::new();
+    let mut at = Vec::new();
+    for (si, (l, tools)) in listings.iter().zip(registered).enumerate() {
+        for (ti, (_, name, def, _)) in tools.iter().enumerate() {
+            described.push(Described {
+                server: l.server.as_str(),
+                name: name.bare(),
+                description: &def.description,
+            });
+            at.push((si, ti));
+        }
+    }
+    let found = function_overlaps(&described);
+    for (k, others) in found.iter().enumerate() {
+        let (si, ti) = at[k];
+        let l = &listings[si];
+        if l.builtin || l.overlaps == Overlaps::Allow {
+            continue;
+        }
+        let known = known_servers.contains(l.server.as_str());
+        let partner = others.iter().find(|&&(j, _)| {
+            let other = &listings[at[j].0];
+            other.builtin || !known || known_servers.contains(other.server.as_str())
+        });
+        let Some(&(j, share)) = partner else {
+            continue;
+        };
+        let (osi, oti) = at[j];
+        let other = registered[osi][oti].1.to_string();
+        if let Some(f) = scanned.get_mut(si).and_then(|s| s.get_mut(ti)) {
+            f.push(overlap_finding(described[k].description, &other, share));
+        }
+    }
+}
+
 /// [`assemble`], with what the later stages of the guard found.
 pub fn assemble_with(
     listings: &[Listing],
@@ -707,7 +756,8 @@ pub fn assemble_with(
         .collect();
     let names = NameIndex::new(all_names.iter().map(String::as_str));
 
-    let scanned = scan_servers(listings, &registered, &names);
+    let mut scanned = scan_servers(listings, &registered, &names);
+    overlaps(listings, &registered, &known_servers, &mut scanned);
 
     for ((l, tools), findings) in listings.iter().zip(registered).zip(scanned) {
         catalog.servers.push(ServerState {
@@ -1110,6 +1160,96 @@ mod tests {
         );
         // The hash is the server's own definition's, as the pin is.
         assert_eq!(e.hash, definition_hash(&t));
+    }
+
+    fn described(name: &str, description: &str) -> Value {
+        json!({"name": name, "description": description, "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}})
+    }
+
+    #[test]
+    fn a_copy_of_another_servers_tool_under_a_new_name_is_held_unless_allowed() {
+        let search = "Search the web for pages matching a query and return their titles, links and snippets.";
+        let copy = "Search the web for pages matching a query and return titles, links and short snippets.";
+        let a = listing(
+            "a",
+            vec![
+                described("web_search", search),
+                described(
+                    "weather",
+                    "Current weather for a city, in metric units, with wind and rain.",
+                ),
+            ],
+            false,
+        );
+        let b = listing("b", vec![described("search_pages", copy)], false);
+        let state = |c: &Catalog, n: &str| c.get(n).unwrap().state.clone();
+        let held = |c: &Catalog, n: &str| matches!(state(c, n), ToolState::Held { .. });
+        // Both new to the catalog: both are held, each naming the other.
+        let (c, _) = assemble(&[a.clone(), b.clone()], None);
+        assert!(held(&c, "b.search_pages") && held(&c, "a.web_search"));
+        let f = &c.get("b.search_pages").unwrap().findings;
+        assert!(
+            f.iter()
+                .any(|f| f.rule == "function-overlap" && f.message.contains("a.web_search")),
+            "{f:?}"
+        );
+        assert_eq!(state(&c, "a.weather"), ToolState::Listed);
+        // The same name on two servers is not a copy.
+        let same = listing("b", vec![described("web_search", copy)], false);
+        let (c, _) = assemble(&[a.clone(), same], None);
+        assert_eq!(state(&c, "b.web_search"), ToolState::Listed);
+        // A server whose overlaps are intended.
+        let mut allowed = b.clone();
+        allowed.overlaps = Overlaps::Allow;
+        let (c, _) = assemble(&[a.clone(), allowed], None);
+        assert_eq!(state(&c, "b.search_pages"), ToolState::Listed);
+        assert!(held(&c, "a.web_search"));
+        // A pinned server is not held for a newcomer's copy of its tool.
+        let (_, changes) = assemble(std::slice::from_ref(&a), Some(&[]));
+        let pins: Vec<ToolPin> = changes
+            .iter()
+            .filter_map(|ch| match ch {
+                PinChange::Pin {
+                    tool,
+                    server,
+                    hash,
+                    definition,
+                    ..
+                } => Some(ToolPin {
+                    tool: tool.clone(),
+                    server: server.clone(),
+                    status: PinStatus::Active,
+                    hash: Some(hash.clone()),
+                    definition: Some(definition.clone()),
+                    pending_hash: None,
+                    pending_definition: None,
+                    approval_id: None,
+                    pinned_ms: 0,
+                    approved_by: None,
+                }),
+                _ => None,
+            })
+            .collect();
+        let (c, _) = assemble(&[a, b], Some(&pins));
+        assert!(!held(&c, "a.web_search"), "{:?}", state(&c, "a.web_search"));
+        assert!(held(&c, "b.search_pages"));
+        // Descriptions that share a few words do not overlap.
+        let other = listing(
+            "c",
+            vec![described(
+                "find_news",
+                "Search news articles by topic and date, newest first.",
+            )],
+            false,
+        );
+        let (c, _) = assemble(
+            &[
+                other,
+                listing("d", vec![described("lookup", search)], false),
+            ],
+            None,
+        );
+        assert_eq!(state(&c, "c.find_news"), ToolState::Listed);
     }
 
     #[test]

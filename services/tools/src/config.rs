@@ -8,6 +8,7 @@
 //!     args: [node_modules/@modelcontextprotocol/server-everything/dist/index.js, stdio]
 //!     env: {}                            # the only variables it gets beyond PATH, HOME, ...
 //!     new_tools: approve                 # auto (default) | approve
+//!     overlaps: allow                    # hold (default) | allow: its tools may do what other servers' do
 //!     scan: {high: block, medium: hold, low: flag}    # the defaults; also strip
 //!     allow_hosts: [example.com]         # hosts its descriptions may send data to
 //!     result_max_bytes: 262144
@@ -127,6 +128,18 @@ pub enum NewTools {
     Approve,
 }
 
+/// Whether a server's tools may do what another server's tools do under other
+/// names (the scanner's `function-overlap`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overlaps {
+    /// Found, at medium severity: held for review by default.
+    #[default]
+    Hold,
+    /// Intended (a second search provider, a mirror): not a finding.
+    Allow,
+}
+
 /// Who may call a tool, and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -156,6 +169,7 @@ pub struct ServerConfig {
     pub name: ServerName,
     pub upstream: UpstreamConfig,
     pub new_tools: NewTools,
+    pub overlaps: Overlaps,
     pub scan: ScanPolicy,
     pub allow_hosts: Vec<String>,
     pub result_max_bytes: usize,
@@ -315,6 +329,8 @@ struct ServerFile {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     new_tools: NewTools,
+    #[serde(default)]
+    overlaps: Overlaps,
     #[serde(default)]
     scan: ScanPolicy,
     #[serde(default)]
@@ -634,6 +650,7 @@ fn server(name: &str, s: ServerFile, base: &Path) -> Result<ServerConfig, String
         },
         name: server,
         new_tools: s.new_tools,
+        overlaps: s.overlaps,
         scan: s.scan,
         allow_hosts: s.allow_hosts,
         result_max_bytes: s.result_max_bytes.unwrap_or(RESULT_MAX_BYTES),
@@ -770,12 +787,14 @@ mod tests {
     #[test]
     fn servers_are_checked_and_named_in_errors() {
         let cfg = ToolsConfig::parse(
-            "servers:\n  a:\n    command: node\n    args: [x.js]\n    new_tools: approve\n    scan: {medium: block}\n  b:\n    url: http://127.0.0.1:9/mcp\n",
+            "servers:\n  a:\n    command: node\n    args: [x.js]\n    new_tools: approve\n    overlaps: allow\n    scan: {medium: block}\n  b:\n    url: http://127.0.0.1:9/mcp\n",
             Path::new("/etc/trawl"),
         )
         .unwrap();
         assert_eq!(cfg.servers.len(), 2);
         assert_eq!(cfg.servers[0].new_tools, NewTools::Approve);
+        assert_eq!(cfg.servers[0].overlaps, Overlaps::Allow);
+        assert_eq!(cfg.servers[1].overlaps, Overlaps::Hold);
         assert_eq!(cfg.servers[0].scan.medium, ScanAction::Block);
         assert_eq!(cfg.servers[0].scan.high, ScanAction::Block);
         let e = ToolsConfig::parse(

@@ -302,6 +302,7 @@ impl ToolLayer {
             // Their examples use the reserved `.example` domain (RFC 2606).
             allow_hosts: vec!["example".to_owned()],
             new_tools: NewTools::Auto,
+            overlaps: crate::config::Overlaps::Hold,
             result_max_bytes: BUILTIN_RESULT_MAX_BYTES,
             error: None,
             listed_ms: None,
@@ -477,6 +478,7 @@ impl ToolLayer {
             scan: s.scan,
             allow_hosts: s.allow_hosts.clone(),
             new_tools: s.new_tools,
+            overlaps: s.overlaps,
             result_max_bytes: s.result_max_bytes,
             ..Listing::upstream(s.name.clone(), transport, Vec::new())
         }

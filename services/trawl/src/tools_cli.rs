@@ -581,6 +581,7 @@ async fn scan_file(
         scan: ScanPolicy::default(),
         allow_hosts: allow_hosts.to_vec(),
         new_tools: NewTools::Auto,
+        overlaps: trawl_tools::config::Overlaps::Hold,
         result_max_bytes: RESULT_MAX_BYTES,
         error: None,
         listed_ms: None,

@@ -38,6 +38,7 @@
 //! | `shadowing` | catalog | high / low | another server's tool named inside an instruction ("when you call send_email, …", "before using X", "instead of X", "X is deprecated"): **high**; a plain mention: **low** |
 //! | `near-name` | catalog | medium | a tool whose name is close to another server's tool (`send_emai1`, `sendEmail` next to `mail.send_email`): the same after folding case, separators and look-alike digits, or one character dropped, added (not a plural) or swapped. Identical names are common and not a finding. Field `name` |
 //! | `builtin-redeclared` | catalog | high, low | a tool of another server named nearly as a built-in tool (high), or exactly (low: the namespace keeps it apart, as for two servers' same-named tools): the tools of [`BUILTIN_SERVER`] in `other_tools`, and the meta-tools `tool_search` and `browser`. Field `name` |
+//! | `function-overlap` | catalog | medium | a tool whose description shares most of its words (Jaccard ≥ 0.7 of 5 or more words) with another server's tool of another name: a copy that draws calls away from it. Not for built-in tools, nor on a server whose `overlaps: allow` says its overlaps are intended, nor on a pinned server because of a server new to the catalog. Field `description`, the whole text |
 //!
 //! # How text is matched
 //!
@@ -122,6 +123,7 @@ pub use fields::{definition_texts, excerpt_of};
 use intent::{Profile, Sentences, authority, intents, markers};
 pub use names::NameIndex;
 use names::{Mentions, ToolIndex};
+pub use overlap::{Described, function_overlaps, overlap_finding};
 use params::parameter_names;
 use phrases::{phrases, squeezed_phrases};
 pub use sanitize::{Sanitized, has_invisible, sanitize_result, strip, strip_definition};
@@ -200,6 +202,7 @@ const PROMPT_ROLE: &str = "prompt-role";
 const SHADOWING: &str = "shadowing";
 const NEAR_NAME: &str = "near-name";
 const BUILTIN: &str = "builtin-redeclared";
+const OVERLAP: &str = "function-overlap";
 
 /// Every rule id, in the order of the module doc's table.
 pub const RULES: &[&str] = &[
@@ -222,6 +225,7 @@ pub const RULES: &[&str] = &[
     SHADOWING,
     NEAR_NAME,
     BUILTIN,
+    OVERLAP,
 ];
 
 /// The distinct rules of `findings` that pass `keep`, in the order of [`RULES`]:
@@ -557,6 +561,7 @@ mod cues;
 mod fields;
 mod intent;
 mod names;
+mod overlap;
 mod params;
 mod phrases;
 mod sanitize;
