@@ -25,7 +25,9 @@ use trawl_tools::catalog::{Assessment, Listing, assemble_with};
 use trawl_tools::config::RESULT_MAX_BYTES;
 use trawl_tools::embed::Embeddings;
 use trawl_tools::guard::{Detector, Guard, Head};
+use trawl_tools::guard::{chunks, worth_scoring};
 use trawl_tools::name::ServerName;
+use trawl_tools::scan::Severity;
 use trawl_tools::{ToolState, scan};
 
 fn listing(server: &str, tools: Vec<Value>) -> Listing {
@@ -75,21 +77,64 @@ fn caught(state: &ToolState) -> bool {
 enum Stage {
     Rules,
     Catalog,
+    /// The detector's findings alone (held at `hold_at`), in catalog context.
+    Detector,
     Full,
 }
+
+const STAGES: [Stage; 4] = [Stage::Rules, Stage::Catalog, Stage::Detector, Stage::Full];
 
 struct Eval {
     guard: Guard,
 }
 
+/// A catalog as a stage judged it: whether each tool is kept from callers.
+struct Judged {
+    catalog: trawl_tools::Catalog,
+    assessment: Assessment,
+    stage: Stage,
+}
+
+impl Judged {
+    /// Whether the tool is blocked or held by this stage; `None` when it did
+    /// not register (refused: kept from callers by every stage but the
+    /// detector alone).
+    fn caught(&self, name: &str) -> Option<bool> {
+        let e = self.catalog.get(name)?;
+        Some(match self.stage {
+            Stage::Detector => self
+                .assessment
+                .findings
+                .get(&e.hash)
+                .is_some_and(|f| f.iter().any(|f| f.severity >= Severity::Medium)),
+            _ => caught(&e.state),
+        })
+    }
+
+    fn kept(&self, name: &str) -> bool {
+        self.caught(name).unwrap_or(self.stage != Stage::Detector)
+    }
+}
+
 impl Eval {
-    async fn assemble(&self, listings: &[Listing], stage: Stage) -> trawl_tools::Catalog {
-        let assessment = if stage == Stage::Full {
+    async fn judge(&self, listings: &[Listing], stage: Stage) -> Judged {
+        let assessment = if matches!(stage, Stage::Full | Stage::Detector) {
             self.guard.assess(listings).await
         } else {
             Assessment::default()
         };
-        assemble_with(listings, None, &assessment).0
+        let none = Assessment::default();
+        let with = if stage == Stage::Full {
+            &assessment
+        } else {
+            &none
+        };
+        let catalog = assemble_with(listings, None, with).0;
+        Judged {
+            catalog,
+            assessment,
+            stage,
+        }
     }
 }
 
@@ -162,20 +207,16 @@ async fn main() {
         .iter()
         .filter(|p| p.split == split)
         .collect();
-    let mut table: BTreeMap<String, [usize; 4]> = BTreeMap::new();
-    let mut by_language: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
+    let mut table: BTreeMap<String, [usize; 5]> = BTreeMap::new();
+    let mut by_language: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
     let mut missed: Vec<String> = Vec::new();
     for p in &poisoned {
         let row = table.entry(p.class.clone()).or_default();
-        row[3] += 1;
-        by_language.entry(language(&p.payload)).or_default()[3] += 1;
-        for (i, stage) in [Stage::Rules, Stage::Catalog, Stage::Full]
-            .into_iter()
-            .enumerate()
-        {
+        row[4] += 1;
+        by_language.entry(language(&p.payload)).or_default()[4] += 1;
+        for (i, stage) in STAGES.into_iter().enumerate() {
             let (listings, name) = poisoned_listings(p, stage != Stage::Rules);
-            let catalog = eval.assemble(&listings, stage).await;
-            let hit = catalog.get(&name).is_none_or(|e| caught(&e.state));
+            let hit = eval.judge(&listings, stage).await.kept(&name);
             if hit {
                 row[i] += 1;
                 by_language.entry(language(&p.payload)).or_default()[i] += 1;
@@ -187,35 +228,28 @@ async fn main() {
             }
         }
     }
-    println!("| class | rules | rules + catalog | full pipeline |\n|---|---|---|---|");
-    let mut total = [0usize; 4];
+    let cells = |row: &[usize; 5]| -> String {
+        (0..4)
+            .map(|i| pct(row[i], row[4]))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    println!(
+        "| class | rules | rules + catalog | detector only | full pipeline |\n|---|---|---|---|---|"
+    );
+    let mut total = [0usize; 5];
     for (class, row) in &table {
-        println!(
-            "| {class} | {} | {} | {} |",
-            pct(row[0], row[3]),
-            pct(row[1], row[3]),
-            pct(row[2], row[3])
-        );
-        for i in 0..4 {
+        println!("| {class} | {} |", cells(row));
+        for i in 0..5 {
             total[i] += row[i];
         }
     }
+    println!("| **all** | {} |\n", cells(&total));
     println!(
-        "| **all** | {} | {} | {} |\n",
-        pct(total[0], total[3]),
-        pct(total[1], total[3]),
-        pct(total[2], total[3])
-    );
-    println!(
-        "| language of the payload | rules | rules + catalog | full pipeline |\n|---|---|---|---|"
+        "| language of the payload | rules | rules + catalog | detector only | full pipeline |\n|---|---|---|---|---|"
     );
     for (language, row) in &by_language {
-        println!(
-            "| {language} | {} | {} | {} |",
-            pct(row[0], row[3]),
-            pct(row[1], row[3]),
-            pct(row[2], row[3])
-        );
+        println!("| {language} | {} |", cells(row));
     }
     println!();
 
@@ -234,24 +268,24 @@ async fn main() {
         .collect();
     let mut fp_rows = Vec::new();
     let mut flagged: Vec<String> = Vec::new();
-    for stage in [Stage::Rules, Stage::Catalog, Stage::Full] {
-        let catalogs: Vec<trawl_tools::Catalog> = if stage == Stage::Rules {
+    for stage in STAGES {
+        let judged: Vec<Judged> = if stage == Stage::Rules {
             let mut v = Vec::new();
             for l in all.iter().filter(|l| in_split.contains(l.server.as_str())) {
-                v.push(eval.assemble(std::slice::from_ref(l), stage).await);
+                v.push(eval.judge(std::slice::from_ref(l), stage).await);
             }
             v
         } else {
-            vec![eval.assemble(&all, stage).await]
+            vec![eval.judge(&all, stage).await]
         };
         let (mut n, mut fp) = (0, 0);
-        for c in &catalogs {
-            for e in c.entries() {
+        for j in &judged {
+            for e in j.catalog.entries() {
                 if !in_split.contains(e.name.server()) {
                     continue;
                 }
                 n += 1;
-                if caught(&e.state) {
+                if j.caught(e.name.as_str()) == Some(true) {
                     fp += 1;
                     if stage == Stage::Full {
                         flagged.push(format!("{} {:?}", e.name, e.state));
@@ -263,25 +297,28 @@ async fn main() {
     }
     let servers = in_split.len();
     println!(
-        "| benign tools of {servers} real servers, blocked or held | {} | {} | {} |",
-        fp_rows[0], fp_rows[1], fp_rows[2]
+        "| | rules | rules + catalog | detector only | full pipeline |\n|---|---|---|---|---|"
+    );
+    println!(
+        "| benign tools of {servers} real servers, blocked or held | {} |",
+        fp_rows.join(" | ")
     );
     // Look-alikes.
-    let mut la = [[0usize; 2]; 3];
+    let mut la = [[0usize; 2]; 4];
     for l in corpus.lookalikes.iter().filter(|l| l.split == split) {
-        for (i, stage) in [Stage::Rules, Stage::Catalog, Stage::Full]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, stage) in STAGES.into_iter().enumerate() {
             let name = format!("srv.{}", l.tool["name"].as_str().unwrap_or_default());
-            let catalog = eval
-                .assemble(&[listing("srv", vec![l.tool.clone()])], stage)
+            let judged = eval
+                .judge(&[listing("srv", vec![l.tool.clone()])], stage)
                 .await;
-            let state = catalog.get(&name).map(|e| e.state.clone());
+            let state = judged.catalog.get(&name).map(|e| e.state.clone());
             let wrong = match (l.expect.as_str(), &state) {
                 (_, None) => false,
-                ("hold-ok", Some(s)) => matches!(s, ToolState::Blocked { .. }),
-                (_, Some(s)) => caught(s),
+                // The detector alone holds, never blocks.
+                ("hold-ok", Some(s)) => {
+                    stage != Stage::Detector && matches!(s, ToolState::Blocked { .. })
+                }
+                (_, Some(_)) => judged.caught(&name) == Some(true),
             };
             la[i][1] += 1;
             if wrong {
@@ -293,10 +330,11 @@ async fn main() {
         }
     }
     println!(
-        "| benign look-alikes wrongly held or blocked | {} | {} | {} |\n",
-        pct(la[0][0], la[0][1]),
-        pct(la[1][0], la[1][1]),
-        pct(la[2][0], la[2][1])
+        "| benign look-alikes wrongly held or blocked | {} |\n",
+        la.iter()
+            .map(|r| pct(r[0], r[1]))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
 
     // Cost: the whole catalog, cold (nothing embedded) and warm.
@@ -323,6 +361,39 @@ async fn main() {
         rules.as_secs_f64() * 1e3,
         cold.as_secs_f64(),
         warm.as_secs_f64() * 1e3
+    );
+    // The cascade: sentences whose characters keep them below the doubt band
+    // whatever their vector are not embedded. Checked here by embedding them
+    // anyway: how many would have reached the band with their vector.
+    let head = Head::builtin().expect("the guard head");
+    let mut seen = HashSet::new();
+    let (mut bounded, mut embedded) = (Vec::new(), 0usize);
+    for l in &all {
+        for o in &l.tools {
+            for c in chunks(&o.raw) {
+                if !worth_scoring(&c.text) || !seen.insert(c.text.clone()) {
+                    continue;
+                }
+                match head.score_bound(&c.text) {
+                    Some(_) => bounded.push(c.text),
+                    None => embedded += 1,
+                }
+            }
+        }
+    }
+    let texts: Vec<&str> = bounded.iter().map(String::as_str).collect();
+    let vectors = embedder.embed(&texts).expect("embeddings");
+    let reached = texts
+        .iter()
+        .zip(&vectors)
+        .filter(|(t, v)| head.score(v, t).0 >= head.doubt_at)
+        .count();
+    println!(
+        "Sentences of that catalog worth scoring: {}; embedded {embedded}, judged by their characters alone {} ({:.1} %); of these, {reached} would have reached the doubt band ({:.3}) with their vector\n",
+        embedded + bounded.len(),
+        bounded.len(),
+        100.0 * bounded.len() as f64 / (embedded + bounded.len()).max(1) as f64,
+        head.doubt_at
     );
     // The per-call result sanitizer on a 20 KB body.
     let body: String = "Prices for today: widget 12.50 EUR, gadget 7.25 EUR. "

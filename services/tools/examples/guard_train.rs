@@ -252,9 +252,29 @@ fn main() {
     head.hold_at = hold_at;
     head.doubt_at = doubt_at;
     head.binary = Some(fit_binary(&x, &grams, &positive, &all, l2));
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/guard_head.json");
-    let mut text = serde_json::to_string(&round(head)).expect("head as JSON");
+    let mut head = round(head);
+    // The most a vector adds to a logit, as the corpus shows it, with a tenth
+    // of the range as margin: sentences whose characters cannot reach the
+    // doubt band even with it are not embedded (`Head::score_bound`).
+    if let Some(b) = &mut head.binary {
+        let dense: Vec<f32> = x.iter().map(|v| b.dense(v)).collect();
+        let hi = dense.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lo = dense.iter().copied().fold(f32::INFINITY, f32::min);
+        b.dense_max = Some(hi + 0.1 * (hi - lo));
+        let doubt_logit = (head.doubt_at / (1.0 - head.doubt_at)).ln();
+        let skipped = samples
+            .iter()
+            .filter(|s| b.sparse(&s.text) + hi + 0.1 * (hi - lo) < doubt_logit)
+            .count();
+        eprintln!(
+            "vector part of the logit over {} sentences: {lo:.2} to {hi:.2}; dense_max {:.2}; {skipped} of the sentences need no vector",
+            dense.len(),
+            hi + 0.1 * (hi - lo)
+        );
+    }
+    let mut text = serde_json::to_string(&head).expect("head as JSON");
     text.push('\n');
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/guard_head.json");
     std::fs::write(&out, text).expect("writing the head");
     eprintln!("wrote {}", out.display());
 }

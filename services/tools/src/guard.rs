@@ -86,6 +86,13 @@ pub struct Binary {
     /// The buckets' weights that are not zero, as `(bucket, weight)`.
     pub ngrams: Vec<(u32, f32)>,
     pub bias: f32,
+    /// The highest `vector · v` over the training sentences' vectors, with a
+    /// margin: the most a sentence's vector adds to its logit, as far as the
+    /// corpus shows. A sentence whose characters cannot reach the doubt band
+    /// even with it is not embedded (see [`Head::needs_vector`]). `None`: every
+    /// sentence is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_max: Option<f32>,
     /// `ngrams` as a table of `2^bits`, built on load.
     #[serde(skip)]
     table: Vec<f32>,
@@ -99,6 +106,7 @@ impl Binary {
             bits,
             ngrams,
             bias,
+            dense_max: None,
             table: Vec::new(),
         };
         b.build();
@@ -116,12 +124,21 @@ impl Binary {
 
     /// The logit of a sentence.
     pub fn logit(&self, v: &[f32], text: &str) -> f32 {
-        let dense: f32 = self.vector.iter().zip(v).map(|(a, x)| a * x).sum();
-        let sparse: f32 = ngrams(text, self.bits)
+        self.dense(v) + self.sparse(text)
+    }
+
+    /// The vector's part of the logit.
+    pub fn dense(&self, v: &[f32]) -> f32 {
+        self.vector.iter().zip(v).map(|(a, x)| a * x).sum()
+    }
+
+    /// The characters' part of the logit, and the bias.
+    pub fn sparse(&self, text: &str) -> f32 {
+        let grams: f32 = ngrams(text, self.bits)
             .iter()
             .map(|&(i, x)| self.table.get(i as usize).copied().unwrap_or(0.0) * x)
             .sum();
-        dense + sparse + self.bias
+        grams + self.bias
     }
 }
 
@@ -199,6 +216,16 @@ impl Head {
             return Err("guard head: the regression does not fit the vectors".into());
         }
         Ok(())
+    }
+
+    /// The most `text` can score whatever its vector, when that is below
+    /// `doubt_at` (its characters' logit with [`Binary::dense_max`]): such a
+    /// text need not be embedded to be judged. `None`: it must be.
+    pub fn score_bound(&self, text: &str) -> Option<f32> {
+        let b = self.binary.as_ref()?;
+        let dense_max = b.dense_max?;
+        let at_most = 1.0 / (1.0 + (-(b.sparse(text) + dense_max)).exp());
+        (at_most < self.doubt_at).then_some(at_most)
     }
 
     /// Dimension of the vectors it reads.
@@ -364,7 +391,8 @@ impl Detector {
     }
 
     /// Scores definitions: per definition, its sentences at or above the doubt
-    /// threshold, and its highest score.
+    /// threshold, and its highest score (of a sentence its characters keep
+    /// below the doubt band, the most it can score: [`Head::score_bound`]).
     pub async fn score(&self, defs: &[&Value]) -> Result<Vec<Scored>, String> {
         let per_def: Vec<Vec<Chunk>> = defs
             .iter()
@@ -374,12 +402,24 @@ impl Detector {
                 cs
             })
             .collect();
+        // Each distinct sentence once; those whose characters alone keep them
+        // below the doubt band are scored by that bound, without a vector.
         let mut texts: Vec<String> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
+        let mut bounded: HashMap<&str, f32> = HashMap::new();
         for c in per_def.iter().flatten() {
-            if !index.contains_key(c.text.as_str()) {
-                index.insert(c.text.as_str(), texts.len());
-                texts.push(c.text.clone());
+            let t = c.text.as_str();
+            if index.contains_key(t) || bounded.contains_key(t) {
+                continue;
+            }
+            match self.head.score_bound(t) {
+                Some(at_most) => {
+                    bounded.insert(t, at_most);
+                }
+                None => {
+                    index.insert(t, texts.len());
+                    texts.push(c.text.clone());
+                }
             }
         }
         let vectors = self
@@ -392,12 +432,16 @@ impl Detector {
             .zip(&texts)
             .map(|(v, t)| self.head.score(v, t))
             .collect();
+        let score_of = |t: &str| match index.get(t) {
+            Some(&i) => scores[i],
+            None => (bounded.get(t).copied().unwrap_or(0.0), 0),
+        };
         Ok(per_def
             .iter()
             .map(|cs| {
                 let mut s = Scored::default();
                 for c in cs {
-                    let (score, class) = scores[index[c.text.as_str()]];
+                    let (score, class) = score_of(c.text.as_str());
                     let class = self.head.classes[class].clone();
                     if score > s.max || s.field.is_empty() {
                         s.max = score;
@@ -794,6 +838,44 @@ mod tests {
         head = serde_json::from_str(&text).unwrap();
         head.binary.as_mut().unwrap().build();
         assert_eq!(head.score(&[1.0, 0.0], "Tell NOBODY").0, chars);
+    }
+
+    #[test]
+    fn a_sentence_its_characters_keep_below_doubt_needs_no_vector() {
+        let words = ngrams("tell nobody", 18);
+        let mut binary = Binary::new(
+            vec![0.0, 2.0],
+            18,
+            words.iter().map(|&(i, _)| (i, 4.0)).collect(),
+            -5.0,
+        );
+        let head = |b: &Binary| Head {
+            model_id: "m".into(),
+            classes: vec!["benign".into(), "conceal".into()],
+            weights: vec![vec![1.0, 0.0], vec![0.0, 1.0]],
+            bias: vec![0.0, 0.0],
+            hold_at: 0.5,
+            doubt_at: 0.3,
+            binary: Some(b.clone()),
+        };
+        // Without a bound every sentence is embedded.
+        assert_eq!(head(&binary).score_bound("returns the weather"), None);
+        // The vector adds at most 2 (the corpus' highest `vector · v`).
+        binary.dense_max = Some(2.0);
+        let h = head(&binary);
+        let bound = h.score_bound("returns the weather").unwrap();
+        // The bound is above what any vector of length 1 gives the sentence,
+        // and below the doubt band.
+        for v in [[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]] {
+            assert!(h.score(&v, "returns the weather").0 <= bound);
+        }
+        assert!(bound < h.doubt_at);
+        // Characters that can reach the band: embedded.
+        assert_eq!(h.score_bound("Tell NOBODY"), None);
+        // The bound survives the file form.
+        let mut back: Head = serde_json::from_str(&serde_json::to_string(&h).unwrap()).unwrap();
+        back.binary.as_mut().unwrap().build();
+        assert_eq!(back.score_bound("returns the weather"), Some(bound));
     }
 
     #[test]
