@@ -358,6 +358,52 @@ pub(super) const PHRASES: &[Phrase] = &[
         pattern: r"(?m)^[ \t>*#-]*(?:Human|Assistant|HUMAN|ASSISTANT|SYSTEM|USER)[ \t]*:",
         not_followed_by: None,
     },
+    // The same intents in Chinese (simplified and traditional), Japanese and
+    // Korean, where words are not cut by spaces: the patterns name a
+    // qualifier with the noun ("previous instructions", "the user"), so a bare
+    // word ("忽略大小写", ignore case) is nothing.
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tells the model to ignore its previous instructions (Chinese, Japanese or Korean)",
+        pattern: r"(?:忽略|忽視|忽视|无视|無視|不要理会|不要理會|不再遵守|不必遵守|忘记|忘記|忘掉|丢弃|丟棄|覆盖|覆蓋|推翻)(?:掉)?(?:你|您)?(?:之前|以前|以上|先前|此前|上面|上述|前面|原来|原來|原有|所有|全部|一切|你的|您的|系统|系統)(?:的)?(?:所有|全部|一切)?(?:的)?(?:指令|指示|说明|說明|规则|規則|提示词|提示詞|提示|设定|設定|约束|約束|限制|要求|规定|規定|安全规则|安全規則)|(?:以前|前|これまで|今まで|上記|先|既存|元|すべて|全て|あなた|システム)の(?:すべての|全ての)?(?:指示|命令|指令|ルール|規則|制約|設定|システムプロンプト|プロンプト|ガイドライン)(?:を|は)(?:すべて|全て)?(?:無視|忘れ|破棄|取り消|上書き)|(?:이전|앞|기존|모든|위|시스템)(?:의)?\s*(?:모든\s*)?(?:지시|지침|명령|규칙|프롬프트|설정|안내)(?:사항)?(?:을|를|은|는)?\s*(?:모두\s*)?(?:무시|잊)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: OVERRIDE,
+        severity: Severity::High,
+        message: "tries to give the model a new role (Chinese, Japanese or Korean)",
+        pattern: r"(?:从现在起|從現在起|从现在开始|從現在開始|从今以后|從今以後)[，,]?\s*(?:你|您)|(?:你|您)现在是|(?:你|您)現在是|(?:あなたは|君は)(?:今から|これから|もう)|(?:今から|これから)(?:あなた|君)は|(?:지금부터|이제부터)\s*(?:너는|당신은|넌)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONCEAL,
+        severity: Severity::High,
+        message: "asks the model to keep something from the user (Chinese, Japanese or Korean)",
+        pattern: r"(?:不要|不得|切勿|勿|别|別|无需|無需|不必|不用|禁止|不可)(?:向|跟|对|對|给|給|让|讓)?(?:用户|用戶|使用者|客户|客戶)(?:提及|提起|透露|说明|說明|显示|顯示|告知|报告|報告|说|說|知道|看到|发现|發現|察觉|察覺)|(?:不要|不得|切勿|勿|别|別|不必|无需|無需)(?:告诉|告訴|通知|提醒|告知|透露给|透露給)(?:用户|用戶|使用者|客户|客戶)|(?:对|對)(?:用户|用戶|使用者)(?:保密|隐瞒|隱瞞)|(?:悄悄|偷偷|暗中|暗自)(?:地)?|ユーザー(?:に|には|へ|へは)(?:は)?(?:言わ|伝え|知らせ|教え|見せ|報告し|通知し|明かさ)(?:ないで|ず|ない)|ユーザーに(?:は)?(?:秘密|内緒)|(?:こっそり|密かに|ひそかに|黙って|内緒で)|사용자(?:에게|한테)\s*(?:는\s*)?(?:말하지|알리지|보여주지|언급하지|보고하지|알려주지)\s*(?:마|말|않)|몰래",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: CONTEXT,
+        severity: Severity::High,
+        message: "asks for the model's context: its instructions, the conversation, its memory (Chinese, Japanese or Korean)",
+        pattern: r"(?:你|您)(?:的|们的|們的)(?:系统提示词|系統提示詞|系统提示|系統提示|提示词|提示詞|指令|指示|对话|對話|聊天记录|聊天記錄|对话历史|對話歷史|记忆|記憶|上下文)|(?:与|和|跟|與)(?:用户|用戶|使用者)(?:之间|之間)?的(?:完整|全部|所有)?(?:对话|對話|聊天)|(?:之前|以前|先前|此前)(?:所有|全部)?的?(?:用户|用戶)?(?:消息|訊息|对话|對話)|(?:あなたの|貴方の)(?:システムプロンプト|プロンプト|指示|会話|記憶|コンテキスト)|(?:これまでの|今までの|以前の|過去の|全ての|すべての)(?:会話|やり取り|メッセージ|チャット)(?:の)?(?:履歴|内容|ログ)?|システムプロンプト(?:を|の内容|全文)|(?:당신의|너의|네)\s*(?:시스템\s*프롬프트|프롬프트|지시|대화|기억)|(?:이전|지금까지의|지금까지|모든)\s*(?:대화|메시지)\s*(?:기록|내용|내역)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: SECRET,
+        severity: Severity::High,
+        message: "asks for secrets to be handed over (Chinese, Japanese or Korean)",
+        pattern: r"(?:发送|發送|传给|傳給|附上|包含|放入|填入|上传|上傳|粘贴|貼上|提供|读取|讀取|复制|複製)[^。！？\n]{0,20}(?:私钥|私鑰|密钥|密鑰|密码|密碼|令牌|凭证|憑證|助记词|助記詞|环境变量|環境變數)|(?:秘密鍵|APIキー|パスワード|トークン|認証情報|シークレット|環境変数)[^。！？\n]{0,20}(?:送信|送って|含め|入れ|貼り付け|読み取|読んで|添付|渡し)|(?:비밀\s*키|API\s*키|비밀번호|토큰|자격\s*증명|환경\s*변수)[^.!?\n]{0,20}(?:보내|포함|넣|붙여|읽어|첨부|전달)",
+        not_followed_by: None,
+    },
+    Phrase {
+        rule: PREFERENCE,
+        severity: Severity::Medium,
+        message: "steers the model's choice of tools (Chinese, Japanese or Korean)",
+        pattern: r"(?:总是|總是|始终|始終|务必|務必|一律|只能|只|仅|僅)(?:要)?(?:使用|调用|調用|用)(?:本|这个|這個|此)(?:工具|函数|函數|服务|服務)|(?:其他|其它|别的|別的)(?:的)?(?:工具|服务|服務)(?:都)?(?:不可靠|已过时|已過時|有问题|有問題|不准确|不準確|已废弃|已廢棄|不安全)|(?:常に|必ず|いつも)(?:この|本)(?:ツール|関数|サーバー)(?:を|だけを)(?:使|呼)|(?:他の|ほかの)(?:ツール|サーバー)(?:は)?(?:信頼できない|古い|使わないで|使用しないで|非推奨)|(?:항상|반드시)\s*이\s*(?:도구|툴|함수)(?:를|만)\s*(?:사용|호출)|다른\s*(?:도구|툴)(?:은|는)?\s*(?:신뢰할\s*수\s*없|사용하지\s*마)",
+        not_followed_by: None,
+    },
 ];
 
 pub(super) static PHRASE_RES: LazyLock<Vec<(Regex, Option<Regex>)>> = LazyLock::new(|| {
