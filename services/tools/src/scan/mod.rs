@@ -42,6 +42,13 @@
 //!
 //! # How text is matched
 //!
+//! The phrases are English, and those of override, concealment, the model's
+//! context, secrets and the choice of tools are also written in Chinese
+//! (simplified and traditional), Japanese and Korean, each with the qualifier
+//! that makes it an instruction ("忽略之前的所有指令", "ユーザーに言わないで",
+//! "당신의 시스템 프롬프트"), so that a plain description in those languages
+//! is nothing.
+//!
 //! Phrase rules run on the text with invisible characters removed and look-alike
 //! letters folded to ASCII (full-width `ＩＧＮＯＲＥ`, Cyrillic `о` in `ignоre`);
 //! spans are mapped back to the original text. So `ig\u{200b}nore previous
