@@ -91,8 +91,10 @@ pub fn function_overlaps(tools: &[Described]) -> Vec<Vec<(usize, f64)>> {
             continue;
         }
         let mut shared: HashMap<usize, usize> = HashMap::new();
+        let mut common = 0;
         for w in s {
             let Some(p) = postings.get(w).filter(|p| p.len() <= COMMON) else {
+                common += 1;
                 continue;
             };
             for &j in p {
@@ -101,7 +103,13 @@ pub fn function_overlaps(tools: &[Described]) -> Vec<Vec<(usize, f64)>> {
                 }
             }
         }
-        for (j, _) in shared {
+        // A pair at MIN_JACCARD shares at least that share of this set's
+        // words; the common words were not counted, so they are granted.
+        let need = (MIN_JACCARD * s.len() as f64).ceil() as usize;
+        for (j, n) in shared {
+            if n + common < need {
+                continue;
+            }
             let t = &sets[j];
             if tools[j].server == tools[i].server || names[j] == names[i] {
                 continue;
