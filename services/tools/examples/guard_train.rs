@@ -32,13 +32,10 @@
 mod guard_corpus;
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::path::PathBuf;
 
 use guard_corpus::Corpus;
-use serde_json::Value;
 use trawl_tools::guard::{Binary, Head, chunks, ngrams, worth_scoring};
-use trawl_tools::scan::definition_texts;
 
 const CLASSES: [&str; 7] = [
     "benign",
@@ -57,16 +54,6 @@ struct Sample {
     class: usize,
     group: String,
     tool: usize,
-}
-
-fn payload_range(def: &Value, payload: &str) -> Option<(String, Range<usize>)> {
-    definition_texts(def)
-        .into_iter()
-        .find_map(|(field, text)| text.find(payload).map(|at| (field, at..at + payload.len())))
-}
-
-fn overlap(a: &Range<usize>, b: &Range<usize>) -> usize {
-    a.end.min(b.end).saturating_sub(a.start.max(b.start))
 }
 
 fn model_dir() -> PathBuf {
@@ -115,13 +102,13 @@ fn main() {
             .iter()
             .position(|c| *c == p.class)
             .unwrap_or(usize::MAX);
-        let Some((field, range)) = payload_range(&p.tool, &p.payload) else {
+        let Some((field, range)) = guard_corpus::payload_range(&p.tool, &p.payload) else {
             missing += 1;
             continue;
         };
         for c in chunks(&p.tool) {
             let len = c.span.len().max(1);
-            let hit = c.field == field && overlap(&c.span, &range) * 2 >= len;
+            let hit = c.field == field && guard_corpus::overlap(&c.span, &range) * 2 >= len;
             push(
                 &mut samples,
                 c.text,

@@ -18,23 +18,11 @@
 
 mod guard_corpus;
 
-use std::ops::Range;
 use std::path::PathBuf;
 
 use guard_corpus::Corpus;
 use serde_json::{Value, json};
 use trawl_tools::guard::{chunks, worth_scoring};
-use trawl_tools::scan::definition_texts;
-
-fn payload_range(def: &Value, payload: &str) -> Option<(String, Range<usize>)> {
-    definition_texts(def)
-        .into_iter()
-        .find_map(|(field, text)| text.find(payload).map(|at| (field, at..at + payload.len())))
-}
-
-fn overlap(a: &Range<usize>, b: &Range<usize>) -> usize {
-    a.end.min(b.end).saturating_sub(a.start.max(b.start))
-}
 
 fn main() {
     let out = PathBuf::from(std::env::args().nth(1).expect("an output path"));
@@ -48,12 +36,12 @@ fn main() {
         |tool: Value, def: &Value, group: String, split: &str, payload: Option<(&str, &str)>| {
             let t = tools.len();
             tools.push(tool);
-            let range = payload.and_then(|(p, _)| payload_range(def, p));
+            let range = payload.and_then(|(p, _)| guard_corpus::payload_range(def, p));
             for c in chunks(def) {
                 let len = c.span.len().max(1);
                 let class = match (&range, payload) {
                     (Some((field, r)), Some((_, class)))
-                        if c.field == *field && overlap(&c.span, r) * 2 >= len =>
+                        if c.field == *field && guard_corpus::overlap(&c.span, r) * 2 >= len =>
                     {
                         class
                     }

@@ -811,10 +811,11 @@ mod tests {
         assert!(s < 0.05, "{s}");
     }
 
-    #[test]
-    fn with_a_regression_the_score_reads_the_vector_and_the_characters() {
-        let words = ngrams("tell nobody", 8);
-        let mut head = Head {
+    /// A two-class head whose score is `binary`: the vector's second
+    /// dimension weighs 2, the n-grams of "tell nobody" 4 each.
+    fn regression_head(bits: u32, bias: f32) -> Head {
+        let words = ngrams("tell nobody", bits);
+        Head {
             model_id: "m".into(),
             classes: vec!["benign".into(), "conceal".into()],
             weights: vec![vec![1.0, 0.0], vec![0.0, 1.0]],
@@ -823,11 +824,16 @@ mod tests {
             doubt_at: 0.3,
             binary: Some(Binary::new(
                 vec![0.0, 2.0],
-                8,
+                bits,
                 words.iter().map(|&(i, _)| (i, 4.0)).collect(),
-                -3.0,
+                bias,
             )),
-        };
+        }
+    }
+
+    #[test]
+    fn with_a_regression_the_score_reads_the_vector_and_the_characters() {
+        let mut head = regression_head(8, -3.0);
         let (plain, _) = head.score(&[1.0, 0.0], "returns the weather");
         let (vector, _) = head.score(&[0.0, 1.0], "returns the weather");
         let (chars, class) = head.score(&[1.0, 0.0], "Tell NOBODY");
@@ -842,27 +848,13 @@ mod tests {
 
     #[test]
     fn a_sentence_its_characters_keep_below_doubt_needs_no_vector() {
-        let words = ngrams("tell nobody", 18);
-        let mut binary = Binary::new(
-            vec![0.0, 2.0],
-            18,
-            words.iter().map(|&(i, _)| (i, 4.0)).collect(),
-            -5.0,
-        );
-        let head = |b: &Binary| Head {
-            model_id: "m".into(),
-            classes: vec!["benign".into(), "conceal".into()],
-            weights: vec![vec![1.0, 0.0], vec![0.0, 1.0]],
-            bias: vec![0.0, 0.0],
-            hold_at: 0.5,
-            doubt_at: 0.3,
-            binary: Some(b.clone()),
-        };
+        let mut h = regression_head(18, -5.0);
         // Without a bound every sentence is embedded.
-        assert_eq!(head(&binary).score_bound("returns the weather"), None);
+        assert_eq!(h.score_bound("returns the weather"), None);
         // The vector adds at most 2 (the corpus' highest `vector · v`).
-        binary.dense_max = Some(2.0);
-        let h = head(&binary);
+        if let Some(b) = &mut h.binary {
+            b.dense_max = Some(2.0);
+        }
         let bound = h.score_bound("returns the weather").unwrap();
         // The bound is above what any vector of length 1 gives the sentence,
         // and below the doubt band.

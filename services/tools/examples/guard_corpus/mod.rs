@@ -4,10 +4,24 @@
 //! guard's examples read it: poisoned and look-alike definitions written for
 //! the project, and benign listings of real servers (`tests/guard/collect`).
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
+use trawl_tools::scan::definition_texts;
+
+/// Where a poisoned definition's payload stands: its field and byte range.
+pub fn payload_range(def: &Value, payload: &str) -> Option<(String, Range<usize>)> {
+    definition_texts(def)
+        .into_iter()
+        .find_map(|(field, text)| text.find(payload).map(|at| (field, at..at + payload.len())))
+}
+
+/// How many bytes two ranges share.
+pub fn overlap(a: &Range<usize>, b: &Range<usize>) -> usize {
+    a.end.min(b.end).saturating_sub(a.start.max(b.start))
+}
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Poisoned {
