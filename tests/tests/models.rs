@@ -171,7 +171,9 @@ fn files_of(dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-fn scan_file(dir: &Path) -> PathBuf {
+/// `tools scan` of a file of one plain tool, written in `dir`, with the state
+/// folder in `dir` too.
+fn scan_args(dir: &Path) -> Vec<String> {
     let f = dir.join("list.json");
     let tool = json!({
         "name": "weather",
@@ -179,7 +181,16 @@ fn scan_file(dir: &Path) -> PathBuf {
         "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}
     });
     std::fs::write(&f, json!({"tools": [tool]}).to_string()).unwrap();
-    f
+    let state = dir.join(".trawl");
+    [
+        "tools",
+        "--state",
+        state.to_str().unwrap(),
+        "scan",
+        f.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -255,16 +266,9 @@ async fn install_checks_the_pins_unpacks_once_and_every_command_finds_the_model(
     assert_eq!(files_of(&dir), installed);
 
     // `tools scan` finds the installed model without TRAWL_EMBED_MODEL.
-    let list = scan_file(home.path());
-    let state = home.path().join(".trawl");
-    let scan = [
-        "tools",
-        "--state",
-        state.to_str().unwrap(),
-        "scan",
-        list.to_str().unwrap(),
-        "--json",
-    ];
+    let mut args = scan_args(home.path());
+    args.push("--json".into());
+    let scan: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = trawl(&models, &scan, &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     let report: Value = serde_json::from_str(&out).unwrap();
@@ -301,15 +305,9 @@ async fn install_checks_the_pins_unpacks_once_and_every_command_finds_the_model(
 fn without_a_model_the_guard_says_rules_only_and_required_refuses() {
     let home = tempfile::tempdir().unwrap();
     let models = home.path().join("models");
-    let list = scan_file(home.path());
     let state = home.path().join(".trawl");
-    let scan = [
-        "tools",
-        "--state",
-        state.to_str().unwrap(),
-        "scan",
-        list.to_str().unwrap(),
-    ];
+    let args = scan_args(home.path());
+    let scan: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = trawl(&models, &scan, &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.starts_with("guard: rules only\n"), "{out}");
