@@ -680,6 +680,9 @@ impl Deployment {
     }
 }
 
+/// How long [`Api::wait_job`] keeps polling a job whose API answers 503 in a row.
+pub const UNAVAILABLE_FOR: Duration = Duration::from_secs(30);
+
 /// A small client of the HTTP API for tests.
 #[derive(Clone)]
 pub struct Api {
@@ -713,18 +716,28 @@ impl Api {
     }
 
     pub async fn job(&self, id: &str) -> Value {
+        let (status, body) = self.job_answer(id).await;
+        assert_eq!(status, 200, "GET /v1/jobs/{id}: {body}");
+        body
+    }
+
+    /// `GET /v1/jobs/{id}`'s status and body, whatever they are.
+    async fn job_answer(&self, id: &str) -> (reqwest::StatusCode, Value) {
         let resp = self
             .req(reqwest::Method::GET, &format!("/v1/jobs/{id}"))
             .send()
             .await
             .unwrap();
         let status = resp.status();
-        let body: Value = resp.json().await.unwrap();
-        assert_eq!(status, 200, "GET /v1/jobs/{id}: {body}");
-        body
+        (status, resp.json().await.unwrap())
     }
 
     /// Polls the job until `done` says so, or panics after `within` with `why()`.
+    ///
+    /// A 503 is what the API answers when its database did not answer in time
+    /// ("try again in a few seconds"): polled again, as a client would, but never
+    /// for longer than [`UNAVAILABLE_FOR`] in a row. Any other answer but 200
+    /// fails at once, with `why()`.
     pub async fn wait_job(
         &self,
         id: &str,
@@ -733,8 +746,23 @@ impl Api {
         why: impl Fn() -> String,
     ) -> Value {
         let deadline = Instant::now() + within;
+        let mut unavailable_since: Option<Instant> = None;
         loop {
-            let v = self.job(id).await;
+            let (status, v) = self.job_answer(id).await;
+            if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                let since = *unavailable_since.get_or_insert_with(Instant::now);
+                eprintln!("GET /v1/jobs/{id} answered 503, polled again: {v}");
+                assert!(
+                    since.elapsed() < UNAVAILABLE_FOR && Instant::now() < deadline,
+                    "GET /v1/jobs/{id} answered 503 for {:?}: {v}\n{}",
+                    since.elapsed(),
+                    why()
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            unavailable_since = None;
+            assert_eq!(status, 200, "GET /v1/jobs/{id}: {v}\n{}", why());
             if done(&v) {
                 return v;
             }
