@@ -10,7 +10,8 @@
 //! see it (2,000 sentences, about 25 tokens on average). `RAYON_NUM_THREADS`
 //! sets the threads of the matrix kernels (default: one per core). Last, 300
 //! short queries one at a time, as a search embeds its query, through the f32
-//! path and the int8 one ([`Embedder::embed_quick`]).
+//! path and the int8 one ([`Embedder::embed_quick`]). The resident memory is
+//! printed after the load.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -103,6 +104,21 @@ fn texts(n: usize, min: usize, max: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// This process's resident memory in MiB (`VmRSS` of `/proc/self/status` on
+/// Linux); `None` elsewhere.
+fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
 /// CPU seconds this process has used (user and system, all threads), from
 /// `/proc/self/stat` on Linux; `None` elsewhere.
 fn cpu_secs() -> Option<f64> {
@@ -167,9 +183,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let model = Embedder::load(&dir)?;
     println!(
-        "load: {:.2} s (model {})",
+        "load: {:.2} s (model {}), resident {:.0} MiB",
         started.elapsed().as_secs_f64(),
-        model.model_id()
+        model.model_id(),
+        rss_mib().unwrap_or(f64::NAN)
     );
     // Warm the allocator and the kernels' dispatch once.
     model.embed(&["warm up"])?;

@@ -21,20 +21,23 @@
 //! `(nibble − 8) × d`. Rows are the output dimension, as in `nn.Linear`.
 //!
 //! The tokenizer part is skipped: the same vocabulary and scores come as a
-//! `tokenizer.json` (see the crate's docs). What is returned are f32 tensors
-//! under the names a Hugging Face BERT checkpoint uses, and the config.
+//! `tokenizer.json` (see the crate's docs). What is returned is the config, the
+//! word-embedding table still in `Q4_0` ([`Words`]), and the other tensors as
+//! f32 under the names a Hugging Face BERT checkpoint uses.
 
 use std::collections::HashMap;
 
 use candle_core::{Device, Tensor};
 use candle_transformers::models::bert::Config;
 
+use crate::words::Words;
+
 /// The file's name in a model folder.
 pub(crate) const FILE: &str = "e5-small-q4.bin";
 
 /// Weights per `Q4_0` block, and its bytes.
-const BLOCK: usize = 32;
-const BLOCK_BYTES: usize = 18;
+pub(crate) const BLOCK: usize = 32;
+pub(crate) const BLOCK_BYTES: usize = 18;
 
 /// A cursor over the file, each read checked against its end.
 struct Cursor<'a> {
@@ -91,8 +94,9 @@ struct Entry {
     bytes: usize,
 }
 
-/// The config and the f32 tensors of an `E5S1` file.
-pub(crate) fn read(bytes: &[u8]) -> Result<(Config, HashMap<String, Tensor>), String> {
+/// The config, the word-embedding table (kept as `Q4_0`, see [`Words`]) and the
+/// other tensors of an `E5S1` file, as f32.
+pub(crate) fn read(bytes: &[u8]) -> Result<(Config, Words, HashMap<String, Tensor>), String> {
     let mut c = Cursor { bytes, at: 0 };
     if c.take(4)? != b"E5S1" {
         return Err("not an E5S1 weights file (no E5S1 magic)".into());
@@ -144,7 +148,8 @@ pub(crate) fn read(bytes: &[u8]) -> Result<(Config, HashMap<String, Tensor>), St
         );
     }
 
-    let tensor = |name: &str, shape: &[usize]| -> Result<Tensor, String> {
+    // A tensor's bytes, checked against its shape; and whether they are `Q4_0`.
+    let raw = |name: &str, shape: &[usize]| -> Result<(&[u8], bool), String> {
         let e = directory
             .get(name)
             .ok_or_else(|| format!("no tensor {name}"))?;
@@ -167,14 +172,20 @@ pub(crate) fn read(bytes: &[u8]) -> Result<(Config, HashMap<String, Tensor>), St
         let raw = bytes
             .get(e.offset..e.offset.saturating_add(need))
             .ok_or_else(|| bad("past the end of the file"))?;
-        let values = if e.quantized {
-            dequantize(raw)
+        Ok((raw, e.quantized))
+    };
+    let tensor = |name: &str, shape: &[usize]| -> Result<Tensor, String> {
+        let (raw, quantized) = raw(name, shape)?;
+        let values = if quantized {
+            let mut v = Vec::with_capacity(raw.len() / BLOCK_BYTES * BLOCK);
+            dequantize_into(raw, &mut v);
+            v
         } else {
             raw.chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect()
         };
-        Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| bad(&e.to_string()))
+        Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| format!("tensor {name}: {e}"))
     };
 
     let mut t = HashMap::new();
@@ -182,12 +193,16 @@ pub(crate) fn read(bytes: &[u8]) -> Result<(Config, HashMap<String, Tensor>), St
         t.insert(to, tensor(from, shape)?);
         Ok(())
     };
+    let words = match raw("emb.word", &[vocab, hidden])? {
+        (raw, true) if hidden.is_multiple_of(BLOCK) => Words::Q4 {
+            blocks: raw.to_vec(),
+            vocab,
+            width: hidden,
+        },
+        // Rows that do not fall on block edges, or f32 ones: dequantized now.
+        _ => Words::Dense(tensor("emb.word", &[vocab, hidden])?),
+    };
     let emb = "embeddings";
-    put(
-        format!("{emb}.word_embeddings.weight"),
-        "emb.word",
-        &[vocab, hidden],
-    )?;
     put(
         format!("{emb}.position_embeddings.weight"),
         "emb.pos",
@@ -256,12 +271,11 @@ pub(crate) fn read(bytes: &[u8]) -> Result<(Config, HashMap<String, Tensor>), St
         "model_type": "bert",
     }))
     .map_err(|e| format!("config: {e}"))?;
-    Ok((config, t))
+    Ok((config, words, t))
 }
 
-/// `Q4_0` blocks to f32 values.
-fn dequantize(raw: &[u8]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(raw.len() / BLOCK_BYTES * BLOCK);
+/// `Q4_0` blocks to f32 values, appended to `out`.
+pub(crate) fn dequantize_into(raw: &[u8], out: &mut Vec<f32>) {
     let mut block = [0f32; BLOCK];
     for b in raw.chunks_exact(BLOCK_BYTES) {
         let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
@@ -271,7 +285,6 @@ fn dequantize(raw: &[u8]) -> Vec<f32> {
         }
         out.extend_from_slice(&block);
     }
-    out
 }
 
 #[cfg(test)]
@@ -286,7 +299,8 @@ mod tests {
         b[2] = 0x09;
         // weight 15: low nibble 15 → 3.5; weight 31: high nibble 12 → 2.
         b[17] = 0xcf;
-        let v = dequantize(&b);
+        let mut v = Vec::new();
+        dequantize_into(&b, &mut v);
         assert_eq!(v.len(), 32);
         assert_eq!((v[0], v[16], v[15], v[31]), (0.5, -4.0, 3.5, 2.0));
         assert_eq!(v[1], -4.0);

@@ -36,6 +36,7 @@
 
 mod e5s1;
 mod quick;
+mod words;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::{BertEncoder, Config};
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
@@ -91,7 +92,9 @@ pub struct Embedder {
     /// Put before every text: what the model was trained to see (`"query: "`
     /// for multilingual-e5), empty for sentence-transformers models.
     prefix: &'static str,
-    model: BertModel,
+    /// The word, position and type tables and their norm, for both encoders.
+    embeddings: words::Embeddings,
+    encoder: BertEncoder,
     /// The same weights with int8 matrix products, for [`Embedder::embed_quick`].
     quick: quick::Quick,
     tokenizer: Tokenizer,
@@ -123,43 +126,79 @@ impl Embedder {
     /// An error names the file at fault.
     pub fn load(dir: &Path) -> Result<Embedder, EmbedError> {
         let e5 = dir.join(e5s1::FILE);
-        let (config, tensors, model_id, prefix, weights_path, tokenizer) = if e5.is_file() {
-            let bytes = read(&e5)?;
-            let model_id = hex::encode(Sha256::digest(&bytes))[..16].to_owned();
-            let (config, tensors) = e5s1::read(&bytes).map_err(|reason| EmbedError::Invalid {
-                path: e5.clone(),
-                reason,
-            })?;
-            let tokenizer = load_tokenizer(dir, &config)?;
-            (config, tensors, model_id, "query: ", e5, tokenizer)
-        } else {
-            let path = dir.join(CONFIG);
-            let config: Config =
-                serde_json::from_slice(&read(&path)?).map_err(|e| EmbedError::Invalid {
-                    path: path.clone(),
-                    reason: format!("not a BERT model config: {e}"),
-                })?;
-            let tokenizer = load_tokenizer(dir, &config)?;
-            let path = dir.join(WEIGHTS);
-            let weights = read(&path)?;
-            let model_id = hex::encode(Sha256::digest(&weights))[..16].to_owned();
-            let tensors =
-                candle_core::safetensors::load_buffer(&weights, &Device::Cpu).map_err(|e| {
-                    EmbedError::Invalid {
+        let (config, words, mut tensors, model_id, prefix, weights_path, tokenizer) =
+            if e5.is_file() {
+                let bytes = read(&e5)?;
+                let model_id = hex::encode(Sha256::digest(&bytes))[..16].to_owned();
+                let (config, words, tensors) =
+                    e5s1::read(&bytes).map_err(|reason| EmbedError::Invalid {
+                        path: e5.clone(),
+                        reason,
+                    })?;
+                let tokenizer = load_tokenizer(dir, &config)?;
+                (
+                    config,
+                    Some(words),
+                    tensors,
+                    model_id,
+                    "query: ",
+                    e5,
+                    tokenizer,
+                )
+            } else {
+                let path = dir.join(CONFIG);
+                let config: Config =
+                    serde_json::from_slice(&read(&path)?).map_err(|e| EmbedError::Invalid {
+                        path: path.clone(),
+                        reason: format!("not a BERT model config: {e}"),
+                    })?;
+                let tokenizer = load_tokenizer(dir, &config)?;
+                let path = dir.join(WEIGHTS);
+                let weights = read(&path)?;
+                let model_id = hex::encode(Sha256::digest(&weights))[..16].to_owned();
+                let tensors = candle_core::safetensors::load_buffer(&weights, &Device::Cpu)
+                    .map_err(|e| EmbedError::Invalid {
                         path: path.clone(),
                         reason: format!("not a safetensors file: {e}"),
-                    }
-                })?;
-            (config, tensors, model_id, "", path, tokenizer)
-        };
+                    })?;
+                (config, None, tensors, model_id, "", path, tokenizer)
+            };
 
-        let invalid = |e: candle_core::Error| EmbedError::Invalid {
+        let invalid = |reason: String| EmbedError::Invalid {
             path: weights_path.clone(),
-            reason: format!("not the weights of this config: {e}"),
+            reason: format!("not the weights of this config: {reason}"),
         };
+        // A checkpoint saved from a BERT for pre-training names its tensors
+        // `bert.…`; sentence-transformers saves them bare.
+        let root = if tensors.contains_key("bert.embeddings.LayerNorm.weight") {
+            "bert."
+        } else {
+            ""
+        };
+        let mut take = |name: &str| {
+            tensors
+                .remove(&format!("{root}embeddings.{name}"))
+                .ok_or_else(|| invalid(format!("no tensor {root}embeddings.{name}")))
+        };
+        let words = match words {
+            Some(words) => words,
+            None => words::Words::Dense(take("word_embeddings.weight")?),
+        };
+        let embeddings = words::Embeddings {
+            words,
+            positions: take("position_embeddings.weight")?,
+            types: take("token_type_embeddings.weight")?,
+            norm: candle_nn::LayerNorm::new(
+                take("LayerNorm.weight")?,
+                take("LayerNorm.bias")?,
+                config.layer_norm_eps,
+            ),
+        };
+        let invalid = |e: candle_core::Error| invalid(e.to_string());
         let quick = quick::Quick::new(&tensors, &config).map_err(invalid)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let model = BertModel::load(vb, &config).map_err(invalid)?;
+        let encoder =
+            BertEncoder::load(vb.pp(format!("{root}encoder")), &config).map_err(invalid)?;
         tracing::info!(
             dir = %dir.display(),
             model_id,
@@ -169,7 +208,8 @@ impl Embedder {
         );
         Ok(Embedder {
             prefix,
-            model,
+            embeddings,
+            encoder,
             quick,
             tokenizer,
             dims: config.hidden_size,
@@ -244,9 +284,11 @@ impl Embedder {
             .tokenizer
             .encode_fast(format!("{}{text}", self.prefix), true)
             .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
-        let hidden = self
-            .quick
-            .forward(encoding.get_ids(), encoding.get_type_ids())?;
+        let hidden = self.quick.forward(
+            &self.embeddings,
+            encoding.get_ids(),
+            encoding.get_type_ids(),
+        )?;
         self.texts_run.fetch_add(1, Ordering::Relaxed);
         Ok(pool(&hidden.to_vec2::<f32>()?, self.dims))
     }
@@ -259,11 +301,11 @@ impl Embedder {
         rows: usize,
         len: usize,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let device = &self.model.device;
-        let ids = Tensor::from_vec(ids, (rows, len), device)?;
-        let types = Tensor::from_vec(types, (rows, len), device)?;
-        // No mask: every token of the batch is a real one.
-        let hidden = self.model.forward(&ids, &types, None)?;
+        let x = self.embeddings.forward(&ids, &types, rows, len)?;
+        // Every token of the batch is a real one: nothing is masked (what
+        // BERT's extended mask of all ones adds to the attention scores).
+        let mask = Tensor::zeros((rows, 1, 1, len), DType::F32, &Device::Cpu)?;
+        let hidden = self.encoder.forward(&x, &mask)?;
         self.texts_run.fetch_add(rows as u64, Ordering::Relaxed);
         Ok(hidden
             .to_vec3::<f32>()?

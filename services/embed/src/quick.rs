@@ -7,8 +7,8 @@
 //! with one f16 scale, about 14 MB with the padding below), quantized at load
 //! from the same f32 tensors, and candle's quantized kernels run the products
 //! (AVX-512 VNNI where the processor has it). Q, K and V are one product.
-//! Everything else (embedding tables, layer norms, attention, pooling) is the
-//! f32 model's arithmetic.
+//! Everything else (the embeddings, shared with the f32 model, layer norms,
+//! attention, pooling) is the f32 model's arithmetic.
 //!
 //! A vector from here is close to, not equal to, [`crate::Embedder::embed`]'s
 //! vector of the same text (the tests bound the difference); it is still a
@@ -17,10 +17,12 @@
 use std::collections::HashMap;
 
 use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::LayerNorm;
 use candle_transformers::models::bert::{Config, HiddenAct};
 use candle_transformers::quantized_nn::Linear;
+
+use crate::words::Embeddings;
 
 /// candle's fastest int8 kernels (weights repacked for AVX-512 VNNI) take
 /// inner dimensions in multiples of this; others fall back to a kernel several
@@ -57,10 +59,6 @@ struct Layer {
 
 /// The quantized encoder.
 pub(crate) struct Quick {
-    words: Tensor,
-    positions: Tensor,
-    types: Tensor,
-    norm: LayerNorm,
     layers: Vec<Layer>,
     heads: usize,
     head_size: usize,
@@ -69,12 +67,12 @@ pub(crate) struct Quick {
 
 impl Quick {
     /// Builds the encoder from the f32 tensors of the weights file (shared, not
-    /// copied, for the tables and norms).
+    /// copied, for the norms).
     pub(crate) fn new(
         tensors: &HashMap<String, Tensor>,
         config: &Config,
     ) -> candle_core::Result<Quick> {
-        let prefix = if tensors.contains_key("bert.embeddings.word_embeddings.weight") {
+        let prefix = if tensors.contains_key("bert.embeddings.LayerNorm.weight") {
             "bert."
         } else {
             ""
@@ -131,10 +129,6 @@ impl Quick {
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Quick {
-            words: get("embeddings.word_embeddings.weight")?,
-            positions: get("embeddings.position_embeddings.weight")?,
-            types: get("embeddings.token_type_embeddings.weight")?,
-            norm: norm("embeddings.LayerNorm")?,
             layers,
             heads: config.num_attention_heads,
             head_size: config.hidden_size / config.num_attention_heads,
@@ -142,16 +136,16 @@ impl Quick {
         })
     }
 
-    /// The last hidden states of one text, `(tokens, hidden)`.
-    pub(crate) fn forward(&self, ids: &[u32], types: &[u32]) -> candle_core::Result<Tensor> {
+    /// The last hidden states of one text, `(tokens, hidden)`, from the
+    /// model's embeddings.
+    pub(crate) fn forward(
+        &self,
+        embeddings: &Embeddings,
+        ids: &[u32],
+        types: &[u32],
+    ) -> candle_core::Result<Tensor> {
         let len = ids.len();
-        let device = &Device::Cpu;
-        let ids = Tensor::new(ids, device)?;
-        let types = Tensor::new(types, device)?;
-        let x = (self.words.index_select(&ids, 0)? + self.types.index_select(&types, 0)?)?;
-        let mut x = self
-            .norm
-            .forward(&(x + self.positions.narrow(0, 0, len)?)?)?;
+        let mut x = embeddings.forward(ids, types, 1, len)?.squeeze(0)?;
         let hidden = self.heads * self.head_size;
         let scale = 1.0 / (self.head_size as f64).sqrt();
         for layer in &self.layers {
