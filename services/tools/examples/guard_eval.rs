@@ -8,6 +8,7 @@
 //! ```text
 //! tests/models/fetch && tests/guard/collect
 //! cargo run --release -p trawl-tools --example guard_eval [-- --split train]
+//! cargo run --release -p trawl-tools --example guard_eval -- --cost   # the cost alone
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -29,6 +30,35 @@ use trawl_tools::guard::{chunks, worth_scoring};
 use trawl_tools::name::ServerName;
 use trawl_tools::scan::Severity;
 use trawl_tools::{ToolState, scan};
+
+/// What a scan of the whole catalog costs: the rules alone, the full pipeline
+/// cold (nothing embedded) and warm.
+async fn cost(all: &[Listing], embedder: &Arc<trawl_embed::Embedder>) {
+    let tools: usize = all.iter().map(|l| l.tools.len()).sum();
+    let head = Head::builtin().expect("the guard head");
+    let cold_guard = Guard::rules_only().with_detector(
+        Detector::new(Arc::new(Embeddings::new(embedder.clone(), None)), head)
+            .expect("head and model agree"),
+    );
+    let t = Instant::now();
+    let a = cold_guard.assess(all).await;
+    let _ = assemble_with(all, None, &a);
+    let cold = t.elapsed();
+    let t = Instant::now();
+    let a = cold_guard.assess(all).await;
+    let _ = assemble_with(all, None, &a);
+    let warm = t.elapsed();
+    let t = Instant::now();
+    let _ = assemble_with(all, None, &Assessment::default());
+    let rules = t.elapsed();
+    println!(
+        "Catalog of {tools} tools from {} servers: rules {:.0} ms; full pipeline cold {:.2} s, warm {:.0} ms\n",
+        all.len(),
+        rules.as_secs_f64() * 1e3,
+        cold.as_secs_f64(),
+        warm.as_secs_f64() * 1e3
+    );
+}
 
 fn listing(server: &str, tools: Vec<Value>) -> Listing {
     Listing::upstream(
@@ -193,6 +223,15 @@ async fn main() {
     let corpus = Corpus::load();
     let embedder =
         Arc::new(trawl_embed::Embedder::load(&model_dir()).expect("the embedding model"));
+    if std::env::args().any(|a| a == "--cost") {
+        let all: Vec<Listing> = corpus
+            .servers
+            .iter()
+            .map(|s| listing(&server_name(&s.server), s.tools.clone()))
+            .collect();
+        cost(&all, &embedder).await;
+        return;
+    }
     let head = Head::builtin().expect("the guard head");
     let detector = Detector::new(Arc::new(Embeddings::new(embedder.clone(), None)), head)
         .expect("head and model agree");
@@ -337,31 +376,7 @@ async fn main() {
             .join(" | ")
     );
 
-    // Cost: the whole catalog, cold (nothing embedded) and warm.
-    let tools: usize = all.iter().map(|l| l.tools.len()).sum();
-    let head = Head::builtin().expect("the guard head");
-    let cold_guard = Guard::rules_only().with_detector(
-        Detector::new(Arc::new(Embeddings::new(embedder.clone(), None)), head)
-            .expect("head and model agree"),
-    );
-    let t = Instant::now();
-    let a = cold_guard.assess(&all).await;
-    let _ = assemble_with(&all, None, &a);
-    let cold = t.elapsed();
-    let t = Instant::now();
-    let a = cold_guard.assess(&all).await;
-    let _ = assemble_with(&all, None, &a);
-    let warm = t.elapsed();
-    let t = Instant::now();
-    let _ = assemble_with(&all, None, &Assessment::default());
-    let rules = t.elapsed();
-    println!(
-        "Catalog of {tools} tools from {} servers: rules {:.0} ms; full pipeline cold {:.2} s, warm {:.0} ms\n",
-        all.len(),
-        rules.as_secs_f64() * 1e3,
-        cold.as_secs_f64(),
-        warm.as_secs_f64() * 1e3
-    );
+    cost(&all, &embedder).await;
     // The cascade: sentences whose characters keep them below the doubt band
     // whatever their vector are not embedded. Checked here by embedding them
     // anyway: how many would have reached the band with their vector.
