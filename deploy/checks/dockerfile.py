@@ -15,7 +15,8 @@ The `browser` stage (the isolated pool's image) must be Debian bookworm like
 the builder (the binary's glibc), install Debian's `chromium`, copy the binary
 the build stage made, name it as TRAWL_CHROMIUM, and run as 65532 with the
 `trawl` entrypoint; the last stage (the default target) must stay the
-distroless runtime.
+distroless runtime. The build stage installs the tool guard's detector model
+(`trawl models install`), and both role images copy it and set TRAWL_MODELS_DIR.
 
 It does not run the build (that needs Docker and a Rust toolchain): a crate that
 fails to compile, or a dependency missing from Cargo.lock, is not seen here.
@@ -93,8 +94,24 @@ def browser_stage_errors(dockerfile: Path) -> list[str]:
             errors.append(f"the browser stage never {what} ({op})")
     if not any(o.startswith("ENV ") and "TRAWL_CHROMIUM=/usr/bin/chromium" in o for o in ops):
         errors.append("the browser stage does not set TRAWL_CHROMIUM=/usr/bin/chromium")
+    errors += model_errors("browser", ops)
     if all_stages[-1][1] != "runtime":
         errors.append(f"the last stage (the default target) is {all_stages[-1][1] or all_stages[-1][0]}, not runtime")
+    else:
+        errors += model_errors("runtime", all_stages[-1][2])
+    build_run = " ".join(o for o in all_stages[0][2] if o.upper().startswith("RUN "))
+    if "trawl models install" not in build_run or "--dir /out/models/multilingual-e5-small" not in build_run:
+        errors.append("the build stage does not install the detector's model into /out/models (trawl models install)")
+    return errors
+
+
+def model_errors(stage: str, ops: list[str]) -> list[str]:
+    """A role's image must carry the guard detector's model where the roles look."""
+    errors = []
+    if "COPY --from=build /out/models /usr/local/share/trawl/models" not in ops:
+        errors.append(f"the {stage} stage does not copy the detector's model (/out/models)")
+    if not any(o.startswith("ENV ") and "TRAWL_MODELS_DIR=/usr/local/share/trawl/models" in o for o in ops):
+        errors.append(f"the {stage} stage does not set TRAWL_MODELS_DIR=/usr/local/share/trawl/models")
     return errors
 
 

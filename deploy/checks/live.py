@@ -118,6 +118,11 @@ class Live:
     def docker(self, *args: str, **kw) -> str:
         return self.run("docker", *args, **kw)
 
+    def logs(self, container: str) -> str:
+        """A container's output, standard output and error (where the roles log) together."""
+        p = subprocess.run(["docker", "logs", container], env=self.env, capture_output=True, text=True, timeout=60)
+        return p.stdout + p.stderr
+
     def compose(self, *args: str, **kw) -> str:
         env = {**self.env, **self.compose_env}
         return self.run("docker", "compose", "-p", PROJECT, "-f", str(ROOT / "deploy/compose.yaml"),
@@ -246,7 +251,14 @@ class Live:
         if bad:
             raise Failed("not every service is up and healthy: " + "; ".join(bad))
         healthy = sorted(c["Service"] for c in ps if c.get("Health") == "healthy")
-        return f"{len(ps)} containers; healthy: {', '.join(healthy)}; migrate exited 0"
+        # The images carry the guard detector's model and the stack requires it:
+        # the roles with a tool layer say at start that it runs.
+        rules_only = [c["Name"] for c in ps if c["Service"] in ("api", "worker")
+                      and "the tool guard's semantic detector can run" not in self.logs(c["Name"])]
+        if rules_only:
+            raise Failed("no detector in " + ", ".join(rules_only) + " (the image's model not loaded)")
+        return (f"{len(ps)} containers; healthy: {', '.join(healthy)}; migrate exited 0; "
+                "the api and the workers run the guard's detector")
 
     def laptop(self) -> str:
         spec = (ROOT / "examples/laptop-prices.yaml").read_text()
