@@ -29,6 +29,13 @@ pub(super) static ROLE_TAG: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?i)<\s*(user|human|assistant)\s*>"));
 /// An HTML comment, to its end if it has one.
 pub(super) static COMMENT: LazyLock<Regex> = LazyLock::new(|| compile(r"(?s)<!--(?:.*?-->)?"));
+/// In hidden text, what makes it an instruction rather than a note: words that
+/// speak to the model, demand, or name what attacks ask for.
+pub(super) static HIDDEN_ASKS: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:you|your|yours|assistant|ai|model|llm|agent|claude|gpt|chatgpt|gemini|ignore|disregard|forget|override|always|never|must|should|shall|do\s+not|don['’]?t|instead|send|read|call|invoke|use|run|execute|include|append|attach|forward|post|upload|tell|reveal|hide|conceal|secrets?|passwords?|tokens?|credentials?|keys?|system|instructions?|prompt|users?)\b|[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]",
+    )
+});
 /// A markdown comment line: `[//]: # (…)`, `[comment]: <> (…)`.
 pub(super) static MD_COMMENT: LazyLock<Regex> =
     LazyLock::new(|| compile(r"(?im)^[ \t]*\[(?://|comment|hidden)\]:[ \t]*(?:#|<>)[^\n]*"));
@@ -106,21 +113,25 @@ pub(super) fn hidden_blocks(text: &str, hits: &mut Vec<Hit>, markers: &mut Vec<R
             "closing tag that could end a section of the prompt",
         ));
     }
-    for m in COMMENT.find_iter(text) {
-        hits.push(Hit::new(
-            HIDDEN_BLOCK,
-            Severity::High,
-            m.range(),
-            "HTML comment, hidden when rendered",
-        ));
-    }
-    for m in MD_COMMENT.find_iter(text) {
-        hits.push(Hit::new(
-            HIDDEN_BLOCK,
-            Severity::High,
-            m.range(),
-            "markdown comment, hidden when rendered",
-        ));
+    for (re, what) in [
+        (&COMMENT, "HTML comment"),
+        (&MD_COMMENT, "markdown comment"),
+    ] {
+        for m in re.find_iter(text) {
+            // Hidden text that speaks to the model or asks for something is a
+            // hidden instruction; "<!-- The syntax is Jinja2. -->" is a note.
+            // An unclosed comment hides the rest of the text, whatever it says.
+            let unclosed = what == "HTML comment" && !m.as_str().ends_with("-->");
+            let (severity, message) = if unclosed || HIDDEN_ASKS.is_match(m.as_str()) {
+                (Severity::High, format!("{what}, hidden when rendered"))
+            } else {
+                (
+                    Severity::Low,
+                    format!("{what}, hidden when rendered (it asks for nothing)"),
+                )
+            };
+            hits.push(Hit::new(HIDDEN_BLOCK, severity, m.range(), message));
+        }
     }
     for m in BRACKET.find_iter(text) {
         let rest = &text[m.end()..];
@@ -152,6 +163,7 @@ pub(super) fn patterns() -> Vec<&'static Regex> {
         &*ROLE_TAG,
         &*COMMENT,
         &*MD_COMMENT,
+        &*HIDDEN_ASKS,
         &*BRACKET,
     ]
 }

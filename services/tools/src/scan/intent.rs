@@ -401,6 +401,15 @@ static SAME_SERVER: LazyLock<Regex> = LazyLock::new(|| {
 static ORDER_FIRST: LazyLock<Regex> = LazyLock::new(|| {
     compile(r"(?i)\b(?:first|before|prior\s+to|beforehand|every\s+time|each\s+time|whenever)\b")
 });
+/// Words that set this tool against the others: "before any other tool", "before
+/// using anything else", "every time". Without them, "call this tool first when
+/// starting a task" orders the tool within a task (a planning or thinking step),
+/// and is a low flag, not a demand to be held for.
+static OVER_OTHERS: LazyLock<Regex> = LazyLock::new(|| {
+    compile(
+        r"(?i)\b(?:before|prior\s+to|ahead\s+of|over|instead\s+of|rather\s+than)\s+(?:using\s+|calling\s+|invoking\s+|running\s+)?(?:the\s+)?(?:any|all|every|each|other|another)\s+(?:other\s+)?(?:[\w-]+\s+)?(?:tools?|functions?|servers?|calls?|actions?|apis?|requests?)\b|\b(?:before|prior\s+to)\s+(?:using|calling|invoking|running|doing)\s+(?:any|every|all|each|anything)\b|\b(?:anything|everything)\s+else\b|\bevery\s+time\b|\beach\s+time\b|\bwhenever\b|\bin\s+every\s+(?:conversation|session|chat)\b",
+    )
+});
 /// Ordering words that make "call this tool" a demand on every other call.
 static ORDER_ALL: LazyLock<Regex> = LazyLock::new(|| {
     compile(
@@ -614,10 +623,17 @@ pub(super) fn intents(text: &str, profile: &Profile, hits: &mut Vec<Hit>) {
             if !ORDER_ALL.is_match(sentence) {
                 continue;
             }
-            (
-                Severity::Medium,
-                "asks to be called before other tools".to_owned(),
-            )
+            if OVER_OTHERS.is_match(sentence) {
+                (
+                    Severity::Medium,
+                    "asks to be called before other tools".to_owned(),
+                )
+            } else {
+                (
+                    Severity::Low,
+                    "asks to be called first in a task (not over other tools)".to_owned(),
+                )
+            }
         } else if own {
             (
                 Severity::Medium,

@@ -199,10 +199,13 @@ pub(super) const PHRASES: &[Phrase] = &[
         pattern: r"(?i)\b(?:keep|leave|strip|omit|drop|filter)\b[^.!?\n]{0,60}?\bout\s+of\s+(?:your|the)\s+(?:summary|reply|response|answer|output|conversation|chat|message|report)\b|\bkeep\s+(?:the\s+)?(?:user|person|customer|them)\s+in\s+the\s+dark\b|\bwithout\s+(?:saying|mentioning|noting|telling\s+(?:them|anyone))\s+(?:that|what)\b|\bhide\s+(?:\w+\s+){0,3}?from\s+(?:the\s+)?(?:user|person|them)\b|\bpresent\s+it\s+(?:all\s+)?as\s+your\s+own\b|\b(?:must|should|shall)\s+not\s+be\s+(?:itemi[sz]ed|shown|mentioned|disclosed|reported|listed)\b",
         not_followed_by: None,
     },
-    // (a) call this tool (or another) first.
+    // (a) call this tool (or another) first. "Always call this tool first" on
+    // its own is what planning and thinking tools say of themselves: a low flag;
+    // set against the other tools, it is a medium one (the patterns below, and
+    // the intent rules' `call-first`).
     Phrase {
         rule: CALL_FIRST,
-        severity: Severity::Medium,
+        severity: Severity::Low,
         message: "asks to be called first",
         pattern: r"(?i)\balways\s+(?:call|use|run|invoke|execute)\s+this\s+(?:tool\s+|function\s+)?(?:first|before)\b",
         not_followed_by: None,
@@ -225,7 +228,7 @@ pub(super) const PHRASES: &[Phrase] = &[
         rule: CALL_FIRST,
         severity: Severity::Medium,
         message: "asks to be called before any other tool",
-        pattern: r"(?i)\b(?:call|use|run|invoke|execute)\s+this\s+(?:tool|function)\s+(?:first\s+)?before\s+(?:any|every|all|each|using|calling)\b",
+        pattern: r"(?i)\b(?:call|use|run|invoke|execute)\s+this\s+(?:tool|function)\s+(?:first\s+)?before\s+(?:(?:any|every|all|each)\s+(?:other\s+)?(?:[\w-]+\s+)?(?:tools?|functions?|calls?|actions?|requests?)\b|(?:any|every|all|each)\s+other\b|using|calling|invoking)",
         not_followed_by: None,
     },
     // (b) change the arguments of this or another call against the user's input.
@@ -276,7 +279,7 @@ pub(super) const PHRASES: &[Phrase] = &[
         rule: PREFERENCE,
         severity: Severity::High,
         message: "tells the model to prefer this tool over others",
-        pattern: r"(?i)\b(?:always|must|should|only)\s+(?:\w+\s+){0,2}?(?:prefer|use|choose|pick|select|call|invoke|favou?r)\s+(?:this|our|these)\s+(?:tool|function|server|one)s?\s+(?:over|instead\s+of|rather\s+than|above|before)\s+(?:any|all|every|the|other|alternative|similar|competing)\b|\b(?:prefer|favou?r|choose|pick|select|prioriti[sz]e)\s+(?:this|our)\s+(?:tool|function|server)\s+(?:over|instead|rather|above|to)\b|\bprefer\s+this\s+(?:one\s+)?over\b[^.!?\n]{0,60}?\b(?:in\s+all\s+cases|always|of\s+(?:the\s+)?[\w-]+\s+server|other\s+servers?)\b|\b(?:must|should|needs?\s+to|has\s+to|is\s+to)\s+(?:always\s+)?be\s+(?:used|called|invoked|preferred|chosen|selected)\s+(?:for|on|with|in)\s+(?:every|all|each|any)\s+(?:\w+\s+)?(?:requests?|quer(?:y|ies)|tasks?|questions?|searches|messages?|conversations?|interactions?|prompts?|operations?|calls?|lookups?)\b|\b(?:always|only)\s+(?:use|call|invoke|prefer)\s+this\s+(?:tool|function|server)\s+(?:for|on|with|whenever)\s+(?:every|all|each|any)\b",
+        pattern: r"(?i)\b(?:always|must|should|only)\s+(?:\w+\s+){0,2}?(?:prefer|use|choose|pick|select|call|invoke|favou?r)\s+(?:this|our|these)\s+(?:tool|function|server|one)s?\s+(?:(?:over|instead\s+of|rather\s+than|above)\s+(?:any|all|every|the|other|alternative|similar|competing)\b|before\s+(?:any|all|every|the|other)\s+(?:other\s+)?(?:[\w-]+\s+)?(?:tools?|functions?|servers?|alternatives?|options?)\b)|\b(?:prefer|favou?r|choose|pick|select|prioriti[sz]e)\s+(?:this|our)\s+(?:tool|function|server)\s+(?:over|instead|rather|above|to)\b|\bprefer\s+this\s+(?:one\s+)?over\b[^.!?\n]{0,60}?\b(?:in\s+all\s+cases|always|of\s+(?:the\s+)?[\w-]+\s+server|other\s+servers?)\b|\b(?:must|should|needs?\s+to|has\s+to|is\s+to)\s+(?:always\s+)?be\s+(?:used|called|invoked|preferred|chosen|selected)\s+(?:for|on|with|in)\s+(?:every|all|each|any)\s+(?:\w+\s+)?(?:requests?|quer(?:y|ies)|tasks?|questions?|searches|messages?|conversations?|interactions?|prompts?|operations?|calls?|lookups?)\b|\b(?:always|only)\s+(?:use|call|invoke|prefer)\s+this\s+(?:tool|function|server)\s+(?:for|on|with|whenever)\s+(?:every|all|each|any)\b",
         not_followed_by: None,
     },
     Phrase {
