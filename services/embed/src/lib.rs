@@ -195,7 +195,7 @@ impl Embedder {
             ),
         };
         let invalid = |e: candle_core::Error| invalid(e.to_string());
-        let quick = quick::Quick::new(&tensors, &config).map_err(invalid)?;
+        let quick = quick::Quick::new(&tensors, root, &config).map_err(invalid)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
         let encoder =
             BertEncoder::load(vb.pp(format!("{root}encoder")), &config).map_err(invalid)?;

@@ -66,17 +66,13 @@ pub(crate) struct Quick {
 }
 
 impl Quick {
-    /// Builds the encoder from the f32 tensors of the weights file (shared, not
-    /// copied, for the norms).
+    /// Builds the encoder from the f32 tensors of the weights file, named under
+    /// `prefix` (`"bert."` or `""`; shared, not copied, for the norms).
     pub(crate) fn new(
         tensors: &HashMap<String, Tensor>,
+        prefix: &str,
         config: &Config,
     ) -> candle_core::Result<Quick> {
-        let prefix = if tensors.contains_key("bert.embeddings.LayerNorm.weight") {
-            "bert."
-        } else {
-            ""
-        };
         let get = |name: &str| {
             tensors
                 .get(&format!("{prefix}{name}"))

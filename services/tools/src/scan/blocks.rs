@@ -113,15 +113,16 @@ pub(super) fn hidden_blocks(text: &str, hits: &mut Vec<Hit>, markers: &mut Vec<R
             "closing tag that could end a section of the prompt",
         ));
     }
-    for (re, what) in [
-        (&COMMENT, "HTML comment"),
-        (&MD_COMMENT, "markdown comment"),
+    // (pattern, what it is, how it ends when closed: a markdown comment is a line)
+    for (re, what, end) in [
+        (&COMMENT, "HTML comment", Some("-->")),
+        (&MD_COMMENT, "markdown comment", None),
     ] {
         for m in re.find_iter(text) {
             // Hidden text that speaks to the model or asks for something is a
             // hidden instruction; "<!-- The syntax is Jinja2. -->" is a note.
             // An unclosed comment hides the rest of the text, whatever it says.
-            let unclosed = what == "HTML comment" && !m.as_str().ends_with("-->");
+            let unclosed = end.is_some_and(|e| !m.as_str().ends_with(e));
             let (severity, message) = if unclosed || HIDDEN_ASKS.is_match(m.as_str()) {
                 (Severity::High, format!("{what}, hidden when rendered"))
             } else {
