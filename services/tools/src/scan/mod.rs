@@ -122,6 +122,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::BUILTIN_SERVER;
+use ads::advertising;
 use blobs::base64_blobs;
 use blocks::hidden_blocks;
 use cues::cues;
@@ -422,6 +423,7 @@ fn scan_hits(
     phrases(words, &mut phrase_hits);
     intents(words, profile, &mut phrase_hits);
     cues(words, &mut phrase_hits);
+    advertising(words, &mut phrase_hits);
     secret_requests(&folded.text, profile, &mut phrase_hits);
     urls(&folded.text, ctx, &mut phrase_hits);
     for mut hit in phrase_hits {
@@ -562,6 +564,7 @@ fn compile(pattern: &str) -> Regex {
     }
 }
 
+mod ads;
 mod blobs;
 mod blocks;
 mod cues;

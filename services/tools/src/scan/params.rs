@@ -76,13 +76,187 @@ fn normalized(name: &str) -> String {
 /// them alone.
 pub(super) fn parameter_names(def: &Value) -> Vec<Finding> {
     let mut out = Vec::new();
+    let purpose = Purpose::of(def);
     if let Some(schema) = def.get("inputSchema") {
-        walk(schema, "inputSchema".to_owned(), &mut out);
+        walk(schema, "inputSchema".to_owned(), &purpose, &mut out);
     }
     out
 }
 
-fn walk(schema: &Value, field: String, out: &mut Vec<Finding>) {
+/// Kinds of data a parameter may ask for that only some tools have a use for:
+/// the parameter names (lower case, separators removed) of each, and the words
+/// of a tool's name, title or description that make them its business.
+struct Sensitive {
+    what: &'static str,
+    /// `secret-request` or `context-request`.
+    rule: &'static str,
+    names: &'static [&'static str],
+    purpose: &'static str,
+}
+
+const SENSITIVE: &[Sensitive] = &[
+    Sensitive {
+        what: "a password or one-time code",
+        rule: SECRET,
+        names: &[
+            "password",
+            "passwd",
+            "passcode",
+            "passphrase",
+            "pin",
+            "pincode",
+            "otp",
+            "otpcode",
+            "mfacode",
+            "2facode",
+            "twofactorcode",
+            "verificationcode",
+            "securityanswer",
+            "userpassword",
+            "accountpassword",
+            "loginpassword",
+        ],
+        purpose: r"(?i)pass(?:word|code|phrase)|log\s?in|sign\s?(?:in|on)|auth|credential|account|encrypt|decrypt|protect|unlock|verif|2fa|mfa|otp|one[\s-]time|vault|zip|archive|pdf|document|wifi|database|connect",
+    },
+    Sensitive {
+        what: "a card or bank account",
+        rule: SECRET,
+        names: &[
+            "creditcard",
+            "creditcardnumber",
+            "cardnumber",
+            "cardno",
+            "cvv",
+            "cvc",
+            "cvv2",
+            "cardcvv",
+            "securitycode",
+            "cardexpiry",
+            "expirydate",
+            "bankaccount",
+            "bankaccountnumber",
+            "iban",
+            "routingnumber",
+            "sortcode",
+            "swiftcode",
+        ],
+        purpose: r"(?i)pay|card|bill|checkout|purchas|order|buy|bank|transfer|invoice|charg|refund|wallet|subscri|donat|financ|merchant|transaction|iban|swift",
+    },
+    Sensitive {
+        what: "an identity document or number",
+        rule: SECRET,
+        names: &[
+            "ssn",
+            "socialsecuritynumber",
+            "socialsecurity",
+            "passport",
+            "passportnumber",
+            "passportno",
+            "driverslicense",
+            "driverslicensenumber",
+            "driverlicense",
+            "nationalid",
+            "nationalidnumber",
+            "taxid",
+            "taxnumber",
+            "mothersmaidenname",
+            "dateofbirth",
+            "birthdate",
+        ],
+        purpose: r"(?i)identit|identif|kyc|verif|passport|visa|travel|flight|booking|tax|employ|hr\b|payroll|patient|medical|health|insur|onboard|background|licen[cs]|citizen|immigra|age\b|birth|person|profile|customer|member|regist",
+    },
+    Sensitive {
+        what: "an API key or access token",
+        rule: SECRET,
+        names: &[
+            "apikey",
+            "apisecret",
+            "secretkey",
+            "privatekey",
+            "accesstoken",
+            "refreshtoken",
+            "sessiontoken",
+            "authtoken",
+            "bearertoken",
+            "oauthtoken",
+            "accesskey",
+            "secretaccesskey",
+            "clientsecret",
+            "credentials",
+            "sessioncookie",
+            "cookie",
+            "cookies",
+            "githubtoken",
+            "openaiapikey",
+            "awssecretaccesskey",
+        ],
+        purpose: r"(?i)api|key|token|auth|credential|secret|login|sign\s?in|account|connect|integrat|session|cookie|oauth|webhook|deploy|cloud|aws|git|repo|config|setup|client|bot|access|servic|hosted|provider|platform|\bmodels?\b|llm",
+    },
+    Sensitive {
+        what: "the model's name or instructions",
+        rule: CONTEXT,
+        names: &[
+            "systemprompt",
+            "systemmessage",
+            "modelname",
+            "llmname",
+            "aimodel",
+            "assistantname",
+            "modelidentity",
+            "llmmodel",
+            "modelversion",
+            "whichmodel",
+            "yourmodel",
+            "assistantmodel",
+            "modelprovider",
+        ],
+        purpose: r"(?i)\bmodels?\b|llm|prompt|\bai\b|gpt|claude|gemini|chat|complet|generat|agent|assistant|inference|embedding|openai|anthropic|ollama|persona",
+    },
+];
+
+/// What a tool says it is for: its name (separators as spaces), title and
+/// description, for telling a parameter it needs from one it does not.
+struct Purpose {
+    text: String,
+}
+
+impl Purpose {
+    fn of(def: &Value) -> Purpose {
+        let get = |k: &str| def.get(k).and_then(Value::as_str).unwrap_or("");
+        let title = def
+            .pointer("/annotations/title")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let text = format!(
+            "{} {} {} {}",
+            get("name").replace(['_', '-', '.'], " "),
+            get("title"),
+            title,
+            get("description")
+        );
+        Purpose { text }
+    }
+
+    /// The kind of sensitive data `normalized` names, when the tool's purpose
+    /// does not speak of it.
+    fn out_of_scope(&self, normalized: &str) -> Option<&'static Sensitive> {
+        let kind = SENSITIVE.iter().find(|k| k.names.contains(&normalized))?;
+        static PURPOSES: LazyLock<Vec<Regex>> = LazyLock::new(|| {
+            SENSITIVE
+                .iter()
+                .map(|k| {
+                    Regex::new(k.purpose).unwrap_or_else(|e| {
+                        panic!("scan: purpose pattern of {} does not compile: {e}", k.what)
+                    })
+                })
+                .collect()
+        });
+        let i = SENSITIVE.iter().position(|k| std::ptr::eq(k, kind))?;
+        (!PURPOSES[i].is_match(&self.text)).then_some(kind)
+    }
+}
+
+fn walk(schema: &Value, field: String, purpose: &Purpose, out: &mut Vec<Finding>) {
     match schema {
         Value::Object(map) => {
             for (key, value) in map {
@@ -92,17 +266,17 @@ fn walk(schema: &Value, field: String, out: &mut Vec<Finding>) {
                 {
                     for (name, sub) in props {
                         let at = format!("{path}.{name}");
-                        judge_all(name, &at, out);
-                        walk(sub, at, out);
+                        judge_all(name, &at, purpose, out);
+                        walk(sub, at, purpose, out);
                     }
                 } else {
-                    walk(value, path, out);
+                    walk(value, path, purpose, out);
                 }
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                walk(item, format!("{field}[{i}]"), out);
+                walk(item, format!("{field}[{i}]"), purpose, out);
             }
         }
         _ => {}
@@ -133,7 +307,7 @@ const THING_ENDINGS: &[&str] = &[
 
 /// Findings on one parameter name: the lists above, invisible characters, and the
 /// phrase rules read on the name with `_` as spaces.
-fn judge_all(name: &str, field: &str, out: &mut Vec<Finding>) {
+fn judge_all(name: &str, field: &str, purpose: &Purpose, out: &mut Vec<Finding>) {
     let mut hits = Vec::new();
     invisible_unicode(name, &mut hits);
     let folded = Folded::new(name);
@@ -145,13 +319,26 @@ fn judge_all(name: &str, field: &str, out: &mut Vec<Finding>) {
         hits.push(h);
     }
     out.extend(findings(field, name, hits));
-    if let Some(f) = judge(name, field) {
+    if let Some(f) = judge(name, field, purpose) {
         out.push(f);
     }
 }
 
-fn judge(name: &str, field: &str) -> Option<Finding> {
+fn judge(name: &str, field: &str, purpose: &Purpose) -> Option<Finding> {
     let n = normalized(name);
+    if let Some(kind) = purpose.out_of_scope(&n) {
+        return Some(Finding {
+            rule: kind.rule,
+            severity: Severity::Medium,
+            field: field.to_owned(),
+            span: 0..name.len(),
+            excerpt: excerpt(name),
+            message: format!(
+                "a parameter that asks for {}, which nothing in the tool's name or description calls for",
+                kind.what
+            ),
+        });
+    }
     let part = CONTEXT_PARTS.iter().any(|p| n.contains(p))
         && !THING_ENDINGS.iter().any(|e| n.ends_with(e));
     let (rule, severity, message) = if CONTEXT_NAMES_WEAK.contains(&n.as_str()) {
