@@ -39,6 +39,12 @@ const CONTEXT_NAMES_WEAK: &[&str] = &[
     "aimodel",
     "assistantname",
     "modelidentity",
+    "llmmodel",
+    "modelversion",
+    "whichmodel",
+    "yourmodel",
+    "assistantmodel",
+    "modelprovider",
 ];
 
 /// Parameter names for secrets that live on the user's machine, not in a service
@@ -195,21 +201,7 @@ const SENSITIVE: &[Sensitive] = &[
     Sensitive {
         what: "the model's name or instructions",
         rule: CONTEXT,
-        names: &[
-            "systemprompt",
-            "systemmessage",
-            "modelname",
-            "llmname",
-            "aimodel",
-            "assistantname",
-            "modelidentity",
-            "llmmodel",
-            "modelversion",
-            "whichmodel",
-            "yourmodel",
-            "assistantmodel",
-            "modelprovider",
-        ],
+        names: CONTEXT_NAMES_WEAK,
         purpose: r"(?i)\bmodels?\b|llm|prompt|\bai\b|gpt|claude|gemini|chat|complet|generat|agent|assistant|inference|embedding|openai|anthropic|ollama|persona",
     },
 ];
@@ -240,7 +232,10 @@ impl Purpose {
     /// The kind of sensitive data `normalized` names, when the tool's purpose
     /// does not speak of it.
     fn out_of_scope(&self, normalized: &str) -> Option<&'static Sensitive> {
-        let kind = SENSITIVE.iter().find(|k| k.names.contains(&normalized))?;
+        let (i, kind) = SENSITIVE
+            .iter()
+            .enumerate()
+            .find(|(_, k)| k.names.contains(&normalized))?;
         static PURPOSES: LazyLock<Vec<Regex>> = LazyLock::new(|| {
             SENSITIVE
                 .iter()
@@ -251,7 +246,6 @@ impl Purpose {
                 })
                 .collect()
         });
-        let i = SENSITIVE.iter().position(|k| std::ptr::eq(k, kind))?;
         (!PURPOSES[i].is_match(&self.text)).then_some(kind)
     }
 }
